@@ -1,0 +1,237 @@
+// Package api holds the wire types of the policyrouter HTTP API: request and
+// response bodies with their json and validate tags, and the error
+// envelope. It has no logic; openapi.yaml at the repository root is the
+// written contract these types implement.
+package api
+
+import "time"
+
+// Router names accepted in requests and by the --router flag.
+const (
+	RouterSimple       = "simple"        // /assign: least loaded; /select: FIFO idle deque
+	RouterNodeAffinity = "node_affinity" // /assign: least loaded on the env's node; /select: per-node round robin
+	RouterIdleAffinity = "idle_affinity" // /select only: idle deque of the env's node, else any idle policy
+)
+
+// PolicyRequest registers one policy (POST /policies, and each entry of PUT
+// /policies).
+type PolicyRequest struct {
+	URL    string `json:"url" validate:"required,max=2048,http_url"`
+	NodeID string `json:"node_id,omitempty" validate:"omitempty,max=253,printascii"`
+	// Index is the seed's policy index; default the lowest free one.
+	Index *int `json:"index,omitempty" validate:"omitempty,min=0,max=1048575"`
+	// ID defaults to a new UUID.
+	ID       string            `json:"id,omitempty" validate:"omitempty,max=128,printascii,excludesall=/?#%"`
+	Capacity *int              `json:"capacity,omitempty" validate:"omitempty,min=1,max=65536"`
+	Labels   map[string]string `json:"labels,omitempty" validate:"omitempty,max=64,dive,keys,min=1,max=128,endkeys,max=1024"`
+}
+
+// ReplacePoliciesRequest is the body of PUT /policies.
+type ReplacePoliciesRequest struct {
+	Policies []PolicyRequest `json:"policies" validate:"max=100000,dive"`
+}
+
+// Policy is a registered policy.
+type Policy struct {
+	Index int    `json:"index"`
+	ID    string `json:"id"`
+	URL   string `json:"url"`
+	// NodeID is the node as registered, or the topology's node for the
+	// policy's index when it was registered without one.
+	NodeID   string            `json:"node_id"`
+	Capacity int               `json:"capacity"`
+	Labels   map[string]string `json:"labels"`
+	Draining bool              `json:"draining"`
+}
+
+// PolicyList is the body of GET /policies and the answer to PUT /policies.
+type PolicyList struct {
+	Policies []Policy `json:"policies"`
+}
+
+// Component lists the ids of one kind of component on a node.
+type Component struct {
+	IDs []int `json:"ids"`
+}
+
+// Topology is the seed's component_distribution as is: node id ->
+// component kind ("env", "eval", or any other the trainer uses) -> ids.
+// Only env and eval are used for routing.
+type Topology map[string]map[string]Component
+
+// AssignRequest is the body of POST /assign.
+type AssignRequest struct {
+	NumTasks int `json:"num_tasks" validate:"min=1,max=1048576"`
+	// CurrentLoads, when present, is the seed's stateless mode: one load per
+	// policy index. Absent means the server's tracked loads.
+	CurrentLoads []int64 `json:"current_loads" validate:"omitempty,max=1048576,dive,min=-536870912,max=536870912"`
+	// EnvIDs, when present, has num_tasks entries.
+	EnvIDs []string `json:"env_ids" validate:"omitempty,dive,max=256"`
+	Router string   `json:"router,omitempty" validate:"omitempty,oneof=simple node_affinity"`
+}
+
+// PolicyRef is the short form of a policy in answers.
+type PolicyRef struct {
+	ID     string `json:"id"`
+	URL    string `json:"url"`
+	NodeID string `json:"node_id"`
+}
+
+// AssignResponse is the answer to POST /assign.
+type AssignResponse struct {
+	// Assignments holds one policy index per task.
+	Assignments []int `json:"assignments"`
+	// Policies resolves each index that appears in Assignments (as a
+	// decimal string key) to its registered policy. Indices with no
+	// registration (stateless mode) are absent.
+	Policies map[string]PolicyRef `json:"policies"`
+}
+
+// SelectRequest is the body of POST /select.
+type SelectRequest struct {
+	EnvID  string `json:"env_id,omitempty" validate:"max=256"`
+	Router string `json:"router,omitempty" validate:"omitempty,oneof=simple node_affinity idle_affinity"`
+	// TimeoutMS bounds the wait for an idle policy; default 30000, capped by
+	// the server's maximum. 0 means do not wait.
+	TimeoutMS *int `json:"timeout_ms,omitempty" validate:"omitempty,min=0,max=3600000"`
+}
+
+// SelectResponse is the answer to POST /select.
+type SelectResponse struct {
+	Index  int    `json:"index"`
+	ID     string `json:"id"`
+	URL    string `json:"url"`
+	NodeID string `json:"node_id"`
+	// LeaseID identifies the hand-out for POST /release. The round-robin
+	// router (node_affinity) does not track busy policies and issues none.
+	LeaseID string `json:"lease_id,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /release: a lease id, or a policy
+// index whose oldest lease is released.
+type ReleaseRequest struct {
+	LeaseID string `json:"lease_id,omitempty" validate:"required_without=Index,omitempty,uuid"`
+	Index   *int   `json:"index,omitempty" validate:"required_without=LeaseID,omitempty,min=0,max=1048575"`
+}
+
+// ReleaseResponse is the answer to POST /release.
+type ReleaseResponse struct {
+	Released bool   `json:"released"`
+	LeaseID  string `json:"lease_id"`
+	Index    int    `json:"index"`
+	ID       string `json:"id"`
+}
+
+// CompleteRequest is the body of POST /complete.
+type CompleteRequest struct {
+	Index *int `json:"index" validate:"required,min=0,max=1048575"`
+	// Count defaults to 1.
+	Count *int `json:"count,omitempty" validate:"omitempty,min=1,max=1048576"`
+}
+
+// CompleteResponse is the answer to POST /complete.
+type CompleteResponse struct {
+	Index int   `json:"index"`
+	Load  int64 `json:"load"`
+}
+
+// PolicyStats is one policy in GET /stats.
+type PolicyStats struct {
+	Index    int    `json:"index"`
+	ID       string `json:"id"`
+	NodeID   string `json:"node_id"`
+	URL      string `json:"url"`
+	State    string `json:"state"` // idle, busy, unhealthy, draining
+	Load     int64  `json:"load"`
+	Inflight int    `json:"inflight"`
+	Capacity int    `json:"capacity"`
+	// SelectedTotal counts hand-outs by /select, AssignedTotal tasks by
+	// /assign, CompletedTotal tasks reported by /complete.
+	SelectedTotal  uint64 `json:"selected_total"`
+	AssignedTotal  uint64 `json:"assigned_total"`
+	CompletedTotal uint64 `json:"completed_total"`
+	// LastPoll is when the last /idle probe was sent; null before the first.
+	LastPoll            *time.Time `json:"last_poll"`
+	LatencyMS           float64    `json:"latency_ms"`
+	ConsecutiveFailures int        `json:"consecutive_failures"`
+	ProbesTotal         uint64     `json:"probes_total"`
+	ProbeFailuresTotal  uint64     `json:"probe_failures_total"`
+}
+
+// StateCounts counts policies by state.
+type StateCounts struct {
+	Policies  int   `json:"policies"`
+	Idle      int   `json:"idle"`
+	Busy      int   `json:"busy"`
+	Unhealthy int   `json:"unhealthy"`
+	Draining  int   `json:"draining"`
+	Load      int64 `json:"load"`
+	Inflight  int   `json:"inflight"`
+	Capacity  int   `json:"capacity"`
+	// SelectedTotal and AssignedTotal add up the policies' counters.
+	SelectedTotal uint64 `json:"selected_total"`
+	AssignedTotal uint64 `json:"assigned_total"`
+}
+
+// PollerStats describes the idle poller.
+type PollerStats struct {
+	IntervalMS float64 `json:"interval_ms"`
+	TimeoutMS  float64 `json:"timeout_ms"`
+	// Sweeps counts completed passes over all policies.
+	Sweeps        uint64 `json:"sweeps"`
+	ProbesTotal   uint64 `json:"probes_total"`
+	FailuresTotal uint64 `json:"failures_total"`
+}
+
+// Stats is the body of GET /stats.
+type Stats struct {
+	Policies []PolicyStats          `json:"policies"`
+	Nodes    map[string]StateCounts `json:"nodes"`
+	Totals   StateCounts            `json:"totals"`
+	// Waiters is the number of /select calls waiting for an idle policy,
+	// Leases the number of leases out.
+	Waiters       int          `json:"waiters"`
+	Leases        int          `json:"leases"`
+	Router        string       `json:"router"`
+	Poller        *PollerStats `json:"poller"`
+	UptimeSeconds float64      `json:"uptime_seconds"`
+	Time          time.Time    `json:"time"`
+}
+
+// Health is the body of GET /healthz and GET /readyz.
+type Health struct {
+	Status string `json:"status"` // "ok" or "not ready"
+}
+
+// DrainResponse is the answer to drain and resume: the policy after the
+// change.
+type DrainResponse = Policy
+
+// Error codes of the error envelope.
+const (
+	CodeBadRequest       = "bad_request"       // 400: malformed JSON
+	CodeValidationFailed = "validation_failed" // 422: well-formed, invalid values
+	CodeUnauthorized     = "unauthorized"      // 401
+	CodeForbidden        = "forbidden"         // 403
+	CodeNotFound         = "not_found"         // 404
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeConflict         = "conflict"          // 409
+	CodeTooLarge         = "payload_too_large" // 413
+	CodeUnsupportedMedia = "unsupported_media_type"
+	CodeUnavailable      = "unavailable" // 503: no policy to route to
+	CodeInternal         = "internal"    // 500: never for bad input
+)
+
+// ErrorBody is the content of the error envelope.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Fields names each bad input field (JSON path) with what is wrong.
+	Fields    map[string]string `json:"fields,omitempty"`
+	RequestID string            `json:"request_id"`
+}
+
+// ErrorResponse is the one error envelope of every endpoint.
+type ErrorResponse struct {
+	Error ErrorBody `json:"error"`
+}

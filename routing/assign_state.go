@@ -1,0 +1,128 @@
+package routing
+
+import "fmt"
+
+// AssignKind names an async router.
+type AssignKind int
+
+const (
+	// AssignLeastLoaded is the seed's SimpleRouter.
+	AssignLeastLoaded AssignKind = iota
+	// AssignNodeAffinity is the seed's NodeAffinityRouter.
+	AssignNodeAffinity
+)
+
+// AssignRequest is one /assign call.
+type AssignRequest struct {
+	Kind     AssignKind
+	NumTasks int
+	// Loads, when non-nil, is the seed's stateless mode: the caller's load
+	// per policy index 0..len(Loads)-1. Nil means the tracked loads of the
+	// registered policies, which the assignment then raises.
+	Loads []int64
+	// EnvIDs, when given, name one env id per task (node affinity).
+	EnvIDs []string
+}
+
+// Assignment is the answer of Assign.
+type Assignment struct {
+	// Indices holds one policy index per task.
+	Indices []int
+	// Snapshot is the registration the answer was computed on, to resolve
+	// indices to policies.
+	Snapshot *Snapshot
+}
+
+// Assign spreads tasks over policies the way the seed's async routers do.
+// Unhealthy and draining policies are left out; with every policy
+// available the answer is the seed's exactly. Registered policies are not
+// needed in stateless mode: an index with no registration is routed to like
+// the seed does. It returns ErrNoPolicies when nothing is left to route to
+// and an *InputError for bad input.
+func (st *State) Assign(req AssignRequest) (Assignment, error) {
+	if req.EnvIDs != nil && len(req.EnvIDs) != req.NumTasks {
+		return Assignment{}, inputErr("env_ids", "has %d entries, num_tasks is %d", len(req.EnvIDs), req.NumTasks)
+	}
+	snap := st.snap.Load()
+	if req.Loads != nil {
+		in := stateless(snap, req.Loads)
+		idx, err := st.assignOver(snap, req, in)
+		return Assignment{Indices: idx, Snapshot: snap}, err
+	}
+
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var in AffinityInput
+	for pos, rt := range snap.rts {
+		if rt.available() {
+			in.Indices = append(in.Indices, rt.policy.Index)
+			in.Loads = append(in.Loads, min(max(rt.load, -MaxLoad), MaxLoad))
+			in.Nodes = append(in.Nodes, snap.nodes[pos])
+		}
+	}
+	idx, err := st.assignOver(snap, req, in)
+	if err != nil {
+		return Assignment{}, err
+	}
+	for _, i := range idx {
+		rt := snap.rts[snap.posOf[i]]
+		rt.load = min(rt.load+1, MaxLoad)
+		rt.assigned.Add(1)
+	}
+	return Assignment{Indices: idx, Snapshot: snap}, nil
+}
+
+// stateless returns the candidates of a stateless assignment: every index
+// of loads but those of registered, unavailable policies.
+func stateless(snap *Snapshot, loads []int64) AffinityInput {
+	in := AffinityInput{Indices: make([]int, 0, len(loads)), Loads: make([]int64, 0, len(loads)), Nodes: make([]string, 0, len(loads))}
+	for i, l := range loads {
+		node := ""
+		if pos, ok := snap.posOf[i]; ok {
+			if !snap.rts[pos].available() {
+				continue
+			}
+			node = snap.nodes[pos]
+		}
+		in.Indices = append(in.Indices, i)
+		in.Loads = append(in.Loads, l)
+		in.Nodes = append(in.Nodes, node)
+	}
+	return in
+}
+
+func (st *State) assignOver(snap *Snapshot, req AssignRequest, in AffinityInput) ([]int, error) {
+	switch req.Kind {
+	case AssignLeastLoaded:
+	case AssignNodeAffinity:
+		if len(req.EnvIDs) > 0 {
+			in.EnvNode = snap.envNode
+			in.EnvIDs = req.EnvIDs
+			return NodeAffinity(in)
+		}
+	default:
+		return nil, fmt.Errorf("assign: unknown kind %d", req.Kind)
+	}
+	return leastLoadedOver(in.Indices, in.Loads, req.NumTasks)
+}
+
+// leastLoadedOver is LeastLoaded over the policies with the given ascending
+// indices; nil indices mean 0..len(loads)-1.
+func leastLoadedOver(indices []int, loads []int64, n int) ([]int, error) {
+	if err := checkAssignInput(loads, n); err != nil {
+		return nil, err
+	}
+	s := getScratch(len(loads))
+	defer putScratch(s)
+	for pos, l := range loads {
+		s.keys[pos] = packKey(l, pos)
+	}
+	out := leastLoaded(make([]int, 0, n), s.keys, n)
+	if indices == nil {
+		return out, nil
+	}
+	for i, pos := range out {
+		out[i] = indices[pos]
+	}
+	return out, nil
+}

@@ -1,0 +1,83 @@
+package routing
+
+import "time"
+
+// Probe is the outcome of one GET {url}/idle. The poller sends probes and
+// reports them here; the routing state decides what they mean.
+type Probe struct {
+	// SentAt is when the probe was sent (not when the answer came).
+	SentAt time.Time
+	// Latency is how long the answer took.
+	Latency time.Duration
+	// OK is false for a failed probe: transport error, timeout, non-2xx or
+	// an unreadable body.
+	OK bool
+	// Idle is the policy's answer when OK.
+	Idle bool
+	// Load, when HasLoad, is the policy's own load figure; it replaces the
+	// tracked estimate.
+	Load    int64
+	HasLoad bool
+}
+
+// Transition is a change of a policy's health caused by a probe.
+type Transition int
+
+// Transitions returned by ObserveProbe.
+const (
+	NoTransition Transition = iota
+	BecameUnhealthy
+	BecameHealthy
+)
+
+// ObserveProbe records a probe of the policy with the given id and returns
+// the health transition it caused, if any, so that the caller logs each
+// transition once. FailThreshold failures in a row make a policy unhealthy
+// (it gets no work from any router); PassThreshold passes in a row make it
+// healthy again. An idle answer frees the policy's leases that were handed
+// out at least Grace before the probe was sent: work handed out later may
+// not have reached the policy yet. Probes of unknown (e.g. just deleted)
+// policies are ignored.
+func (st *State) ObserveProbe(id string, p Probe) Transition {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rt := st.runtimes[id]
+	if rt == nil {
+		return NoTransition
+	}
+	rt.probes.Add(1)
+	rt.lastProbe.Store(p.SentAt.UnixNano())
+	rt.lastLatency.Store(int64(p.Latency))
+	if !p.OK {
+		rt.probeFailures.Add(1)
+		rt.passStreak = 0
+		rt.failStreak++
+		if rt.failStreak >= st.opts.FailThreshold && rt.healthy.Load() {
+			rt.healthy.Store(false)
+			st.setAvailableLocked(rt)
+			return BecameUnhealthy
+		}
+		return NoTransition
+	}
+
+	rt.failStreak = 0
+	rt.passStreak++
+	rt.lastIdle.Store(p.Idle)
+	if p.HasLoad {
+		rt.load = min(max(p.Load, 0), MaxLoad)
+	}
+	if p.Idle {
+		cutoff := p.SentAt.Add(-st.opts.Grace)
+		for _, s := range rt.slots {
+			if s.lease != 0 && !s.leasedAt.After(cutoff) {
+				st.freeLocked(s, false)
+			}
+		}
+	}
+	if !rt.healthy.Load() && rt.passStreak >= st.opts.PassThreshold {
+		rt.healthy.Store(true)
+		st.setAvailableLocked(rt)
+		return BecameHealthy
+	}
+	return NoTransition
+}

@@ -1,0 +1,113 @@
+package routing
+
+import "time"
+
+// A slot is one unit of a policy's capacity. An idle slot sits at once in
+// the global idle deque and in its node's idle deque (intrusive lists, so a
+// pop from either is O(1) and allocates nothing); a leased slot is in
+// neither; a parked slot is idle but its policy is unhealthy or draining.
+// All fields are guarded by State.mu.
+type slot struct {
+	rt       *policyRuntime
+	links    [2]link // by list kind: global, node
+	listed   bool
+	retired  bool // capacity shrank while leased: dropped on release
+	lease    uint64
+	leasedAt time.Time
+}
+
+type link struct{ prev, next *slot }
+
+const (
+	globalList = 0
+	nodeList   = 1
+)
+
+// slotList is a FIFO of idle slots threaded through slot.links[kind].
+type slotList struct {
+	kind       int
+	head, tail *slot
+	len        int
+}
+
+func (l *slotList) pushBack(s *slot) {
+	lk := &s.links[l.kind]
+	lk.prev, lk.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.links[l.kind].next = s
+	} else {
+		l.head = s
+	}
+	l.tail = s
+	l.len++
+}
+
+func (l *slotList) pushFront(s *slot) {
+	lk := &s.links[l.kind]
+	lk.prev, lk.next = nil, l.head
+	if l.head != nil {
+		l.head.links[l.kind].prev = s
+	} else {
+		l.tail = s
+	}
+	l.head = s
+	l.len++
+}
+
+func (l *slotList) remove(s *slot) {
+	lk := &s.links[l.kind]
+	if lk.prev != nil {
+		lk.prev.links[l.kind].next = lk.next
+	} else {
+		l.head = lk.next
+	}
+	if lk.next != nil {
+		lk.next.links[l.kind].prev = lk.prev
+	} else {
+		l.tail = lk.prev
+	}
+	lk.prev, lk.next = nil, nil
+	l.len--
+}
+
+// A waiter is a /select caller blocked until a slot is handed to it. The
+// slot is handed over under State.mu and ch is closed after; a waiter that
+// gives up takes State.mu and either finds a slot (and gives it back) or
+// unlinks itself, so nothing is lost either way.
+type waiter struct {
+	prev, next *waiter
+	ch         chan struct{}
+	sel        Selection
+	granted    *slot
+}
+
+type waiterList struct {
+	head, tail *waiter
+	len        int
+}
+
+func (l *waiterList) pushBack(w *waiter) {
+	w.prev, w.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+	l.len++
+}
+
+func (l *waiterList) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	l.len--
+}

@@ -1,0 +1,157 @@
+package routing
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+)
+
+// Policy is one registered policy server as the routers see it.
+type Policy struct {
+	// Index is the seed's policy index: the position the routers answer with.
+	Index int
+	// ID is the stable identifier given at registration.
+	ID string
+	// URL is the policy server's base URL.
+	URL string
+	// NodeID is the node the policy was registered on; empty means the node
+	// whose eval ids hold Index in the topology, if any.
+	NodeID string
+	// Capacity is how many sync requests the policy serves at once; 0 means 1.
+	Capacity int
+	// Labels are free-form and not used for routing.
+	Labels map[string]string
+}
+
+func (p Policy) capacity() int {
+	if p.Capacity <= 0 {
+		return 1
+	}
+	return p.Capacity
+}
+
+// Snapshot is an immutable view of the registered policies and the topology,
+// with the maps the routers need precomputed. It is rebuilt on every
+// registration change and published atomically; readers never lock it.
+type Snapshot struct {
+	policies []Policy // in index order
+	nodes    []string // effective node per position, "" for none
+	rts      []*policyRuntime
+	posOf    map[int]int    // index -> position
+	byID     map[string]int // id -> position
+	topology Topology
+	envNode  map[int]string // env worker -> node
+	// evalPos lists, per node with eval workers, the positions of its eval
+	// policies in topology order: the seed's _node_to_eval_policies.
+	evalPos   map[string][]int
+	hasNodes  bool // some policy has a node
+	nodeOrder []string
+}
+
+// newSnapshot validates policies and topology together and builds the
+// lookup tables. It returns an *InputError for a malformed policy set or
+// topology, or for a topology that names an eval index no policy has.
+func newSnapshot(policies []Policy, topo Topology) (*Snapshot, error) {
+	if err := topo.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Snapshot{
+		policies: slices.Clone(policies),
+		posOf:    make(map[int]int, len(policies)),
+		byID:     make(map[string]int, len(policies)),
+		topology: topo.Clone(),
+		envNode:  make(map[int]string),
+		evalPos:  make(map[string][]int),
+	}
+	slices.SortFunc(s.policies, func(a, b Policy) int { return a.Index - b.Index })
+	for pos, p := range s.policies {
+		field := "policies[" + strconv.Itoa(pos) + "]"
+		switch {
+		case p.Index < 0 || p.Index >= MaxIndex:
+			return nil, inputErr(field+".index", "must be between 0 and %d", MaxIndex-1)
+		case p.ID == "":
+			return nil, inputErr(field+".id", "must not be empty")
+		case p.Capacity < 0:
+			return nil, inputErr(field+".capacity", "must be >= 0")
+		}
+		if _, dup := s.posOf[p.Index]; dup {
+			return nil, inputErr(field+".index", "index %d is registered twice", p.Index)
+		}
+		if _, dup := s.byID[p.ID]; dup {
+			return nil, inputErr(field+".id", "id %q is registered twice", p.ID)
+		}
+		s.posOf[p.Index] = pos
+		s.byID[p.ID] = pos
+		s.policies[pos].Labels = maps.Clone(p.Labels)
+	}
+
+	evalNode := make(map[int]string)
+	s.nodeOrder = s.topology.nodeIDs()
+	for _, node := range s.nodeOrder {
+		c := s.topology.Nodes[node]
+		for _, e := range c.Env {
+			s.envNode[e] = node
+		}
+		for _, idx := range c.Eval {
+			pos, ok := s.posOf[idx]
+			if !ok {
+				return nil, inputErr("topology."+node+".eval.ids", "eval id %d on node %q is not a registered policy index", idx, node)
+			}
+			evalNode[idx] = node
+			s.evalPos[node] = append(s.evalPos[node], pos)
+		}
+	}
+	s.nodes = make([]string, len(s.policies))
+	for pos, p := range s.policies {
+		node := p.NodeID
+		if node == "" {
+			node = evalNode[p.Index]
+		}
+		s.nodes[pos] = node
+		s.hasNodes = s.hasNodes || node != ""
+	}
+	return s, nil
+}
+
+// Policies returns the registered policies in index order. The slice is
+// shared and must not be modified.
+func (s *Snapshot) Policies() []Policy { return s.policies }
+
+// Topology returns the topology. It is shared and must not be modified.
+func (s *Snapshot) Topology() Topology { return s.topology }
+
+// Node returns the effective node of the policy at position pos: its
+// registered node id, else the topology node whose eval ids hold its index.
+func (s *Snapshot) Node(pos int) string { return s.nodes[pos] }
+
+// ByIndex returns the position of the policy with the given index.
+func (s *Snapshot) ByIndex(index int) (pos int, ok bool) {
+	pos, ok = s.posOf[index]
+	return pos, ok
+}
+
+// ByID returns the position of the policy with the given id.
+func (s *Snapshot) ByID(id string) (pos int, ok bool) {
+	pos, ok = s.byID[id]
+	return pos, ok
+}
+
+// EnvNode returns the node of an env id's worker, or "" when the env id has
+// no worker index or the worker is on no node.
+func (s *Snapshot) EnvNode(envID string) string {
+	if w, ok := ParseEnvWorker(envID); ok {
+		return s.envNode[w]
+	}
+	return ""
+}
+
+// evalNode returns the node whose eval policies serve envID in the seed's
+// SyncNodeAffinityRouter, and whether there is one.
+func (s *Snapshot) evalNode(envID string) (string, bool) {
+	node := s.EnvNode(envID)
+	if node == "" {
+		return "", false
+	}
+	_, ok := s.evalPos[node]
+	return node, ok
+}

@@ -1,0 +1,94 @@
+package routing
+
+import "time"
+
+// Policy states as shown by Stats.
+const (
+	StateIdle      = "idle"
+	StateBusy      = "busy"
+	StateUnhealthy = "unhealthy"
+	StateDraining  = "draining"
+)
+
+// PolicyStats is the live state of one policy.
+type PolicyStats struct {
+	Policy   Policy
+	Node     string
+	State    string // StateIdle, StateBusy, StateUnhealthy or StateDraining
+	Load     int64  // tracked load
+	Inflight int    // leases out
+	Capacity int
+	Selected uint64 // hand-outs by /select
+	Assigned uint64 // tasks by /assign
+	// Completed counts tasks reported done by /complete.
+	Completed     uint64
+	Probes        uint64
+	ProbeFailures uint64
+	// LastProbe is when the last probe was sent; zero if never.
+	LastProbe    time.Time
+	LastLatency  time.Duration
+	FailStreak   int
+	LastIdle     bool
+	Healthy      bool
+	Draining     bool
+	IdleCapacity int // slots that could be selected now
+}
+
+// Stats is a consistent picture of the routing state.
+type Stats struct {
+	Policies []PolicyStats // index order
+	Waiters  int           // /select callers waiting for an idle policy
+	Leases   int           // leases out
+	Idle     int           // idle slots in the global deque
+}
+
+// Stats returns the live state of every policy. It holds the state's lock
+// for one pass over the policies, allocating one slice.
+func (st *State) Stats() Stats {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	snap := st.snap.Load() // Update publishes under mu: consistent with the runtimes
+	out := Stats{Policies: make([]PolicyStats, len(snap.rts))}
+	out.Waiters = st.waiters.len
+	out.Leases = len(st.leases)
+	out.Idle = st.global.len
+	for i, rt := range snap.rts {
+		ps := PolicyStats{
+			Policy:        rt.policy,
+			Node:          rt.node,
+			Load:          rt.load,
+			Inflight:      rt.inflight,
+			Capacity:      len(rt.slots),
+			Selected:      rt.selected.Load(),
+			Assigned:      rt.assigned.Load(),
+			Completed:     rt.completed.Load(),
+			Probes:        rt.probes.Load(),
+			ProbeFailures: rt.probeFailures.Load(),
+			LastLatency:   time.Duration(rt.lastLatency.Load()),
+			FailStreak:    rt.failStreak,
+			LastIdle:      rt.lastIdle.Load(),
+			Healthy:       rt.healthy.Load(),
+			Draining:      rt.draining.Load(),
+		}
+		if ns := rt.lastProbe.Load(); ns != 0 {
+			ps.LastProbe = time.Unix(0, ns)
+		}
+		for _, s := range rt.slots {
+			if s.listed {
+				ps.IdleCapacity++
+			}
+		}
+		switch {
+		case !ps.Healthy:
+			ps.State = StateUnhealthy
+		case ps.Draining:
+			ps.State = StateDraining
+		case ps.IdleCapacity == 0:
+			ps.State = StateBusy
+		default:
+			ps.State = StateIdle
+		}
+		out.Policies[i] = ps
+	}
+	return out
+}

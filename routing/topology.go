@@ -1,0 +1,190 @@
+package routing
+
+import (
+	"fmt"
+	"slices"
+	"unicode"
+)
+
+// MaxIndex bounds a policy index and an env worker id. Indices are dense
+// array positions in the routing state, so an unbounded index would let one
+// request allocate without limit.
+const MaxIndex = 1 << 20
+
+// Components is one node's entry in the seed's component_distribution: the
+// env worker ids and the eval (policy) indices placed on that node.
+type Components struct {
+	Env  []int
+	Eval []int
+}
+
+// Topology is the seed's component_distribution: node id -> components.
+// The zero value is an empty topology.
+type Topology struct {
+	Nodes map[string]Components
+}
+
+// InputError reports input the routers cannot accept. Field names the
+// offending input the way the HTTP API spells it (for example
+// "current_loads" or "topology.node-a.eval.ids"), so that a handler can show
+// it to the caller unchanged.
+type InputError struct {
+	Field string
+	Msg   string
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Msg }
+
+func inputErr(field, format string, args ...any) *InputError {
+	return &InputError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks the topology on its own: node ids are non-empty, ids are
+// in [0, MaxIndex), no env worker or eval index appears twice, and the seed's
+// co-location rule holds (a node with env workers has eval workers and vice
+// versa). Errors are *InputError naming the node. Nodes are checked in
+// sorted order so the same input always reports the same error.
+func (t Topology) Validate() error {
+	envSeen := make(map[int]string)
+	evalSeen := make(map[int]string)
+	for _, node := range t.nodeIDs() {
+		c := t.Nodes[node]
+		if node == "" {
+			return inputErr("topology", "node id must not be empty")
+		}
+		if len(c.Env) > 0 && len(c.Eval) == 0 {
+			return inputErr("topology."+node+".eval.ids", "node %q has env workers but no eval workers; they must be on the same node", node)
+		}
+		if len(c.Eval) > 0 && len(c.Env) == 0 {
+			return inputErr("topology."+node+".env.ids", "node %q has eval workers but no env workers; they must be on the same node", node)
+		}
+		if err := checkIDs(node, "env", c.Env, envSeen); err != nil {
+			return err
+		}
+		if err := checkIDs(node, "eval", c.Eval, evalSeen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkIDs(node, kind string, ids []int, seen map[int]string) error {
+	field := "topology." + node + "." + kind + ".ids"
+	for _, id := range ids {
+		if id < 0 || id >= MaxIndex {
+			return inputErr(field, "id %d on node %q is out of range [0, %d)", id, node, MaxIndex)
+		}
+		if other, dup := seen[id]; dup {
+			if other == node {
+				return inputErr(field, "%s id %d appears twice on node %q", kind, id, node)
+			}
+			return inputErr(field, "%s id %d is on both node %q and node %q", kind, id, other, node)
+		}
+		seen[id] = node
+	}
+	return nil
+}
+
+// nodeIDs returns the node ids in sorted order.
+func (t Topology) nodeIDs() []string {
+	ids := make([]string, 0, len(t.Nodes))
+	for id := range t.Nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Clone returns a deep copy, so that a snapshot never shares slices with its
+// caller.
+func (t Topology) Clone() Topology {
+	if t.Nodes == nil {
+		return Topology{}
+	}
+	out := Topology{Nodes: make(map[string]Components, len(t.Nodes))}
+	for id, c := range t.Nodes {
+		out.Nodes[id] = Components{Env: slices.Clone(c.Env), Eval: slices.Clone(c.Eval)}
+	}
+	return out
+}
+
+// ParseEnvWorker returns the env worker index of an env id the way the seed's
+// _parse_env_worker_index does: the text after the last '-' read with
+// Python's int() (surrounding whitespace, a leading '+', single underscores
+// between digits and any Unicode decimal digits are accepted). ok is false
+// where the seed returns None; values too large for the routing tables are
+// reported as unknown too, which gives the same routing answer as the seed,
+// whose lookup of such a worker finds no node.
+func ParseEnvWorker(envID string) (worker int, ok bool) {
+	s := envID
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '-' {
+			s = s[i+1:]
+			break
+		}
+	}
+	rs := []rune(s)
+	lo, hi := 0, len(rs)
+	for lo < hi && isPySpace(rs[lo]) {
+		lo++
+	}
+	for hi > lo && isPySpace(rs[hi-1]) {
+		hi--
+	}
+	rs = rs[lo:hi]
+	if len(rs) > 0 && rs[0] == '+' {
+		rs = rs[1:]
+	}
+	if len(rs) == 0 {
+		return 0, false
+	}
+	n := 0
+	prevDigit := false
+	for _, r := range rs {
+		if r == '_' {
+			if !prevDigit {
+				return 0, false
+			}
+			prevDigit = false
+			continue
+		}
+		d, isDigit := decimalValue(r)
+		if !isDigit {
+			return 0, false
+		}
+		prevDigit = true
+		n = n*10 + d
+		if n >= MaxIndex {
+			n = MaxIndex // keep going to reject malformed tails; value is unknown anyway
+		}
+	}
+	if !prevDigit {
+		return 0, false // trailing underscore
+	}
+	if n >= MaxIndex {
+		return 0, false
+	}
+	return n, true
+}
+
+// isPySpace reports whether Python's str.isspace holds for r.
+func isPySpace(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
+}
+
+// decimalValue returns the value of a Unicode decimal digit (category Nd).
+// Unicode places decimal digits in contiguous runs of ten starting at zero,
+// so the value is the distance from the start of the run, modulo ten.
+func decimalValue(r rune) (int, bool) {
+	if r >= '0' && r <= '9' {
+		return int(r - '0'), true
+	}
+	if r < 0x80 || !unicode.IsDigit(r) {
+		return 0, false
+	}
+	start := r
+	for unicode.IsDigit(start - 1) {
+		start--
+	}
+	return int(r-start) % 10, true
+}

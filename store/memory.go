@@ -1,0 +1,90 @@
+package store
+
+import (
+	"context"
+	"sync"
+)
+
+// Memory is a Store that keeps the registration in memory: the default,
+// lost on exit.
+type Memory struct {
+	mu       sync.Mutex
+	policies map[string]Policy
+	topology Topology
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty in-memory store.
+func NewMemory() *Memory {
+	return &Memory{policies: make(map[string]Policy)}
+}
+
+// Load implements Store.
+func (m *Memory) Load(ctx context.Context) (Registration, error) {
+	if err := ctx.Err(); err != nil {
+		return Registration{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	reg := Registration{Policies: make([]Policy, 0, len(m.policies)), Topology: m.topology.Clone()}
+	for _, p := range m.policies {
+		reg.Policies = append(reg.Policies, p.Clone())
+	}
+	sortPolicies(reg.Policies)
+	return reg, nil
+}
+
+// PutPolicy implements Store.
+func (m *Memory) PutPolicy(ctx context.Context, p Policy) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.policies[p.ID] = p.Clone()
+	return nil
+}
+
+// DeletePolicy implements Store.
+func (m *Memory) DeletePolicy(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.policies[id]; !ok {
+		return ErrNotFound
+	}
+	delete(m.policies, id)
+	return nil
+}
+
+// ReplacePolicies implements Store.
+func (m *Memory) ReplacePolicies(ctx context.Context, ps []Policy) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	next := make(map[string]Policy, len(ps))
+	for _, p := range ps {
+		next[p.ID] = p.Clone()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.policies = next
+	return nil
+}
+
+// PutTopology implements Store.
+func (m *Memory) PutTopology(ctx context.Context, t Topology) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.topology = t.Clone()
+	return nil
+}
+
+// Close implements Store.
+func (m *Memory) Close() error { return nil }

@@ -1,0 +1,82 @@
+// Package store keeps the registered policies and the topology: the state
+// an operator set up, as opposed to the soft routing state (loads, leases),
+// which policies report again after a restart.
+package store
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+)
+
+// ErrNotFound is returned for a policy id that is not stored.
+var ErrNotFound = errors.New("not found")
+
+// Policy is a stored registration.
+type Policy struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id"`
+	URL      string            `json:"url"`
+	NodeID   string            `json:"node_id,omitempty"`
+	Capacity int               `json:"capacity"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Draining bool              `json:"draining,omitempty"`
+}
+
+// Clone returns a copy that shares nothing with p.
+func (p Policy) Clone() Policy {
+	p.Labels = maps.Clone(p.Labels)
+	return p
+}
+
+// Topology is the seed's component_distribution: node id -> component kind
+// ("env", "eval", ...) -> ids.
+type Topology map[string]map[string][]int
+
+// Clone returns a copy that shares nothing with t.
+func (t Topology) Clone() Topology {
+	if t == nil {
+		return nil
+	}
+	out := make(Topology, len(t))
+	for node, kinds := range t {
+		k := make(map[string][]int, len(kinds))
+		for kind, ids := range kinds {
+			k[kind] = slices.Clone(ids)
+		}
+		out[node] = k
+	}
+	return out
+}
+
+// Registration is everything a Store holds.
+type Registration struct {
+	Policies []Policy // in index order
+	Topology Topology
+}
+
+// Store keeps the registration. A method returns only after its change is
+// durable for the implementation (in memory: applied; on disk: fsync'd), so
+// a caller may acknowledge the change when it returns nil. Writes are
+// atomic: after a crash either all of one call is visible or none of it.
+// Implementations are safe for concurrent use; the caller serialises
+// read-modify-write sequences itself.
+type Store interface {
+	// Load returns the whole registration, policies in index order.
+	Load(ctx context.Context) (Registration, error)
+	// PutPolicy stores p, replacing a stored policy with the same id.
+	PutPolicy(ctx context.Context, p Policy) error
+	// DeletePolicy removes the policy with the given id; ErrNotFound if none.
+	DeletePolicy(ctx context.Context, id string) error
+	// ReplacePolicies replaces every stored policy with ps.
+	ReplacePolicies(ctx context.Context, ps []Policy) error
+	// PutTopology replaces the topology.
+	PutTopology(ctx context.Context, t Topology) error
+	// Close releases the store's resources.
+	Close() error
+}
+
+func sortPolicies(ps []Policy) {
+	slices.SortFunc(ps, func(a, b Policy) int { return a.Index - b.Index })
+}
