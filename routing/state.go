@@ -316,17 +316,18 @@ func (st *State) SetDraining(id string, draining bool) error {
 
 // Complete lowers the tracked load of the policy with the given index by
 // count (not below zero), for work that /assign handed it and that has
-// finished. It returns ErrUnknownPolicy for an unknown index.
-func (st *State) Complete(index int, count int64) error {
+// finished, and returns the new load. It returns ErrUnknownPolicy for an
+// unknown index.
+func (st *State) Complete(index int, count int64) (int64, error) {
 	snap := st.snap.Load()
 	pos, ok := snap.ByIndex(index)
 	if !ok {
-		return ErrUnknownPolicy
+		return 0, ErrUnknownPolicy
 	}
 	rt := snap.rts[pos]
 	rt.completed.Add(uint64(count))
 	st.mu.Lock()
+	defer st.mu.Unlock()
 	rt.load = max(rt.load-count, 0)
-	st.mu.Unlock()
-	return nil
+	return rt.load, nil
 }

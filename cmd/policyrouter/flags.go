@@ -1,0 +1,27 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// parseFlags parses args into fs after taking defaults from the
+// environment: flag --poll-interval reads POLICYROUTER_POLL_INTERVAL.
+// Command-line flags win over the environment.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "POLICYROUTER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("environment %s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	return fs.Parse(args)
+}

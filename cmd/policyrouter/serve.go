@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/lmittmann/tint"
+
+	"github.com/policyrouter/policyrouter"
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/handlers"
+	"github.com/policyrouter/policyrouter/registry"
+	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
+)
+
+// serveConfig is everything `serve` reads from flags and the environment.
+type serveConfig struct {
+	Addr          string
+	Router        string
+	PollInterval  time.Duration
+	PollTimeout   time.Duration
+	Grace         time.Duration
+	FailThreshold int
+	PassThreshold int
+	MaxSelectWait time.Duration
+	DataDir       string
+	JWTSecret     string
+	JWTPublicKey  string
+	JWTIssuer     string
+	JWTAudience   string
+	Insecure      bool
+	LogFormat     string
+	LogLevel      string
+}
+
+func (c *serveConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&c.Router, "router", api.RouterSimple, "default router: simple or node_affinity")
+	fs.DurationVar(&c.PollInterval, "poll-interval", 100*time.Millisecond, "how often each policy's /idle is polled")
+	fs.DurationVar(&c.PollTimeout, "poll-timeout", time.Second, "timeout of one /idle probe")
+	fs.DurationVar(&c.Grace, "grace", 250*time.Millisecond, "an idle answer frees a selected policy only if probed this long after the selection")
+	fs.IntVar(&c.FailThreshold, "fail-threshold", 3, "consecutive failed probes that make a policy unhealthy")
+	fs.IntVar(&c.PassThreshold, "pass-threshold", 2, "consecutive good probes that make an unhealthy policy healthy")
+	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", time.Minute, "cap on /select timeout_ms")
+	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the durable store; empty keeps registrations in memory")
+	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for bearer tokens (at least 32 bytes)")
+	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of an RSA or Ed25519 public key for bearer tokens")
+	fs.StringVar(&c.JWTIssuer, "jwt-issuer", "", "required iss claim, if set")
+	fs.StringVar(&c.JWTAudience, "jwt-audience", "", "required aud claim, if set")
+	fs.BoolVar(&c.Insecure, "insecure", false, "allow running without a token key on a non-loopback address")
+	fs.StringVar(&c.LogFormat, "log-format", "auto", "text, json, or auto (text on a terminal, else json)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func (c *serveConfig) check() error {
+	if c.Router != api.RouterSimple && c.Router != api.RouterNodeAffinity {
+		return fmt.Errorf("--router must be simple or node_affinity, not %q", c.Router)
+	}
+	if c.PollInterval <= 0 || c.PollTimeout <= 0 {
+		return errors.New("--poll-interval and --poll-timeout must be positive")
+	}
+	switch c.LogFormat {
+	case "auto", "text", "json":
+	default:
+		return fmt.Errorf("--log-format must be text, json or auto, not %q", c.LogFormat)
+	}
+	return nil
+}
+
+func serveCommand(ctx context.Context, args []string) error {
+	var cfg serveConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfg.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	logger, err := newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, logger, nil)
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	if format == "text" {
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly})), nil
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// serve runs the router until ctx is done, then drains in-flight requests
+// and stops background work. When listening is non-nil it receives the
+// bound address once the server accepts connections.
+func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening chan<- string) error {
+	st, err := openStore(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			logger.Error("close store", "err", err)
+		}
+	}()
+
+	state := routing.New(routing.Options{
+		Grace:         cfg.Grace,
+		FailThreshold: cfg.FailThreshold,
+		PassThreshold: cfg.PassThreshold,
+	})
+	loadStart := time.Now()
+	reg, err := registry.Open(ctx, st, state)
+	if err != nil {
+		return err
+	}
+	logger.Info("registration restored", "policies", len(state.Snapshot().Policies()),
+		"data_dir", cfg.DataDir, "duration", time.Since(loadStart))
+
+	srv := handlers.New(handlers.Config{
+		Registry:      reg,
+		State:         state,
+		Logger:        logger,
+		DefaultRouter: cfg.Router,
+		MaxSelectWait: cfg.MaxSelectWait,
+		OpenAPI:       policyrouter.OpenAPI,
+	})
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      cfg.MaxSelectWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	_ = bg
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+	logger.Info("policyrouter listening", "addr", ln.Addr().String(), "router", cfg.Router)
+	if listening != nil {
+		listening <- ln.Addr().String()
+	}
+
+	select {
+	case err := <-serveErr:
+		stopBG()
+		wg.Wait()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: draining in-flight requests")
+	srv.Stop()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = httpSrv.Shutdown(shutdownCtx)
+	stopBG()
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+func openStore(dir string) (store.Store, error) {
+	if dir == "" {
+		return store.NewMemory(), nil
+	}
+	return nil, errors.New("--data-dir: the durable store is not available yet")
+}

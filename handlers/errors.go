@@ -1,0 +1,120 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/registry"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// Error is the one application error type of the handlers: a code of the
+// error envelope, a message for the caller and, for invalid input, the bad
+// fields.
+type Error struct {
+	Code    string
+	Message string
+	Fields  map[string]string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(code, msg string) *Error { return &Error{Code: code, Message: msg} }
+
+func fieldError(field, msg string) *Error {
+	return &Error{Code: api.CodeValidationFailed, Message: "invalid request: " + field + " " + msg, Fields: map[string]string{field: msg}}
+}
+
+// statusOf maps an error code to its HTTP status.
+func statusOf(code string) int {
+	switch code {
+	case api.CodeBadRequest:
+		return http.StatusBadRequest
+	case api.CodeValidationFailed:
+		return http.StatusUnprocessableEntity
+	case api.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case api.CodeForbidden:
+		return http.StatusForbidden
+	case api.CodeNotFound:
+		return http.StatusNotFound
+	case api.CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case api.CodeConflict:
+		return http.StatusConflict
+	case api.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case api.CodeUnsupportedMedia:
+		return http.StatusUnsupportedMediaType
+	case api.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// asError turns any error into an *Error. Errors the handlers do not know
+// are internal: logged in full by writeError, shown as "internal error".
+func asError(err error) *Error {
+	var e *Error
+	var in *routing.InputError
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.As(err, &in):
+		return fieldError(in.Field, in.Msg)
+	case errors.Is(err, registry.ErrConflict):
+		return errorf(api.CodeConflict, err.Error())
+	case errors.Is(err, registry.ErrNotFound), errors.Is(err, routing.ErrUnknownPolicy):
+		return errorf(api.CodeNotFound, "policy not found")
+	case errors.Is(err, routing.ErrUnknownLease):
+		return errorf(api.CodeNotFound, "lease not found (never issued, or already released)")
+	case errors.Is(err, routing.ErrNoPolicies):
+		return errorf(api.CodeUnavailable, "no policies available")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return errorf(api.CodeUnavailable, "request cancelled or timed out")
+	default:
+		return &Error{Code: api.CodeInternal, Message: "internal error"}
+	}
+}
+
+// writeError writes the error envelope for err.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	e := asError(err)
+	if e.Code == api.CodeInternal {
+		s.logger.ErrorContext(r.Context(), "internal error", "err", err, "request_id", RequestIDFromContext(r.Context()))
+	}
+	if e.Code == api.CodeUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeEnvelope(w, r, statusOf(e.Code), e)
+}
+
+func writeEnvelope(w http.ResponseWriter, r *http.Request, status int, e *Error) {
+	writeJSON(w, status, api.ErrorResponse{Error: api.ErrorBody{
+		Code:      e.Code,
+		Message:   e.Message,
+		Fields:    e.Fields,
+		RequestID: RequestIDFromContext(r.Context()),
+	}})
+}
+
+// WriteAuthError writes an authentication or authorisation failure in the
+// error envelope; the auth middleware calls it.
+func WriteAuthError(w http.ResponseWriter, r *http.Request, status int, code, message string) {
+	writeEnvelope(w, r, status, &Error{Code: code, Message: message})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		slog.Debug("write response", "err", err)
+	}
+}

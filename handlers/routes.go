@@ -1,0 +1,187 @@
+package handlers
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+func (s *Server) assignKind(name string) routing.AssignKind {
+	if name == "" {
+		name = s.DefaultRouter
+	}
+	if name == api.RouterNodeAffinity {
+		return routing.AssignNodeAffinity
+	}
+	return routing.AssignLeastLoaded
+}
+
+func (s *Server) selectKind(name string) routing.SelectKind {
+	if name == "" {
+		name = s.DefaultRouter
+	}
+	switch name {
+	case api.RouterNodeAffinity:
+		return routing.SelectRoundRobin
+	case api.RouterIdleAffinity:
+		return routing.SelectIdleAffinity
+	default:
+		return routing.SelectIdle
+	}
+}
+
+func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
+	var req api.AssignRequest
+	if err := s.decode(w, r, s.MaxBodyBytes*16, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.CurrentLoads != nil && len(req.CurrentLoads) == 0 {
+		s.writeError(w, r, fieldError("current_loads", "must have one load per policy; omit it to use the tracked loads"))
+		return
+	}
+	a, err := s.State.Assign(routing.AssignRequest{
+		Kind:     s.assignKind(req.Router),
+		NumTasks: req.NumTasks,
+		Loads:    req.CurrentLoads,
+		EnvIDs:   req.EnvIDs,
+	})
+	if err != nil {
+		if errors.Is(err, routing.ErrNoPolicies) && req.CurrentLoads == nil {
+			err = errorf(api.CodeUnavailable, "no policies available: none registered, or all unhealthy or draining")
+		} else if errors.Is(err, routing.ErrNoPolicies) {
+			err = errorf(api.CodeUnavailable, "no policies available: every policy in current_loads is unhealthy or draining")
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	resp := api.AssignResponse{Assignments: a.Indices, Policies: make(map[string]api.PolicyRef)}
+	for _, idx := range a.Indices {
+		key := strconv.Itoa(idx)
+		if _, done := resp.Policies[key]; done {
+			continue
+		}
+		if pos, ok := a.Snapshot.ByIndex(idx); ok {
+			p := a.Snapshot.Policies()[pos]
+			resp.Policies[key] = api.PolicyRef{ID: p.ID, URL: p.URL, NodeID: a.Snapshot.Node(pos)}
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
+	var req api.SelectRequest
+	if err := s.decode(w, r, s.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	wait := s.DefaultSelectWait
+	if req.TimeoutMS != nil {
+		wait = min(time.Duration(*req.TimeoutMS)*time.Millisecond, s.MaxSelectWait)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	defer context.AfterFunc(s.stopping, cancel)()
+	sel, err := s.State.Select(ctx, s.selectKind(req.Router), req.EnvID)
+	switch {
+	case err == nil:
+	case s.stopping.Err() != nil:
+		s.writeError(w, r, errorf(api.CodeUnavailable, "server is shutting down"))
+		return
+	case r.Context().Err() != nil:
+		// The caller left while waiting; Select consumed nothing and there
+		// is nobody to answer.
+		return
+	case errors.Is(err, context.DeadlineExceeded):
+		s.writeError(w, r, errorf(api.CodeUnavailable, "no idle policy within "+wait.String()))
+		return
+	case errors.Is(err, routing.ErrNoPolicies):
+		s.writeError(w, r, errorf(api.CodeUnavailable, "no policies available: none registered, or all unhealthy or draining"))
+		return
+	default:
+		s.writeError(w, r, err)
+		return
+	}
+	resp := api.SelectResponse{Index: sel.Policy.Index, ID: sel.Policy.ID, URL: sel.Policy.URL, NodeID: sel.Node}
+	if sel.Lease != 0 {
+		resp.LeaseID = s.leaseID(sel.Lease)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	var req api.ReleaseRequest
+	if err := s.decode(w, r, s.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var (
+		sel routing.Selection
+		err error
+	)
+	if req.LeaseID != "" {
+		lease, ok := s.parseLease(req.LeaseID)
+		if !ok {
+			s.writeError(w, r, routing.ErrUnknownLease)
+			return
+		}
+		sel, err = s.State.Release(lease)
+	} else {
+		sel, err = s.State.ReleaseIndex(*req.Index)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: true, LeaseID: s.leaseID(sel.Lease), Index: sel.Policy.Index, ID: sel.Policy.ID})
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
+	var req api.CompleteRequest
+	if err := s.decode(w, r, s.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	load, err := s.State.Complete(*req.Index, int64(count))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.CompleteResponse{Index: *req.Index, Load: load})
+}
+
+// leaseID renders a lease as a UUID (RFC 9562 version 8, custom): the
+// server's random 64-bit prefix, then the lease number. Ids from another
+// server process (or made up) do not parse back.
+func (s *Server) leaseID(lease uint64) string {
+	var u uuid.UUID
+	copy(u[:8], s.leasePrefix[:])
+	binary.BigEndian.PutUint64(u[8:], lease)
+	u[6] = u[6]&0x0f | 0x80 // version 8
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	return u.String()
+}
+
+func (s *Server) parseLease(id string) (uint64, bool) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return 0, false
+	}
+	lease := binary.BigEndian.Uint64(u[8:]) & (1<<62 - 1)
+	if s.leaseID(lease) != u.String() {
+		return 0, false
+	}
+	return lease, true
+}

@@ -1,0 +1,151 @@
+// Package handlers serves the policyrouter HTTP API: chi routes, middleware
+// (request ids, logging, recovery, body limits, auth), request decoding and
+// validation, and the one error envelope.
+package handlers
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-playground/validator/v10"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/registry"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// Config holds the Server's dependencies and settings.
+type Config struct {
+	Registry *registry.Registry
+	State    *routing.State
+	Logger   *slog.Logger
+	// DefaultRouter is used when a request names none: api.RouterSimple or
+	// api.RouterNodeAffinity.
+	DefaultRouter string
+	// MaxSelectWait caps timeout_ms of /select. Default 60s.
+	MaxSelectWait time.Duration
+	// DefaultSelectWait is the wait of a /select without timeout_ms.
+	// Default 30s, capped by MaxSelectWait.
+	DefaultSelectWait time.Duration
+	// MaxBodyBytes limits request bodies; PUT /policies gets 16 times more.
+	// Default 1 MiB.
+	MaxBodyBytes int64
+	// PollerStats, when set, reports the idle poller for /stats.
+	PollerStats func() *api.PollerStats
+	// Ready reports readiness for /readyz; nil means always ready.
+	Ready func() bool
+	// OpenAPI is the contract served at /openapi.yaml.
+	OpenAPI []byte
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Server holds the handlers' dependencies. Create it with New.
+type Server struct {
+	Config
+	logger      *slog.Logger
+	validator   *validator.Validate
+	started     time.Time
+	leasePrefix [8]byte
+	observe     func(route, method string, status int, d time.Duration)
+	stopping    context.Context
+	stop        context.CancelFunc
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DefaultRouter == "" {
+		cfg.DefaultRouter = api.RouterSimple
+	}
+	if cfg.MaxSelectWait <= 0 {
+		cfg.MaxSelectWait = 60 * time.Second
+	}
+	if cfg.DefaultSelectWait <= 0 {
+		cfg.DefaultSelectWait = 30 * time.Second
+	}
+	cfg.DefaultSelectWait = min(cfg.DefaultSelectWait, cfg.MaxSelectWait)
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{
+		Config:    cfg,
+		logger:    cfg.Logger,
+		validator: newValidator(),
+		started:   cfg.Now(),
+		observe:   func(string, string, int, time.Duration) {},
+	}
+	s.stopping, s.stop = context.WithCancel(context.Background())
+	if _, err := rand.Read(s.leasePrefix[:]); err != nil {
+		panic("handlers: no randomness for lease ids: " + err.Error())
+	}
+	return s
+}
+
+// Handler returns the API's routes with their middleware.
+func (s *Server) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Use(requestID, s.logRequests, s.recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeEnvelope(w, r, http.StatusNotFound, errorf(api.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeEnvelope(w, r, http.StatusMethodNotAllowed, errorf(api.CodeMethodNotAllowed, "method "+r.Method+" not allowed here"))
+	})
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Get("/openapi.yaml", s.openapi)
+
+	r.Route("/policies", func(r chi.Router) {
+		r.Post("/", s.registerPolicy)
+		r.Put("/", s.replacePolicies)
+		r.Get("/", s.listPolicies)
+		r.Route("/{id}", func(r chi.Router) {
+			r.Get("/", s.getPolicy)
+			r.Delete("/", s.deletePolicy)
+			r.Post("/drain", s.drainPolicy)
+			r.Post("/resume", s.resumePolicy)
+		})
+	})
+	r.Put("/topology", s.putTopology)
+	r.Get("/topology", s.getTopology)
+
+	r.Post("/assign", s.assign)
+	r.Post("/select", s.selectPolicy)
+	r.Post("/release", s.release)
+	r.Post("/complete", s.complete)
+
+	r.Get("/stats", s.stats)
+	return r
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.Ready != nil && !s.Ready() {
+		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "not ready"})
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+}
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(s.OpenAPI)
+}
+
+// Stop ends the waits of /select calls (they answer 503) so that a
+// graceful shutdown does not wait for them. Call it when shutdown begins.
+func (s *Server) Stop() { s.stop() }

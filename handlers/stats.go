@@ -1,0 +1,79 @@
+package handlers
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// stats renders GET /stats from one pass over the routing state.
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.buildStats())
+}
+
+func (s *Server) buildStats() api.Stats {
+	st := s.State.Stats()
+	now := s.Now()
+	out := api.Stats{
+		Policies:      make([]api.PolicyStats, len(st.Policies)),
+		Nodes:         make(map[string]api.StateCounts),
+		Waiters:       st.Waiters,
+		Leases:        st.Leases,
+		Router:        s.DefaultRouter,
+		UptimeSeconds: now.Sub(s.started).Seconds(),
+		Time:          now.UTC(),
+	}
+	if s.PollerStats != nil {
+		out.Poller = s.PollerStats()
+	}
+	for i, p := range st.Policies {
+		ps := api.PolicyStats{
+			Index:               p.Policy.Index,
+			ID:                  p.Policy.ID,
+			NodeID:              p.Node,
+			URL:                 p.Policy.URL,
+			State:               p.State,
+			Load:                p.Load,
+			Inflight:            p.Inflight,
+			Capacity:            p.Capacity,
+			SelectedTotal:       p.Selected,
+			AssignedTotal:       p.Assigned,
+			CompletedTotal:      p.Completed,
+			LatencyMS:           float64(p.LastLatency) / float64(time.Millisecond),
+			ConsecutiveFailures: p.FailStreak,
+			ProbesTotal:         p.Probes,
+			ProbeFailuresTotal:  p.ProbeFailures,
+		}
+		if !p.LastProbe.IsZero() {
+			t := p.LastProbe.UTC()
+			ps.LastPoll = &t
+		}
+		out.Policies[i] = ps
+		node := out.Nodes[p.Node]
+		count(&node, p)
+		out.Nodes[p.Node] = node
+		count(&out.Totals, p)
+	}
+	return out
+}
+
+func count(c *api.StateCounts, p routing.PolicyStats) {
+	c.Policies++
+	switch p.State {
+	case routing.StateIdle:
+		c.Idle++
+	case routing.StateBusy:
+		c.Busy++
+	case routing.StateUnhealthy:
+		c.Unhealthy++
+	case routing.StateDraining:
+		c.Draining++
+	}
+	c.Load += p.Load
+	c.Inflight += p.Inflight
+	c.Capacity += p.Capacity
+	c.SelectedTotal += p.Selected
+	c.AssignedTotal += p.Assigned
+}

@@ -1,0 +1,344 @@
+// Package registry keeps the store and the routing state in step: every
+// registration change is validated against the routing rules, made durable
+// in the store, and only then published to the routers.
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
+)
+
+// Errors returned by Registry, beside *routing.InputError for invalid
+// input and the store's own errors.
+var (
+	// ErrConflict: the change contradicts an existing registration.
+	ErrConflict = errors.New("conflict")
+	// ErrNotFound: no policy has the given id.
+	ErrNotFound = errors.New("not found")
+)
+
+// Spec is a registration request. Nil Index means the lowest free index,
+// empty ID a new UUID, nil Capacity 1.
+type Spec struct {
+	URL      string
+	NodeID   string
+	Index    *int
+	ID       string
+	Capacity *int
+	Labels   map[string]string
+}
+
+// Registry serialises registration changes. It is safe for concurrent use.
+type Registry struct {
+	store store.Store
+	state *routing.State
+	newID func() string
+
+	mu  sync.Mutex
+	cur store.Registration // what the store holds; guarded by mu
+}
+
+// Open loads the registration from st and publishes it to state.
+func Open(ctx context.Context, st store.Store, state *routing.State) (*Registry, error) {
+	reg, err := st.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("registry: load: %w", err)
+	}
+	r := &Registry{store: st, state: state, newID: uuid.NewString, cur: reg}
+	if err := r.publishLocked(reg); err != nil {
+		return nil, fmt.Errorf("registry: stored registration is invalid: %w", err)
+	}
+	return r, nil
+}
+
+// Current returns the registration: policies in index order and topology.
+// The result is a copy.
+func (r *Registry) Current() store.Registration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := store.Registration{Topology: r.cur.Topology.Clone(), Policies: make([]store.Policy, len(r.cur.Policies))}
+	for i, p := range r.cur.Policies {
+		out.Policies[i] = p.Clone()
+	}
+	return out
+}
+
+// Get returns the policy with the given id.
+func (r *Registry) Get(id string) (store.Policy, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := r.findLocked(id)
+	if i < 0 {
+		return store.Policy{}, ErrNotFound
+	}
+	return r.cur.Policies[i].Clone(), nil
+}
+
+func (r *Registry) findLocked(id string) int {
+	return slices.IndexFunc(r.cur.Policies, func(p store.Policy) bool { return p.ID == id })
+}
+
+// Register adds one policy. Registering the same index (or id) again with
+// the same body is idempotent and returns created=false; a different body
+// for a taken index or id is ErrConflict.
+func (r *Registry) Register(ctx context.Context, spec Spec) (p store.Policy, created bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if existing, ok, err := r.sameAsLocked(spec); ok || err != nil {
+		return existing, false, err
+	}
+	p = r.fromSpec(spec, r.lowestFreeLocked(nil))
+	next := append(slices.Clone(r.cur.Policies), p)
+	if err := r.checkLocked(next, r.cur.Topology); err != nil {
+		return store.Policy{}, false, err
+	}
+	if err := r.store.PutPolicy(ctx, p); err != nil {
+		return store.Policy{}, false, fmt.Errorf("register policy %d: %w", p.Index, err)
+	}
+	r.commitLocked(next, r.cur.Topology)
+	return p.Clone(), true, nil
+}
+
+// sameAsLocked finds a registration spec names by index or id. It returns
+// the stored policy and true when spec repeats it, ErrConflict when spec
+// differs from it, and false when spec names nothing registered.
+func (r *Registry) sameAsLocked(spec Spec) (store.Policy, bool, error) {
+	for _, p := range r.cur.Policies {
+		byIndex := spec.Index != nil && *spec.Index == p.Index
+		byID := spec.ID != "" && spec.ID == p.ID
+		if !byIndex && !byID {
+			continue
+		}
+		if (spec.Index == nil || byIndex) && (spec.ID == "" || byID) && sameBody(p, spec) {
+			return p.Clone(), true, nil
+		}
+		if byIndex {
+			return store.Policy{}, false, fmt.Errorf("%w: index %d is registered to policy %q with a different body", ErrConflict, p.Index, p.ID)
+		}
+		return store.Policy{}, false, fmt.Errorf("%w: id %q is registered at index %d with a different body", ErrConflict, p.ID, p.Index)
+	}
+	return store.Policy{}, false, nil
+}
+
+func sameBody(p store.Policy, spec Spec) bool {
+	capacity := 1
+	if spec.Capacity != nil {
+		capacity = *spec.Capacity
+	}
+	return p.URL == spec.URL && p.NodeID == spec.NodeID && p.Capacity == capacity &&
+		maps.Equal(p.Labels, spec.Labels)
+}
+
+func (r *Registry) fromSpec(spec Spec, freeIndex int) store.Policy {
+	p := store.Policy{URL: spec.URL, NodeID: spec.NodeID, ID: spec.ID, Capacity: 1, Labels: maps.Clone(spec.Labels), Index: freeIndex}
+	if spec.Index != nil {
+		p.Index = *spec.Index
+	}
+	if p.ID == "" {
+		p.ID = r.newID()
+	}
+	if spec.Capacity != nil {
+		p.Capacity = *spec.Capacity
+	}
+	return p
+}
+
+// lowestFreeLocked returns the lowest index not registered and not in taken.
+func (r *Registry) lowestFreeLocked(taken map[int]bool) int {
+	used := make(map[int]bool, len(r.cur.Policies))
+	for _, p := range r.cur.Policies {
+		used[p.Index] = true
+	}
+	for i := 0; ; i++ {
+		if !used[i] && !taken[i] {
+			return i
+		}
+	}
+}
+
+// Replace replaces every registered policy at once. A spec without an id
+// keeps the id of the policy registered at the same index with the same
+// URL, so that a trainer re-sending its set at start-up keeps the live
+// state (loads, leases) of its policies; drain flags stay with their ids.
+func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]store.Policy, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	taken := make(map[int]bool)
+	ids := make(map[string]bool)
+	for i, s := range specs {
+		field := "policies[" + strconv.Itoa(i) + "]"
+		if s.Index != nil {
+			if taken[*s.Index] {
+				return nil, &routing.InputError{Field: field + ".index", Msg: fmt.Sprintf("index %d appears twice", *s.Index)}
+			}
+			taken[*s.Index] = true
+		}
+		if s.ID != "" {
+			if ids[s.ID] {
+				return nil, &routing.InputError{Field: field + ".id", Msg: fmt.Sprintf("id %q appears twice", s.ID)}
+			}
+			ids[s.ID] = true
+		}
+	}
+	old := make(map[int]store.Policy, len(r.cur.Policies))
+	for _, p := range r.cur.Policies {
+		old[p.Index] = p
+	}
+	next := make([]store.Policy, 0, len(specs))
+	free := 0
+	for _, s := range specs {
+		index := 0
+		if s.Index == nil {
+			for taken[free] {
+				free++
+			}
+			index = free
+			taken[free] = true
+		}
+		p := r.fromSpecKeeping(s, index, old, ids)
+		next = append(next, p)
+	}
+	slices.SortFunc(next, func(a, b store.Policy) int { return a.Index - b.Index })
+	if err := r.checkLocked(next, r.cur.Topology); err != nil {
+		return nil, err
+	}
+	if err := r.store.ReplacePolicies(ctx, next); err != nil {
+		return nil, fmt.Errorf("replace policies: %w", err)
+	}
+	r.commitLocked(next, r.cur.Topology)
+	out := make([]store.Policy, len(next))
+	for i, p := range next {
+		out[i] = p.Clone()
+	}
+	return out, nil
+}
+
+func (r *Registry) fromSpecKeeping(s Spec, freeIndex int, old map[int]store.Policy, ids map[string]bool) store.Policy {
+	index := freeIndex
+	if s.Index != nil {
+		index = *s.Index
+	}
+	if prev, ok := old[index]; ok && s.ID == "" && prev.URL == s.URL && !ids[prev.ID] {
+		s.ID = prev.ID
+		ids[prev.ID] = true
+	}
+	p := r.fromSpec(s, freeIndex)
+	for _, prev := range old {
+		if prev.ID == p.ID {
+			p.Draining = prev.Draining
+		}
+	}
+	return p
+}
+
+// Delete removes the policy with the given id. It is ErrConflict while the
+// topology names its index as an eval worker.
+func (r *Registry) Delete(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := r.findLocked(id)
+	if i < 0 {
+		return ErrNotFound
+	}
+	next := slices.Delete(slices.Clone(r.cur.Policies), i, i+1)
+	if err := r.checkLocked(next, r.cur.Topology); err != nil {
+		return fmt.Errorf("%w: %v; change the topology first", ErrConflict, err)
+	}
+	if err := r.store.DeletePolicy(ctx, id); err != nil {
+		return fmt.Errorf("delete policy %q: %w", id, err)
+	}
+	r.commitLocked(next, r.cur.Topology)
+	return nil
+}
+
+// SetDraining drains (or resumes) the policy with the given id: it gets no
+// new work but stays registered. The flag is stored.
+func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) (store.Policy, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := r.findLocked(id)
+	if i < 0 {
+		return store.Policy{}, ErrNotFound
+	}
+	p := r.cur.Policies[i].Clone()
+	p.Draining = draining
+	if err := r.store.PutPolicy(ctx, p); err != nil {
+		return store.Policy{}, fmt.Errorf("drain policy %q: %w", id, err)
+	}
+	r.cur.Policies[i] = p
+	if err := r.state.SetDraining(id, draining); err != nil {
+		return store.Policy{}, fmt.Errorf("drain policy %q: %w", id, err)
+	}
+	return p.Clone(), nil
+}
+
+// SetTopology replaces the topology.
+func (r *Registry) SetTopology(ctx context.Context, t store.Topology) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkLocked(r.cur.Policies, t); err != nil {
+		return err
+	}
+	if err := r.store.PutTopology(ctx, t); err != nil {
+		return fmt.Errorf("set topology: %w", err)
+	}
+	r.commitLocked(r.cur.Policies, t)
+	return nil
+}
+
+func (r *Registry) checkLocked(ps []store.Policy, t store.Topology) error {
+	return r.state.Check(routingPolicies(ps), RoutingTopology(t))
+}
+
+// commitLocked records a change the store has accepted and publishes it.
+// The change was checked, so publishing cannot fail.
+func (r *Registry) commitLocked(ps []store.Policy, t store.Topology) {
+	slices.SortFunc(ps, func(a, b store.Policy) int { return a.Index - b.Index })
+	r.cur = store.Registration{Policies: ps, Topology: t.Clone()}
+	if err := r.publishLocked(r.cur); err != nil {
+		panic(fmt.Sprintf("registry: checked registration rejected: %v", err))
+	}
+}
+
+func (r *Registry) publishLocked(reg store.Registration) error {
+	if err := r.state.Update(routingPolicies(reg.Policies), RoutingTopology(reg.Topology)); err != nil {
+		return err
+	}
+	for _, p := range reg.Policies {
+		if err := r.state.SetDraining(p.ID, p.Draining); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func routingPolicies(ps []store.Policy) []routing.Policy {
+	out := make([]routing.Policy, len(ps))
+	for i, p := range ps {
+		out[i] = routing.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: p.Labels}
+	}
+	return out
+}
+
+// RoutingTopology keeps the env and eval components of a stored topology,
+// the only ones the routers use.
+func RoutingTopology(t store.Topology) routing.Topology {
+	if t == nil {
+		return routing.Topology{}
+	}
+	out := routing.Topology{Nodes: make(map[string]routing.Components, len(t))}
+	for node, kinds := range t {
+		out.Nodes[node] = routing.Components{Env: kinds["env"], Eval: kinds["eval"]}
+	}
+	return out
+}
