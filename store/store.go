@@ -4,10 +4,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // ErrNotFound is returned for a policy id that is not stored.
@@ -77,6 +79,13 @@ type Store interface {
 	Close() error
 }
 
+// sortPolicies sorts ps by index, then by id, so that the order is the
+// same for every implementation even when indices repeat.
 func sortPolicies(ps []Policy) {
-	slices.SortFunc(ps, func(a, b Policy) int { return a.Index - b.Index })
+	slices.SortFunc(ps, func(a, b Policy) int {
+		if c := cmp.Compare(a.Index, b.Index); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 }

@@ -1,0 +1,339 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// SchemaVersion is the layout of the bbolt file this build reads and
+// writes. It is stored in the meta bucket when a file is created; a file
+// with another version is refused with ErrSchemaVersion. Bump it on any
+// change a previous build could misread.
+const SchemaVersion = 1
+
+// BoltFileName is the name of the database file inside the data directory.
+const BoltFileName = "policyrouter.db"
+
+// DefaultLockTimeout is how long OpenBolt waits for the file lock when
+// BoltOptions.LockTimeout is zero.
+const DefaultLockTimeout = time.Second
+
+// batchDelay is how long a PutPolicy, DeletePolicy or PutTopology waits
+// for others to share its transaction and fsync. bbolt's default, 10ms,
+// is mostly added latency for a lone writer; 1ms still coalesces a burst
+// (200 concurrent writers commit in a few transactions).
+const batchDelay = time.Millisecond
+
+// ErrSchemaVersion is returned (wrapped, with both versions and the file
+// named) by OpenBolt for a file written with another schema version.
+var ErrSchemaVersion = errors.New("schema version mismatch")
+
+// Bucket and key names. Policies are keyed by id; the topology is one
+// key holding JSON.
+var (
+	bucketMeta        = []byte("meta")
+	bucketPolicies    = []byte("policies")
+	bucketTopology    = []byte("topology")
+	keySchemaVersion  = []byte("schema_version")
+	keyTopology       = []byte("topology")
+	schemaVersionText = []byte(strconv.Itoa(SchemaVersion))
+)
+
+// BoltOptions configures OpenBolt. The zero value is ready to use.
+type BoltOptions struct {
+	// LockTimeout bounds the wait for the database file's exclusive lock,
+	// which another process holding the same data directory keeps. Zero
+	// (or negative) means DefaultLockTimeout.
+	LockTimeout time.Duration
+}
+
+// Bolt is a durable Store on an embedded bbolt database: one file,
+// <dir>/policyrouter.db, locked against other processes while open.
+//
+// Every write happens inside one fsync'd bbolt transaction, so a method
+// returning nil means the change survives a crash, and a failed or
+// interrupted write leaves nothing of itself behind. Concurrent
+// PutPolicy, DeletePolicy and PutTopology calls share transactions (one
+// fsync for many callers, bbolt's DB.Batch), each call still returning
+// only after the commit that holds it. ReplacePolicies is always a
+// transaction of its own. Bolt is safe for concurrent use.
+type Bolt struct {
+	db   *bolt.DB
+	path string
+}
+
+var _ Store = (*Bolt)(nil)
+
+// OpenBolt opens, or creates, the database in dir (created with mode 0700
+// if missing). It fails if another process holds the file (after
+// opts.LockTimeout), if the file is not a bbolt database, if it is a bbolt
+// database without this package's layout, or if its schema version is not
+// SchemaVersion (ErrSchemaVersion).
+func OpenBolt(dir string, opts BoltOptions) (*Bolt, error) {
+	if dir == "" {
+		return nil, errors.New("store: open bolt: empty data directory")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: open bolt: create data directory: %w", err)
+	}
+	path := filepath.Join(dir, BoltFileName)
+	timeout := opts.LockTimeout
+	if timeout <= 0 {
+		timeout = DefaultLockTimeout
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	if err != nil {
+		switch {
+		case errors.Is(err, bolterrors.ErrTimeout):
+			return nil, fmt.Errorf("store: open %s: another policyrouter process appears to hold %s (file lock not acquired within %s): %w",
+				path, path, timeout, err)
+		case errors.As(err, new(*fs.PathError)), errors.As(err, new(syscall.Errno)):
+			// The operating system refused: permissions, a directory
+			// in the way, and so on.
+			return nil, fmt.Errorf("store: open %s: %w", path, err)
+		}
+		// Everything else comes from reading the file's contents
+		// (bbolt's ErrInvalid, ErrChecksum, ErrVersionMismatch, "file
+		// size too small", ...).
+		return nil, fmt.Errorf("store: open %s: not a bbolt database, or a corrupt one: %w", path, err)
+	}
+	db.MaxBatchDelay = batchDelay
+	if err := initSchema(db, path); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &Bolt{db: db, path: path}, nil
+}
+
+// initSchema checks the file's schema version and, for a new (empty)
+// file, writes it and creates the buckets.
+func initSchema(db *bolt.DB, path string) error {
+	var fresh bool
+	err := db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			var names []string
+			_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+				names = append(names, string(name))
+				return nil
+			})
+			if len(names) > 0 {
+				return fmt.Errorf("store: open %s: not a policyrouter database (no meta bucket; buckets %s)",
+					path, strings.Join(names, ", "))
+			}
+			fresh = true
+			return nil
+		}
+		v := meta.Get(keySchemaVersion)
+		if v == nil {
+			return fmt.Errorf("store: open %s: %w: file has no schema version, this build uses version %d",
+				path, ErrSchemaVersion, SchemaVersion)
+		}
+		if !bytes.Equal(v, schemaVersionText) {
+			return fmt.Errorf("store: open %s: %w: file has version %q, this build uses version %d",
+				path, ErrSchemaVersion, v, SchemaVersion)
+		}
+		for _, name := range [][]byte{bucketPolicies, bucketTopology} {
+			if tx.Bucket(name) == nil {
+				return fmt.Errorf("store: open %s: corrupt: bucket %q missing", path, name)
+			}
+		}
+		return nil
+	})
+	if err != nil || !fresh {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(keySchemaVersion, schemaVersionText); err != nil {
+			return err
+		}
+		for _, name := range [][]byte{bucketPolicies, bucketTopology} {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: open %s: initialise: %w", path, err)
+	}
+	return nil
+}
+
+// Path returns the database file's path.
+func (b *Bolt) Path() string { return b.path }
+
+// Load implements Store. It reads everything in one read transaction, so
+// the result is a consistent snapshot.
+func (b *Bolt) Load(ctx context.Context) (Registration, error) {
+	if err := ctx.Err(); err != nil {
+		return Registration{}, fmt.Errorf("store: load: %w", err)
+	}
+	var reg Registration
+	err := b.db.View(func(tx *bolt.Tx) error {
+		err := tx.Bucket(bucketPolicies).ForEach(func(k, v []byte) error {
+			var p Policy
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("policy %q: %w", k, err)
+			}
+			reg.Policies = append(reg.Policies, p)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if v := tx.Bucket(bucketTopology).Get(keyTopology); v != nil {
+			if err := json.Unmarshal(v, &reg.Topology); err != nil {
+				return fmt.Errorf("topology: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Registration{}, fmt.Errorf("store: load: %w", err)
+	}
+	if reg.Policies == nil {
+		reg.Policies = []Policy{}
+	}
+	sortPolicies(reg.Policies)
+	return reg, nil
+}
+
+// PutPolicy implements Store.
+func (b *Bolt) PutPolicy(ctx context.Context, p Policy) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: put policy %q: %w", p.ID, err)
+	}
+	key, val, err := encodePolicy(p)
+	if err != nil {
+		return fmt.Errorf("store: put policy %q: %w", p.ID, err)
+	}
+	// Batch may run the function more than once (when another call in
+	// the same batch fails); a Put of the same key and value is
+	// idempotent.
+	err = b.db.Batch(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPolicies).Put(key, val)
+	})
+	if err != nil {
+		return fmt.Errorf("store: put policy %q: %w", p.ID, err)
+	}
+	return nil
+}
+
+// DeletePolicy implements Store.
+func (b *Bolt) DeletePolicy(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: delete policy %q: %w", id, err)
+	}
+	key := []byte(id)
+	// Idempotent under Batch's reruns: each run sees a fresh transaction.
+	err := b.db.Batch(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketPolicies)
+		if bk.Get(key) == nil {
+			return ErrNotFound
+		}
+		return bk.Delete(key)
+	})
+	if err != nil {
+		return fmt.Errorf("store: delete policy %q: %w", id, err)
+	}
+	return nil
+}
+
+// ReplacePolicies implements Store: the policies bucket is deleted and
+// rewritten in one transaction.
+func (b *Bolt) ReplacePolicies(ctx context.Context, ps []Policy) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: replace policies: %w", err)
+	}
+	type kv struct{ key, val []byte }
+	kvs := make([]kv, 0, len(ps))
+	for _, p := range ps {
+		key, val, err := encodePolicy(p)
+		if err != nil {
+			return fmt.Errorf("store: replace policies: policy %q: %w", p.ID, err)
+		}
+		kvs = append(kvs, kv{key, val})
+	}
+	// Sorted keys make bbolt's inserts appends. The sort is stable so
+	// that, as in Memory, the last of duplicate ids wins.
+	slices.SortStableFunc(kvs, func(a, b kv) int { return bytes.Compare(a.key, b.key) })
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketPolicies); err != nil {
+			return err
+		}
+		bk, err := tx.CreateBucket(bucketPolicies)
+		if err != nil {
+			return err
+		}
+		bk.FillPercent = 0.9
+		for _, e := range kvs {
+			if err := bk.Put(e.key, e.val); err != nil {
+				return fmt.Errorf("policy %q: %w", e.key, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: replace policies: %w", err)
+	}
+	return nil
+}
+
+// PutTopology implements Store. A nil topology is stored as nil, an
+// empty one as empty.
+func (b *Bolt) PutTopology(ctx context.Context, t Topology) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: put topology: %w", err)
+	}
+	val, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("store: put topology: %w", err)
+	}
+	err = b.db.Batch(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTopology).Put(keyTopology, val)
+	})
+	if err != nil {
+		return fmt.Errorf("store: put topology: %w", err)
+	}
+	return nil
+}
+
+// Close implements Store: it waits for running transactions, then
+// releases the file and its lock. Calls after Close fail.
+func (b *Bolt) Close() error {
+	if err := b.db.Close(); err != nil {
+		return fmt.Errorf("store: close %s: %w", b.path, err)
+	}
+	return nil
+}
+
+// encodePolicy returns p's key and stored value.
+func encodePolicy(p Policy) (key, val []byte, err error) {
+	if p.ID == "" {
+		return nil, nil, errors.New("empty id")
+	}
+	val, err = json.Marshal(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []byte(p.ID), val, nil
+}
