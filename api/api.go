@@ -175,12 +175,19 @@ type StateCounts struct {
 
 // PollerStats describes the idle poller.
 type PollerStats struct {
-	IntervalMS float64 `json:"interval_ms"`
-	TimeoutMS  float64 `json:"timeout_ms"`
+	IntervalMS  float64 `json:"interval_ms"`
+	TimeoutMS   float64 `json:"timeout_ms"`
+	Concurrency int     `json:"concurrency"`
+	// Policies is the number of policies probed each period.
+	Policies int `json:"policies"`
 	// Sweeps counts completed passes over all policies.
 	Sweeps        uint64 `json:"sweeps"`
 	ProbesTotal   uint64 `json:"probes_total"`
 	FailuresTotal uint64 `json:"failures_total"`
+	// SkippedTotal counts due probes not sent because the policy's last
+	// probe was still in flight or the concurrency limit was reached.
+	SkippedTotal uint64 `json:"skipped_total"`
+	InFlight     int    `json:"in_flight"`
 }
 
 // Stats is the body of GET /stats.

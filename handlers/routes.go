@@ -48,12 +48,15 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fieldError("current_loads", "must have one load per policy; omit it to use the tracked loads"))
 		return
 	}
+	kind := s.assignKind(req.Router)
+	start := time.Now()
 	a, err := s.State.Assign(routing.AssignRequest{
-		Kind:     s.assignKind(req.Router),
+		Kind:     kind,
 		NumTasks: req.NumTasks,
 		Loads:    req.CurrentLoads,
 		EnvIDs:   req.EnvIDs,
 	})
+	s.observeDecision("assign", req.Router, start)
 	if err != nil {
 		if errors.Is(err, routing.ErrNoPolicies) && req.CurrentLoads == nil {
 			err = errorf(api.CodeUnavailable, "no policies available: none registered, or all unhealthy or draining")
@@ -62,6 +65,9 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		}
 		s.writeError(w, r, err)
 		return
+	}
+	if kind == routing.AssignNodeAffinity {
+		s.observeAffinity("assign", a.Snapshot, req.EnvIDs, a.Indices)
 	}
 	resp := api.AssignResponse{Assignments: a.Indices, Policies: make(map[string]api.PolicyRef)}
 	for _, idx := range a.Indices {
@@ -90,7 +96,10 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	defer context.AfterFunc(s.stopping, cancel)()
-	sel, err := s.State.Select(ctx, s.selectKind(req.Router), req.EnvID)
+	kind := s.selectKind(req.Router)
+	start := time.Now()
+	sel, err := s.State.Select(ctx, kind, req.EnvID)
+	s.observeDecision("select", req.Router, start)
 	switch {
 	case err == nil:
 	case s.stopping.Err() != nil:
@@ -109,6 +118,12 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.writeError(w, r, err)
 		return
+	}
+	if kind != routing.SelectIdle && s.Metrics != nil {
+		if env := s.State.Snapshot().EnvNode(req.EnvID); env != "" {
+			hit := b2i(env == sel.Node)
+			s.Metrics.ObserveAffinity("select", s.routerName(req.Router), hit, 1-hit)
+		}
 	}
 	resp := api.SelectResponse{Index: sel.Policy.Index, ID: sel.Policy.ID, URL: sel.Policy.URL, NodeID: sel.Node}
 	if sel.Lease != 0 {
@@ -184,4 +199,45 @@ func (s *Server) parseLease(id string) (uint64, bool) {
 		return 0, false
 	}
 	return lease, true
+}
+
+func (s *Server) routerName(name string) string {
+	if name == "" {
+		return s.DefaultRouter
+	}
+	return name
+}
+
+func (s *Server) observeDecision(endpoint, router string, start time.Time) {
+	if s.Metrics != nil {
+		s.Metrics.ObserveDecision(endpoint, s.routerName(router), time.Since(start))
+	}
+}
+
+// observeAffinity counts, over the tasks whose env worker has a node,
+// those assigned on that node (hits) and elsewhere (fallbacks).
+func (s *Server) observeAffinity(endpoint string, snap *routing.Snapshot, envIDs []string, indices []int) {
+	if s.Metrics == nil || snap == nil {
+		return
+	}
+	hits, fallbacks := 0, 0
+	for i, env := range envIDs {
+		node := snap.EnvNode(env)
+		if node == "" || i >= len(indices) {
+			continue
+		}
+		if pos, ok := snap.ByIndex(indices[i]); ok && snap.Node(pos) == node {
+			hits++
+		} else {
+			fallbacks++
+		}
+	}
+	s.Metrics.ObserveAffinity(endpoint, api.RouterNodeAffinity, hits, fallbacks)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

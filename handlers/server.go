@@ -14,6 +14,7 @@ import (
 	"github.com/go-playground/validator/v10"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 )
@@ -38,6 +39,9 @@ type Config struct {
 	PollerStats func() *api.PollerStats
 	// Ready reports readiness for /readyz; nil means always ready.
 	Ready func() bool
+	// Metrics, when set, records request, decision and affinity metrics
+	// and is served at /metrics.
+	Metrics *metrics.Metrics
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
 	// Now is the clock; default time.Now.
@@ -84,6 +88,9 @@ func New(cfg Config) *Server {
 		started:   cfg.Now(),
 		observe:   func(string, string, int, time.Duration) {},
 	}
+	if cfg.Metrics != nil {
+		s.observe = cfg.Metrics.ObserveRequest
+	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	if _, err := rand.Read(s.leasePrefix[:]); err != nil {
 		panic("handlers: no randomness for lease ids: " + err.Error())
@@ -126,6 +133,9 @@ func (s *Server) Handler() http.Handler {
 	r.Post("/complete", s.complete)
 
 	r.Get("/stats", s.stats)
+	if s.Metrics != nil {
+		r.Method("GET", "/metrics", s.Metrics.Handler())
+	}
 	return r
 }
 

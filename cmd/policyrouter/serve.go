@@ -18,6 +18,8 @@ import (
 	"github.com/policyrouter/policyrouter"
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/handlers"
+	"github.com/policyrouter/policyrouter/metrics"
+	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -140,7 +142,16 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 	logger.Info("registration restored", "policies", len(state.Snapshot().Policies()),
 		"data_dir", cfg.DataDir, "duration", time.Since(loadStart))
 
+	m := metrics.New(state)
+	pl := poller.New(state, poller.Config{
+		Interval: cfg.PollInterval,
+		Timeout:  cfg.PollTimeout,
+		Logger:   logger,
+		OnProbe:  func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
+	})
 	srv := handlers.New(handlers.Config{
+		PollerStats:   func() *api.PollerStats { return pollerStats(pl.Stats()) },
+		Metrics:       m,
 		Registry:      reg,
 		State:         state,
 		Logger:        logger,
@@ -165,7 +176,11 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	_ = bg
+	wg.Go(func() {
+		if err := pl.Run(bg); err != nil {
+			logger.Error("poller stopped", "err", err)
+		}
+	})
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
@@ -195,9 +210,27 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 	return nil
 }
 
+func pollerStats(s poller.Stats) *api.PollerStats {
+	return &api.PollerStats{
+		IntervalMS:    float64(s.Interval) / float64(time.Millisecond),
+		TimeoutMS:     float64(s.Timeout) / float64(time.Millisecond),
+		Concurrency:   s.Concurrency,
+		Policies:      s.Policies,
+		Sweeps:        s.Sweeps,
+		ProbesTotal:   s.ProbesTotal,
+		FailuresTotal: s.FailuresTotal,
+		SkippedTotal:  s.SkippedTotal,
+		InFlight:      s.InFlight,
+	}
+}
+
 func openStore(dir string) (store.Store, error) {
 	if dir == "" {
 		return store.NewMemory(), nil
 	}
-	return nil, errors.New("--data-dir: the durable store is not available yet")
+	st, err := store.OpenBolt(dir, store.BoltOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	return st, nil
 }

@@ -1,0 +1,170 @@
+// Package metrics exposes policyrouter's Prometheus metrics: request counts
+// and latencies per route, decision latency per router, policy states per
+// node, poller figures, /select waiters and node-affinity hits versus
+// fallbacks.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// Metrics holds the collectors. All methods are safe for concurrent use.
+type Metrics struct {
+	reg         *prometheus.Registry
+	requests    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	decision    *prometheus.HistogramVec
+	affinity    *prometheus.CounterVec
+	probes      *prometheus.CounterVec
+	probeTime   prometheus.Histogram
+	transitions *prometheus.CounterVec
+}
+
+// New registers policyrouter's metrics, Go runtime and process metrics, and
+// the live policy gauges read from state at each scrape.
+func New(state *routing.State) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyrouter_http_requests_total",
+			Help: "HTTP requests by route pattern, method and status code.",
+		}, []string{"route", "method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "policyrouter_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern and method (a /select includes its wait).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route", "method"}),
+		decision: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "policyrouter_decision_duration_seconds",
+			Help:    "Time the routing core took to decide, by endpoint and router (a /select decision includes waiting for an idle policy).",
+			Buckets: []float64{.000001, .0000025, .000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .005, .01, .1, 1, 10},
+		}, []string{"endpoint", "router"}),
+		affinity: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyrouter_affinity_decisions_total",
+			Help: "Decisions for env ids whose node is known: hit when the policy is on the env's node, fallback otherwise.",
+		}, []string{"endpoint", "router", "outcome"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyrouter_poll_probes_total",
+			Help: "Idle probes sent to policies, by result (ok or failed).",
+		}, []string{"result"}),
+		probeTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "policyrouter_poll_probe_duration_seconds",
+			Help:    "Latency of idle probes.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyrouter_health_transitions_total",
+			Help: "Policy health transitions caused by probes, by new state.",
+		}, []string{"to"}),
+	}
+	m.reg.MustRegister(m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
+		&stateCollector{state: state},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Registry returns the registry, for tests and extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// ObserveRequest records one HTTP request.
+func (m *Metrics) ObserveRequest(route, method string, status int, d time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.latency.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// ObserveDecision records the time one routing decision took.
+func (m *Metrics) ObserveDecision(endpoint, router string, d time.Duration) {
+	m.decision.WithLabelValues(endpoint, router).Observe(d.Seconds())
+}
+
+// ObserveAffinity counts node-affinity hits and fallbacks.
+func (m *Metrics) ObserveAffinity(endpoint, router string, hits, fallbacks int) {
+	if hits > 0 {
+		m.affinity.WithLabelValues(endpoint, router, "hit").Add(float64(hits))
+	}
+	if fallbacks > 0 {
+		m.affinity.WithLabelValues(endpoint, router, "fallback").Add(float64(fallbacks))
+	}
+}
+
+// ObserveProbe records one idle probe and the health transition it caused.
+func (m *Metrics) ObserveProbe(p routing.Probe, tr routing.Transition) {
+	if p.OK {
+		m.probes.WithLabelValues("ok").Inc()
+	} else {
+		m.probes.WithLabelValues("failed").Inc()
+	}
+	m.probeTime.Observe(p.Latency.Seconds())
+	switch tr {
+	case routing.BecameHealthy:
+		m.transitions.WithLabelValues("healthy").Inc()
+	case routing.BecameUnhealthy:
+		m.transitions.WithLabelValues("unhealthy").Inc()
+	}
+}
+
+// stateCollector reads the routing state at scrape time, so the gauges are
+// never stale and cost nothing between scrapes.
+type stateCollector struct {
+	state *routing.State
+}
+
+var (
+	policiesDesc = prometheus.NewDesc("policyrouter_policies",
+		"Registered policies by node and state (idle, busy, unhealthy, draining).", []string{"node", "state"}, nil)
+	waitersDesc = prometheus.NewDesc("policyrouter_select_waiters",
+		"/select calls waiting for an idle policy.", nil, nil)
+	leasesDesc = prometheus.NewDesc("policyrouter_leases",
+		"Leases out (selected policies not yet released or seen idle).", nil, nil)
+	loadDesc = prometheus.NewDesc("policyrouter_node_load",
+		"Tracked load (tasks assigned and not completed) per node.", []string{"node"}, nil)
+)
+
+var _ prometheus.Collector = (*stateCollector)(nil)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- policiesDesc
+	ch <- waitersDesc
+	ch <- leasesDesc
+	ch <- loadDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.state.Stats()
+	type key struct{ node, state string }
+	counts := make(map[key]int)
+	loads := make(map[string]int64)
+	for _, p := range st.Policies {
+		for _, s := range []string{routing.StateIdle, routing.StateBusy, routing.StateUnhealthy, routing.StateDraining} {
+			counts[key{p.Node, s}] += 0 // every state of a node is reported, zeros included
+		}
+		counts[key{p.Node, p.State}]++
+		loads[p.Node] += p.Load
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(policiesDesc, prometheus.GaugeValue, float64(n), k.node, k.state)
+	}
+	for node, l := range loads {
+		ch <- prometheus.MustNewConstMetric(loadDesc, prometheus.GaugeValue, float64(l), node)
+	}
+	ch <- prometheus.MustNewConstMetric(waitersDesc, prometheus.GaugeValue, float64(st.Waiters))
+	ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.GaugeValue, float64(st.Leases))
+}
