@@ -14,6 +14,7 @@ import (
 	"github.com/go-playground/validator/v10"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
@@ -42,6 +43,9 @@ type Config struct {
 	// Metrics, when set, records request, decision and affinity metrics
 	// and is served at /metrics.
 	Metrics *metrics.Metrics
+	// Auth verifies bearer tokens; nil serves without authentication (the
+	// serve command allows that only on loopback).
+	Auth *auth.Verifier
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
 	// Now is the clock; default time.Now.
@@ -111,30 +115,30 @@ func (s *Server) Handler() http.Handler {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	r.Get("/openapi.yaml", s.openapi)
 
-	r.Route("/policies", func(r chi.Router) {
-		r.Post("/", s.registerPolicy)
-		r.Put("/", s.replacePolicies)
-		r.Get("/", s.listPolicies)
-		r.Route("/{id}", func(r chi.Router) {
-			r.Get("/", s.getPolicy)
-			r.Delete("/", s.deletePolicy)
-			r.Post("/drain", s.drainPolicy)
-			r.Post("/resume", s.resumePolicy)
-		})
-	})
-	r.Put("/topology", s.putTopology)
-	r.Get("/topology", s.getTopology)
+	admin := r.With(s.require(auth.ScopeAdmin))
+	route := r.With(s.require(auth.ScopeRoute))
+	read := r.With(s.require(auth.ScopeRead))
 
-	r.Post("/assign", s.assign)
-	r.Post("/select", s.selectPolicy)
-	r.Post("/release", s.release)
-	r.Post("/complete", s.complete)
+	read.Get("/openapi.yaml", s.openapi)
+	admin.Post("/policies", s.registerPolicy)
+	admin.Put("/policies", s.replacePolicies)
+	read.Get("/policies", s.listPolicies)
+	read.Get("/policies/{id}", s.getPolicy)
+	admin.Delete("/policies/{id}", s.deletePolicy)
+	admin.Post("/policies/{id}/drain", s.drainPolicy)
+	admin.Post("/policies/{id}/resume", s.resumePolicy)
+	admin.Put("/topology", s.putTopology)
+	read.Get("/topology", s.getTopology)
 
-	r.Get("/stats", s.stats)
+	route.Post("/assign", s.assign)
+	route.Post("/select", s.selectPolicy)
+	route.Post("/release", s.release)
+	route.Post("/complete", s.complete)
+
+	read.Get("/stats", s.stats)
 	if s.Metrics != nil {
-		r.Method("GET", "/metrics", s.Metrics.Handler())
+		read.Method("GET", "/metrics", s.Metrics.Handler())
 	}
 	return r
 }
@@ -159,3 +163,9 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 // Stop ends the waits of /select calls (they answer 503) so that a
 // graceful shutdown does not wait for them. Call it when shutdown begins.
 func (s *Server) Stop() { s.stop() }
+
+// require admits requests whose bearer token has scope; without a
+// verifier it admits everything.
+func (s *Server) require(scope string) func(http.Handler) http.Handler {
+	return auth.Middleware(s.Auth, scope, WriteAuthError)
+}

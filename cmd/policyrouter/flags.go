@@ -16,7 +16,8 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		name := "POLICYROUTER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(name); ok && envErr == nil {
 			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("environment %s=%q: %w", name, v, err)
+				// The value is not quoted: it may be a secret.
+				envErr = fmt.Errorf("environment %s: %w", name, err)
 			}
 		}
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/policyrouter/policyrouter"
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/poller"
@@ -48,7 +49,7 @@ type serveConfig struct {
 func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
 	fs.StringVar(&c.Router, "router", api.RouterSimple, "default router: simple or node_affinity")
-	fs.DurationVar(&c.PollInterval, "poll-interval", 100*time.Millisecond, "how often each policy's /idle is polled")
+	fs.DurationVar(&c.PollInterval, "poll-interval", 100*time.Millisecond, "how often each policy's /idle is polled; 0 disables polling (no health checks: policies are freed only by /release)")
 	fs.DurationVar(&c.PollTimeout, "poll-timeout", time.Second, "timeout of one /idle probe")
 	fs.DurationVar(&c.Grace, "grace", 250*time.Millisecond, "an idle answer frees a selected policy only if probed this long after the selection")
 	fs.IntVar(&c.FailThreshold, "fail-threshold", 3, "consecutive failed probes that make a policy unhealthy")
@@ -68,8 +69,8 @@ func (c *serveConfig) check() error {
 	if c.Router != api.RouterSimple && c.Router != api.RouterNodeAffinity {
 		return fmt.Errorf("--router must be simple or node_affinity, not %q", c.Router)
 	}
-	if c.PollInterval <= 0 || c.PollTimeout <= 0 {
-		return errors.New("--poll-interval and --poll-timeout must be positive")
+	if c.PollInterval < 0 || c.PollTimeout <= 0 {
+		return errors.New("--poll-interval must be >= 0 and --poll-timeout positive")
 	}
 	switch c.LogFormat {
 	case "auto", "text", "json":
@@ -96,6 +97,43 @@ func serveCommand(ctx context.Context, args []string) error {
 	return serve(ctx, cfg, logger, nil)
 }
 
+// authConfig is the part of the configuration that names token keys.
+func (c *serveConfig) authConfig() (auth.Config, bool, error) {
+	ac := auth.Config{Issuer: c.JWTIssuer, Audience: c.JWTAudience}
+	if c.JWTSecret != "" {
+		ac.Secret = []byte(c.JWTSecret)
+	}
+	if c.JWTPublicKey != "" {
+		pem, err := os.ReadFile(c.JWTPublicKey)
+		if err != nil {
+			return ac, false, fmt.Errorf("--jwt-public-key: %w", err)
+		}
+		ac.PublicKeyPEM = pem
+	}
+	return ac, ac.Secret != nil || ac.PublicKeyPEM != nil, nil
+}
+
+// verifier returns the token verifier, or nil for an open server, which
+// is allowed only on a loopback address or with --insecure.
+func (c *serveConfig) verifier() (*auth.Verifier, error) {
+	ac, keyed, err := c.authConfig()
+	if err != nil {
+		return nil, err
+	}
+	if !keyed {
+		if !auth.IsLoopbackAddr(c.Addr) && !c.Insecure {
+			return nil, fmt.Errorf("refusing to serve without authentication on %s, which is not a loopback address: "+
+				"set --jwt-secret or --jwt-public-key, or pass --insecure to accept the risk", c.Addr)
+		}
+		return nil, nil
+	}
+	v, err := auth.NewVerifier(ac)
+	if err != nil {
+		return nil, fmt.Errorf("token key: %w", err)
+	}
+	return v, nil
+}
+
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
@@ -119,6 +157,13 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // and stops background work. When listening is non-nil it receives the
 // bound address once the server accepts connections.
 func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening chan<- string) error {
+	verifier, err := cfg.verifier()
+	if err != nil {
+		return err
+	}
+	if verifier == nil && !auth.IsLoopbackAddr(cfg.Addr) {
+		logger.Warn("serving WITHOUT authentication on a non-loopback address (--insecure)", "addr", cfg.Addr)
+	}
 	st, err := openStore(cfg.DataDir)
 	if err != nil {
 		return err
@@ -149,9 +194,14 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 		Logger:   logger,
 		OnProbe:  func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
 	})
+	var pollerStatsFunc func() *api.PollerStats
+	if cfg.PollInterval > 0 {
+		pollerStatsFunc = func() *api.PollerStats { return pollerStats(pl.Stats()) }
+	}
 	srv := handlers.New(handlers.Config{
-		PollerStats:   func() *api.PollerStats { return pollerStats(pl.Stats()) },
+		PollerStats:   pollerStatsFunc,
 		Metrics:       m,
+		Auth:          verifier,
 		Registry:      reg,
 		State:         state,
 		Logger:        logger,
@@ -176,15 +226,19 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := pl.Run(bg); err != nil {
-			logger.Error("poller stopped", "err", err)
-		}
-	})
+	if cfg.PollInterval > 0 {
+		wg.Go(func() {
+			if err := pl.Run(bg); err != nil {
+				logger.Error("poller stopped", "err", err)
+			}
+		})
+	} else {
+		logger.Warn("polling disabled (--poll-interval 0): no health checks, selected policies are freed only by /release")
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
-	logger.Info("policyrouter listening", "addr", ln.Addr().String(), "router", cfg.Router)
+	logger.Info("policyrouter listening", "addr", ln.Addr().String(), "router", cfg.Router, "auth", verifier != nil)
 	if listening != nil {
 		listening <- ln.Addr().String()
 	}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/fakepolicy"
+)
+
+// demoConfig is `serve`'s configuration plus the simulation's.
+type demoConfig struct {
+	serveConfig
+	Policies int
+	Workers  int
+	MinWork  time.Duration
+	MaxWork  time.Duration
+}
+
+func (c *demoConfig) register(fs *flag.FlagSet) {
+	c.serveConfig.register(fs)
+	// The simulated workers send several requests a second: log only
+	// warnings unless asked.
+	fs.Lookup("log-level").DefValue = "warn"
+	_ = fs.Set("log-level", "warn")
+	fs.IntVar(&c.Policies, "policies", 8, "simulated policies, split over two nodes")
+	fs.IntVar(&c.Workers, "workers", 6, "simulated env workers driving /select and /release (0 for none)")
+	fs.DurationVar(&c.MinWork, "min-work", 200*time.Millisecond, "shortest simulated rollout step")
+	fs.DurationVar(&c.MaxWork, "max-work", 1500*time.Millisecond, "longest simulated rollout step")
+}
+
+// demoCommand runs the router with simulated policies on two nodes, a
+// topology, and simulated env workers, so that curl and the dashboard show
+// real routing on a fresh machine with no other setup.
+func demoCommand(ctx context.Context, args []string) error {
+	var cfg demoConfig
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	cfg.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	if cfg.Policies < 2 || cfg.Policies > 10000 {
+		return fmt.Errorf("--policies must be between 2 and 10000, not %d", cfg.Policies)
+	}
+	logger, err := newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	fleet, err := fakepolicy.New(cfg.Policies, rand.NewPCG(uint64(time.Now().UnixNano()), 7), fakepolicy.Options{
+		MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
+	})
+	if err != nil {
+		return err
+	}
+	defer fleet.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	listening := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, cfg.serveConfig, logger, listening) }()
+	var addr string
+	select {
+	case addr = <-listening:
+	case err := <-served:
+		return err
+	}
+	base := "http://" + addr
+	if err := demoSetup(ctx, base, fleet); err != nil {
+		cancel()
+		return errors.Join(fmt.Errorf("demo setup: %w", err), <-served)
+	}
+	logger.Info("demo ready", "policies", cfg.Policies, "workers", cfg.Workers, "addr", addr)
+	fmt.Fprintf(os.Stderr, `
+policyrouter demo: %d simulated policies on node-a and node-b, %d simulated env workers.
+  dashboard  %[3]s/
+  stats      curl -s %[3]s/stats
+  select     curl -s -XPOST %[3]s/select -H 'Content-Type: application/json' -d '{"env_id": "env-0"}'
+  assign     curl -s -XPOST %[3]s/assign -H 'Content-Type: application/json' -d '{"num_tasks": 4}'
+Requests are logged at --log-level info; Ctrl-C stops.
+
+`, cfg.Policies, cfg.Workers, base)
+
+	var wg sync.WaitGroup
+	for w := range cfg.Workers {
+		wg.Go(func() { demoWorker(ctx, base, w, cfg.Policies, logger) })
+	}
+	err = <-served
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// demoSetup registers the fleet, the first half on node-a and the rest on
+// node-b, and a topology with as many env workers as policies.
+func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet) error {
+	n := fleet.Len()
+	var req api.ReplacePoliciesRequest
+	topo := api.Topology{"node-a": {}, "node-b": {}}
+	var envA, envB, evalA, evalB []int
+	for i := range n {
+		idx := i
+		req.Policies = append(req.Policies, api.PolicyRequest{URL: fleet.URL(i), Index: &idx})
+		if i < n/2 {
+			evalA, envA = append(evalA, i), append(envA, i)
+		} else {
+			evalB, envB = append(evalB, i), append(envB, i)
+		}
+	}
+	topo["node-a"]["env"], topo["node-a"]["eval"] = api.Component{IDs: envA}, api.Component{IDs: evalA}
+	topo["node-b"]["env"], topo["node-b"]["eval"] = api.Component{IDs: envB}, api.Component{IDs: evalB}
+	if err := call(ctx, http.MethodPut, base+"/policies", req, nil); err != nil {
+		return err
+	}
+	return call(ctx, http.MethodPut, base+"/topology", topo, nil)
+}
+
+// demoWorker is one simulated env worker: select a policy (preferring its
+// node), run a rollout step on it, release it, and now and then send an
+// async batch through /assign and /complete.
+func demoWorker(ctx context.Context, base string, w, nEnv int, logger *slog.Logger) {
+	env := "env-" + strconv.Itoa(w%nEnv)
+	for step := 0; ctx.Err() == nil; step++ {
+		var sel api.SelectResponse
+		err := call(ctx, http.MethodPost, base+"/select", api.SelectRequest{EnvID: env, Router: api.RouterIdleAffinity}, &sel)
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Debug("demo worker: select", "env_id", env, "err", err)
+				sleepCtx(ctx, 200*time.Millisecond)
+			}
+			continue
+		}
+		if err := call(ctx, http.MethodPost, sel.URL+"/generate", struct{}{}, nil); err != nil && ctx.Err() == nil {
+			logger.Debug("demo worker: generate", "url", sel.URL, "err", err)
+		}
+		// The context may be done: release anyway so nothing stays leased.
+		relCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = call(relCtx, http.MethodPost, base+"/release", api.ReleaseRequest{LeaseID: sel.LeaseID}, nil)
+		cancel()
+		if step%5 == 4 {
+			var a api.AssignResponse
+			if call(ctx, http.MethodPost, base+"/assign", api.AssignRequest{NumTasks: 4}, &a) == nil {
+				for _, idx := range a.Assignments {
+					i := idx
+					_ = call(ctx, http.MethodPost, base+"/complete", api.CompleteRequest{Index: &i}, nil)
+				}
+			}
+		}
+	}
+}
+
+var demoClient = &http.Client{Timeout: 30 * time.Second}
+
+// call sends v as JSON and decodes a 2xx answer into out (if non-nil).
+func call(ctx context.Context, method, url string, v, out any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := demoClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var e api.ErrorResponse
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, e.Error.Message)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/policyrouter/policyrouter/fakepolicy"
+)
+
+// fakePolicyConfig is the configuration of `fake-policy`.
+type fakePolicyConfig struct {
+	Host    string
+	N       int
+	MinWork time.Duration
+	MaxWork time.Duration
+}
+
+func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Host, "host", "127.0.0.1", "address to listen on (a free port is chosen)")
+	fs.IntVar(&c.N, "n", 1, "number of simulated policies")
+	fs.DurationVar(&c.MinWork, "min-work", 200*time.Millisecond, "shortest simulated work item")
+	fs.DurationVar(&c.MaxWork, "max-work", 1500*time.Millisecond, "longest simulated work item")
+}
+
+// fakePolicyCommand serves simulated policies' /idle, /work and /generate
+// endpoints and prints their URLs, one a line, until interrupted.
+func fakePolicyCommand(ctx context.Context, args []string) error {
+	var cfg fakePolicyConfig
+	fs := flag.NewFlagSet("fake-policy", flag.ContinueOnError)
+	cfg.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if cfg.N < 1 {
+		return errors.New("--n must be at least 1")
+	}
+	fleet, err := fakepolicy.New(cfg.N, rand.NewPCG(uint64(time.Now().UnixNano()), 11), fakepolicy.Options{
+		Host: cfg.Host, MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
+	})
+	if err != nil {
+		return err
+	}
+	for _, u := range fleet.URLs() {
+		fmt.Fprintln(os.Stdout, u)
+	}
+	<-ctx.Done()
+	return fleet.Close()
+}

@@ -1,0 +1,73 @@
+package handlers
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// fuzzBody sends body to method path on a server with two policies and a
+// topology, and fails on a panic (the recoverer would turn it into a 500)
+// or any 5xx other than the 503 of an empty pool.
+func fuzzBody(f *testing.F, method, path string, seeds ...string) {
+	ts := newTestServer(f, Config{MaxBodyBytes: 64 << 10})
+	ts.register(f, 2)
+	ts.do(f, "PUT", "/topology", `{"n0":{"env":{"ids":[0,1]},"eval":{"ids":[0,1]}}}`)
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		ts.h.ServeHTTP(rec, req)
+		if rec.Code >= 500 && rec.Code != 503 {
+			t.Fatalf("%s %s %q: status %d: %s", method, path, body, rec.Code, rec.Body)
+		}
+		if rec.Code >= 400 && !strings.Contains(rec.Body.String(), `"request_id"`) {
+			t.Fatalf("%s %s %q: %d without the error envelope: %s", method, path, body, rec.Code, rec.Body)
+		}
+	})
+}
+
+func FuzzAssignBody(f *testing.F) {
+	fuzzBody(f, "POST", "/assign",
+		`{"num_tasks":4,"current_loads":[3,1,2]}`,
+		`{"num_tasks":2,"env_ids":["env-0","env-x"],"router":"node_affinity"}`,
+		`{"num_tasks":1048576,"current_loads":[-536870912]}`,
+		`{"num_tasks":1}`, `{}`, `[]`, `null`, `{"num_tasks":1e400}`)
+}
+
+func FuzzSelectBody(f *testing.F) {
+	fuzzBody(f, "POST", "/select",
+		`{"env_id":"env-0","router":"idle_affinity","timeout_ms":0}`,
+		`{"router":"node_affinity","env_id":"env-١"}`, `{"timeout_ms":-1}`, `{"timeout_ms":0}`)
+}
+
+func FuzzReleaseBody(f *testing.F) {
+	fuzzBody(f, "POST", "/release",
+		`{"lease_id":"00000000-0000-8000-8000-000000000001"}`, `{"index":0}`, `{"index":-5}`, `{"lease_id":""}`)
+}
+
+func FuzzCompleteBody(f *testing.F) {
+	fuzzBody(f, "POST", "/complete", `{"index":0,"count":2}`, `{"index":1}`, `{"count":1}`)
+}
+
+func FuzzRegisterBody(f *testing.F) {
+	fuzzBody(f, "POST", "/policies",
+		`{"url":"http://127.0.0.1:9001","node_id":"n0","index":3,"capacity":2,"labels":{"a":"b"}}`,
+		`{"url":"http://u:p@h/"}`, `{"url":"http://[::1"}`, `{"url":"http://h","id":"x","index":0}`)
+}
+
+func FuzzReplaceBody(f *testing.F) {
+	fuzzBody(f, "PUT", "/policies",
+		`{"policies":[{"url":"http://127.0.0.1:9001","index":0},{"url":"http://127.0.0.1:9002","index":1}]}`,
+		`{"policies":[{"url":"http://a","index":1},{"url":"http://b","index":1}]}`, `{"policies":null}`)
+}
+
+func FuzzTopologyBody(f *testing.F) {
+	fuzzBody(f, "PUT", "/topology",
+		`{"n0":{"env":{"ids":[0,1]},"eval":{"ids":[0,1]}}}`,
+		`{"n0":{"env":{"ids":[0]}}}`, `{"":{"env":{"ids":[0]},"eval":{"ids":[0]}}}`,
+		`{"a":{"env":{"ids":[1048576]},"eval":{"ids":[0]}}}`, `{"a":null}`, `{"a":{"eval":null}}`)
+}
