@@ -3,8 +3,15 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"mime"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +20,13 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/go-chi/chi/v5"
 
 	"github.com/policyrouter/policyrouter"
+	"github.com/policyrouter/policyrouter/metrics"
+	"github.com/policyrouter/policyrouter/registry"
+	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
 )
 
 // The contract, openapi.yaml, loaded once for every test of the package.
@@ -50,10 +62,12 @@ func loadSpec() (*openapi3.T, routers.Router, error) {
 }
 
 // checkSpec fails the test unless openapi.yaml documents the response to
-// req: its status (explicitly, not through a default or range), its
-// content type and body, and its documented headers. A status documented
-// without content must come with an empty body. The request body is not
-// checked: tests send bad bodies on purpose.
+// req: its status (an undocumented one fails; the spec has no default
+// responses), its content type and body, and the headers the spec
+// documents (required ones must be there). A status documented without
+// content must come with an empty body. A 404 or 405 for a path or method
+// the spec does not have must be the error envelope. The request body is
+// not checked: tests send bad bodies on purpose.
 func checkSpec(tb testing.TB, req *http.Request, status int, header http.Header, body []byte) {
 	tb.Helper()
 	_, router, err := loadSpec()
@@ -73,7 +87,15 @@ func checkSpec(tb testing.TB, req *http.Request, status int, header http.Header,
 	r.Body = http.NoBody
 	where := req.Method + " " + req.URL.Path
 	route, params, err := router.FindRoute(r)
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, routers.ErrPathNotFound) && status == http.StatusNotFound,
+		errors.Is(err, routers.ErrMethodNotAllowed) && status == http.StatusMethodNotAllowed:
+		// The spec's top-level description: a path or method the API
+		// does not have answers 404 or 405 in the error envelope.
+		checkEnvelope(tb, where, status, header, body)
+		return
+	default:
 		tb.Errorf("%s -> %d: route not in openapi.yaml: %v", where, status, err)
 		return
 	}
@@ -105,6 +127,26 @@ func checkSpec(tb testing.TB, req *http.Request, status int, header http.Header,
 	}
 }
 
+// checkEnvelope fails the test unless body is the spec's ErrorResponse,
+// sent as application/json.
+func checkEnvelope(tb testing.TB, where string, status int, header http.Header, body []byte) {
+	tb.Helper()
+	doc, _, _ := loadSpec()
+	if mt, _, err := mime.ParseMediaType(header.Get("Content-Type")); err != nil || mt != "application/json" {
+		tb.Errorf("%s -> %d: Content-Type %q, want application/json", where, status, header.Get("Content-Type"))
+		return
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		tb.Errorf("%s -> %d: body is not JSON: %v\nbody: %s", where, status, err, clip(body))
+		return
+	}
+	envelope := doc.Components.Schemas["ErrorResponse"].Value
+	if err := envelope.VisitJSON(v, openapi3.EnableJSONSchema2020(), openapi3.VisitAsResponse()); err != nil {
+		tb.Errorf("%s -> %d: body is not the error envelope: %v\nbody: %s", where, status, err, clip(body))
+	}
+}
+
 func clip(b []byte) string {
 	const n = 600
 	if len(b) > n {
@@ -118,31 +160,64 @@ func TestOpenAPISpecValid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("load openapi.yaml: %v", err)
 	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Errorf("openapi.yaml is OpenAPI %s, want 3.1", doc.OpenAPI)
+	}
+	// Validate also checks every example against its schema.
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
 	}
 }
 
 func TestSpecCheckSpec(t *testing.T) {
-	req, _ := http.NewRequest(http.MethodGet, "http://router.test/healthz", nil)
-	h := http.Header{"Content-Type": {"application/json"}}
-	// The real answer passes.
-	checkSpec(t, req, http.StatusOK, h, []byte(`{"status":"ok"}`+"\n"))
-
-	// What the spec does not describe fails.
-	for _, c := range []struct {
+	jsonCT := http.Header{"Content-Type": {"application/json"}}
+	envelope := `{"error":{"code":"unavailable","message":"no idle policy within 0s","request_id":"r1"}}`
+	ok := []struct {
 		name   string
 		req    *http.Request
 		status int
 		header http.Header
 		body   string
 	}{
-		{"undocumented status", req, http.StatusTeapot, h, `{"status":"ok"}`},
-		{"wrong body", req, http.StatusOK, h, `{"status":7}`},
-		{"unknown field", req, http.StatusOK, h, `{"status":"ok","x":1}`},
-		{"wrong content type", req, http.StatusOK, http.Header{"Content-Type": {"text/plain"}}, `{"status":"ok"}`},
-		{"unknown route", mustRequest(http.MethodGet, "/nowhere"), http.StatusOK, h, `{}`},
-	} {
+		{"health", mustRequest(http.MethodGet, "/healthz"), http.StatusOK, jsonCT, `{"status":"ok"}` + "\n"},
+		{"trailing slash", mustRequest(http.MethodGet, "/policies/"), http.StatusOK, jsonCT, `{"policies":[]}`},
+		{"503 with Retry-After", mustRequest(http.MethodPost, "/select"), http.StatusServiceUnavailable,
+			http.Header{"Content-Type": {"application/json"}, "Retry-After": {"1"}}, envelope},
+		{"204 without body", mustRequest(http.MethodDelete, "/policies/p1"), http.StatusNoContent, http.Header{}, ""},
+		{"unknown path", mustRequest(http.MethodGet, "/nowhere"), http.StatusNotFound, jsonCT,
+			`{"error":{"code":"not_found","message":"no route for GET /nowhere","request_id":"r1"}}`},
+		{"unknown method", mustRequest(http.MethodPatch, "/policies"), http.StatusMethodNotAllowed, jsonCT,
+			`{"error":{"code":"method_not_allowed","message":"method PATCH not allowed here","request_id":"r1"}}`},
+	}
+	for _, c := range ok {
+		ft := &fakeTB{TB: t}
+		checkSpec(ft, c.req, c.status, c.header, []byte(c.body))
+		if ft.failed {
+			t.Errorf("%s: checkSpec refused a response the spec describes: %s", c.name, ft.msg)
+		}
+	}
+
+	healthz := mustRequest(http.MethodGet, "/healthz")
+	bad := []struct {
+		name   string
+		req    *http.Request
+		status int
+		header http.Header
+		body   string
+	}{
+		{"undocumented status", healthz, http.StatusTeapot, jsonCT, `{"status":"ok"}`},
+		{"wrong body", healthz, http.StatusOK, jsonCT, `{"status":7}`},
+		{"unknown field", healthz, http.StatusOK, jsonCT, `{"status":"ok","x":1}`},
+		{"wrong content type", healthz, http.StatusOK, http.Header{"Content-Type": {"text/plain"}}, `{"status":"ok"}`},
+		{"no content type", healthz, http.StatusOK, http.Header{}, `{"status":"ok"}`},
+		{"unknown route answered 200", mustRequest(http.MethodGet, "/nowhere"), http.StatusOK, jsonCT, `{}`},
+		{"404 without envelope", mustRequest(http.MethodGet, "/nowhere"), http.StatusNotFound, jsonCT, `{"status":"ok"}`},
+		{"503 without Retry-After", mustRequest(http.MethodPost, "/select"), http.StatusServiceUnavailable, jsonCT, envelope},
+		{"204 with body", mustRequest(http.MethodDelete, "/policies/p1"), http.StatusNoContent, jsonCT, `{}`},
+		{"error without request_id", mustRequest(http.MethodPost, "/assign"), http.StatusUnprocessableEntity, jsonCT,
+			`{"error":{"code":"validation_failed","message":"m"}}`},
+	}
+	for _, c := range bad {
 		ft := &fakeTB{TB: t}
 		checkSpec(ft, c.req, c.status, c.header, []byte(c.body))
 		if !ft.failed {
@@ -151,19 +226,165 @@ func TestSpecCheckSpec(t *testing.T) {
 	}
 }
 
-func mustRequest(method, path string) *http.Request {
-	req, err := http.NewRequest(method, "http://router.test"+path, nil)
+// newSpecServer is a Server with every optional route configured.
+func newSpecServer(tb testing.TB) *Server {
+	tb.Helper()
+	st := routing.New(routing.Options{})
+	reg, err := registry.Open(context.Background(), store.NewMemory(), st)
 	if err != nil {
-		panic(err)
+		tb.Fatal(err)
 	}
-	return req
+	return New(Config{
+		Registry: reg,
+		State:    st,
+		Metrics:  metrics.New(st),
+		OpenAPI:  policyrouter.OpenAPI,
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+}
+
+// TestSpecCoversRoutes compares the routes the router serves with the
+// operations openapi.yaml describes: each must have the other.
+func TestSpecCoversRoutes(t *testing.T) {
+	doc, _, err := loadSpec()
+	if err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	h := newSpecServer(t).Handler()
+	routes, ok := h.(chi.Routes)
+	if !ok {
+		t.Fatalf("Handler() is a %T, not chi.Routes: cannot list its routes", h)
+	}
+	served := map[string]bool{}
+	err = chi.Walk(routes, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		served[method+" "+specPath(route)] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			documented[method+" "+path] = true
+		}
+	}
+	var undocumented, unserved []string
+	for r := range served {
+		if !documented[r] {
+			undocumented = append(undocumented, r)
+		}
+	}
+	for r := range documented {
+		if !served[r] {
+			unserved = append(unserved, r)
+		}
+	}
+	slices.Sort(undocumented)
+	slices.Sort(unserved)
+	if len(undocumented) > 0 {
+		t.Errorf("routes served but not in openapi.yaml:\n  %s", strings.Join(undocumented, "\n  "))
+	}
+	if len(unserved) > 0 {
+		t.Errorf("operations in openapi.yaml the router does not serve:\n  %s", strings.Join(unserved, "\n  "))
+	}
+}
+
+// specPath writes a chi route pattern as an OpenAPI path: no trailing
+// slash (chi's "/policies/" for a sub-router's "/"), and "{id}" for a
+// parameter with a regexp, "{id:[0-9]+}".
+func specPath(route string) string {
+	if len(route) > 1 {
+		route = strings.TrimSuffix(route, "/")
+	}
+	var b strings.Builder
+	for {
+		open := strings.IndexByte(route, '{')
+		if open < 0 {
+			break
+		}
+		end := strings.IndexByte(route[open:], '}')
+		if end < 0 {
+			break
+		}
+		name, _, _ := strings.Cut(route[open+1:open+end], ":")
+		b.WriteString(route[:open] + "{" + name + "}")
+		route = route[open+end+1:]
+	}
+	b.WriteString(route)
+	return b.String()
+}
+
+// TestSpecConventions holds every operation to the API's rules: one scope
+// of the three, 401 and 403 where a token is needed, and the decoding
+// errors where there is a JSON body.
+func TestSpecConventions(t *testing.T) {
+	doc, _, err := loadSpec()
+	if err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	open := map[string]bool{"GET /healthz": true, "GET /readyz": true, "GET /": true}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			name := method + " " + path
+			sec := doc.Security
+			if op.Security != nil {
+				sec = *op.Security
+			}
+			if open[name] {
+				if len(sec) != 0 {
+					t.Errorf("%s: needs no token, want security: []", name)
+				}
+				continue
+			}
+			if len(sec) != 1 || len(sec[0]["bearerAuth"]) != 1 || !slices.Contains([]string{"admin", "route", "read"}, sec[0]["bearerAuth"][0]) {
+				t.Errorf("%s: security %v, want bearerAuth with one of admin, route, read", name, sec)
+			}
+			want := []int{http.StatusUnauthorized, http.StatusForbidden}
+			if op.RequestBody != nil {
+				want = append(want, http.StatusBadRequest, http.StatusRequestEntityTooLarge,
+					http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity)
+			}
+			for _, status := range want {
+				if op.Responses.Status(status) == nil {
+					t.Errorf("%s: no %d response", name, status)
+				}
+			}
+			if op.Responses.Default() != nil {
+				t.Errorf("%s: a default response would document every status", name)
+			}
+		}
+	}
+}
+
+// TestSpecServedDocuments checks the answers that are not JSON: the
+// contract itself and the metrics.
+func TestSpecServedDocuments(t *testing.T) {
+	h := newSpecServer(t).Handler()
+	for _, path := range []string{"/openapi.yaml", "/metrics"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Errorf("GET %s = %d, want 200", path, rec.Code)
+		}
+		checkSpec(t, req, rec.Code, rec.Header(), rec.Body.Bytes())
+	}
+}
+
+func mustRequest(method, path string) *http.Request {
+	return httptest.NewRequest(method, "http://router.test"+path, nil)
 }
 
 // fakeTB records failures instead of failing the test.
 type fakeTB struct {
 	testing.TB
 	failed bool
+	msg    string
 }
 
-func (f *fakeTB) Helper()               {}
-func (f *fakeTB) Errorf(string, ...any) { f.failed = true }
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Errorf(format string, args ...any) {
+	f.failed = true
+	f.msg = fmt.Sprintf(format, args...)
+}
