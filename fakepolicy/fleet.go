@@ -1,0 +1,268 @@
+// Package fakepolicy simulates policy servers, for demos and tests.
+//
+// A Fleet serves n simulated policies over HTTP on loopback. Each answers
+// the poller's `GET {url}/idle` with `{"idle": bool, "load": n}` and takes
+// work through `POST {url}/work` (busy at once for a random duration in
+// [MinWork, MaxWork], answers 202 without waiting) or `POST
+// {url}/generate` (answers 200 when the work is done, like an inference
+// server). Its load is the number of work items not yet done. Tests can make
+// a policy fail, hang, answer garbage, flap, answer slowly or answer a bare
+// true/false (Policy.SetMode, Policy.SetDelay).
+//
+// By default the whole fleet shares one listener and policy i's URL is
+// http://127.0.0.1:port/p/i, which keeps a thousand policies down to one
+// file descriptor on the server side. With Options.PerPolicyListeners each
+// policy has its own listener and its URL is http://127.0.0.1:port, like
+// real policy servers.
+package fakepolicy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Options configure a Fleet. Zero fields take the defaults.
+type Options struct {
+	// MinWork and MaxWork bound the random duration of one work item.
+	// Defaults 100ms and 1s; MaxWork below MinWork is raised to MinWork.
+	MinWork, MaxWork time.Duration
+	// FlapProbes is the length of a ModeFlap phase: that many probes are
+	// answered normally, then that many fail, and so on. Default 5.
+	FlapProbes int
+	// PerPolicyListeners gives each policy its own listener.
+	PerPolicyListeners bool
+	// Host is the address the listeners bind, with port 0. Default
+	// "127.0.0.1".
+	Host string
+	// Now is the clock that decides when work is done; default time.Now.
+	// POST /generate still waits in real time.
+	Now func() time.Time
+	// Logger receives the HTTP servers' own errors; default none.
+	Logger *slog.Logger
+}
+
+// Fleet is a set of simulated policy servers. All methods are safe for
+// concurrent use.
+type Fleet struct {
+	opts     Options
+	policies []*Policy
+
+	randMu sync.Mutex
+	rand   *rand.Rand
+
+	servers []*http.Server
+	serving sync.WaitGroup // Serve goroutines
+	conns   connTracker
+
+	closeOnce sync.Once
+	closeErr  error
+	closed    chan struct{} // closed by Close: unblocks hung and working handlers
+}
+
+// New starts a fleet of n simulated policies, with indices 0..n-1. Work
+// durations are drawn from src, so a fleet given the same source and the
+// same sequence of work requests behaves the same; nil means a fixed seed.
+// Close the fleet to stop its servers.
+func New(n int, src rand.Source, opts Options) (*Fleet, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("fakepolicy: %d policies", n)
+	}
+	if opts.MinWork <= 0 {
+		opts.MinWork = 100 * time.Millisecond
+	}
+	if opts.MaxWork <= 0 {
+		opts.MaxWork = time.Second
+	}
+	opts.MaxWork = max(opts.MaxWork, opts.MinWork)
+	if opts.FlapProbes <= 0 {
+		opts.FlapProbes = 5
+	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if src == nil {
+		src = rand.NewPCG(1, 2)
+	}
+	f := &Fleet{opts: opts, rand: rand.New(src), closed: make(chan struct{})}
+	f.conns.zero = sync.NewCond(&f.conns.mu)
+	f.policies = make([]*Policy, n)
+	for i := range f.policies {
+		f.policies[i] = &Policy{fleet: f, index: i}
+	}
+
+	if !opts.PerPolicyListeners {
+		base, err := f.listen(f.sharedHandler())
+		if err != nil {
+			return nil, errors.Join(err, f.Close())
+		}
+		for i, p := range f.policies {
+			p.url = base + "/p/" + strconv.Itoa(i)
+		}
+		return f, nil
+	}
+	for i, p := range f.policies {
+		base, err := f.listen(p.handler())
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("policy %d: %w", i, err), f.Close())
+		}
+		p.url = base
+	}
+	return f, nil
+}
+
+// listen starts one server of h on a fresh loopback port and returns its
+// base URL.
+func (f *Fleet) listen(h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(f.opts.Host, "0"))
+	if err != nil {
+		return "", fmt.Errorf("fakepolicy: listen: %w", err)
+	}
+	errLog := log.New(io.Discard, "", 0)
+	if f.opts.Logger != nil {
+		errLog = slog.NewLogLogger(f.opts.Logger.Handler(), slog.LevelWarn)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ConnState:         f.conns.track,
+		ErrorLog:          errLog,
+	}
+	f.servers = append(f.servers, srv)
+	f.serving.Go(func() { _ = srv.Serve(ln) })
+	return "http://" + ln.Addr().String(), nil
+}
+
+// sharedHandler serves every policy under /p/{n}/ on one listener.
+func (f *Fleet) sharedHandler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern string, h func(*Policy, http.ResponseWriter, *http.Request)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			i, err := strconv.Atoi(r.PathValue("n"))
+			if err != nil || i < 0 || i >= len(f.policies) {
+				http.NotFound(w, r)
+				return
+			}
+			h(f.policies[i], w, r)
+		})
+	}
+	route("GET /p/{n}/idle", (*Policy).serveIdle)
+	route("POST /p/{n}/work", (*Policy).serveWork)
+	route("POST /p/{n}/generate", (*Policy).serveGenerate)
+	return mux
+}
+
+// Len returns the number of policies.
+func (f *Fleet) Len() int { return len(f.policies) }
+
+// Policy returns policy i; it panics when i is out of range.
+func (f *Fleet) Policy(i int) *Policy { return f.policies[i] }
+
+// URL returns policy i's base URL, the one to register; it panics when i is
+// out of range.
+func (f *Fleet) URL(i int) string { return f.policies[i].url }
+
+// URLs returns every policy's base URL in index order.
+func (f *Fleet) URLs() []string {
+	out := make([]string, len(f.policies))
+	for i, p := range f.policies {
+		out[i] = p.url
+	}
+	return out
+}
+
+// Probes returns the number of /idle requests the fleet has received.
+func (f *Fleet) Probes() uint64 {
+	var n uint64
+	for _, p := range f.policies {
+		n += p.probes.Load()
+	}
+	return n
+}
+
+// Conns returns the number of connections open now and the number accepted
+// since the fleet started, over all its listeners: a client that reuses
+// keep-alive connections opens few.
+func (f *Fleet) Conns() (open int, accepted uint64) {
+	f.conns.mu.Lock()
+	defer f.conns.mu.Unlock()
+	return f.conns.n, f.conns.total
+}
+
+// Close stops every server: listeners and connections close, hung and
+// working handlers return, and Close returns once every server goroutine has
+// exited. It may be called more than once; later calls return the first
+// call's error.
+func (f *Fleet) Close() error {
+	f.closeOnce.Do(func() {
+		// Connections close first, so that handlers woken below cannot answer
+		// any more.
+		var errs []error
+		for _, srv := range f.servers {
+			if err := srv.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("fakepolicy: close server: %w", err))
+			}
+		}
+		close(f.closed)
+		// Serve has returned for every server once serving is done, so every
+		// accepted connection has been counted by then.
+		f.serving.Wait()
+		f.conns.wait()
+		f.closeErr = errors.Join(errs...)
+	})
+	return f.closeErr
+}
+
+// workDuration draws the duration of one work item.
+func (f *Fleet) workDuration() time.Duration {
+	span := int64(f.opts.MaxWork - f.opts.MinWork)
+	f.randMu.Lock()
+	defer f.randMu.Unlock()
+	return f.opts.MinWork + time.Duration(f.rand.Int64N(span+1))
+}
+
+// connTracker counts the servers' open connections, so that Close can wait
+// for their goroutines.
+type connTracker struct {
+	mu    sync.Mutex
+	n     int    // open
+	total uint64 // accepted
+	zero  *sync.Cond
+}
+
+// track is an http.Server ConnState hook.
+func (c *connTracker) track(_ net.Conn, s http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch s {
+	case http.StateNew:
+		c.n++
+		c.total++
+	case http.StateClosed, http.StateHijacked:
+		c.n--
+		if c.n == 0 {
+			c.zero.Broadcast()
+		}
+	}
+}
+
+// wait returns when no connection is open.
+func (c *connTracker) wait() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.n > 0 {
+		c.zero.Wait()
+	}
+}

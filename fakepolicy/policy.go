@@ -1,0 +1,238 @@
+package fakepolicy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Mode is how a simulated policy answers GET /idle.
+type Mode int32
+
+// Modes of a simulated policy.
+const (
+	// ModeNormal answers 200 {"idle": bool, "load": n}.
+	ModeNormal Mode = iota
+	// ModeBare answers 200 with a bare true or false.
+	ModeBare
+	// ModeFail answers 500.
+	ModeFail
+	// ModeHang never answers: the request ends when the client gives up or
+	// the fleet closes.
+	ModeHang
+	// ModeGarbage answers 200 with a body that is not an idle answer.
+	ModeGarbage
+	// ModeFlap answers Options.FlapProbes probes normally, then fails as
+	// many with 500, and so on, starting afresh when the mode is set.
+	ModeFlap
+)
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	switch m {
+	case ModeNormal:
+		return "normal"
+	case ModeBare:
+		return "bare"
+	case ModeFail:
+		return "fail"
+	case ModeHang:
+		return "hang"
+	case ModeGarbage:
+		return "garbage"
+	case ModeFlap:
+		return "flap"
+	}
+	return fmt.Sprintf("Mode(%d)", int32(m))
+}
+
+// Policy is one simulated policy server. All methods are safe for
+// concurrent use.
+type Policy struct {
+	fleet *Fleet
+	index int
+	url   string
+
+	mode  atomic.Int32
+	flaps atomic.Uint64 // probes since the mode was set, for ModeFlap
+	delay atomic.Int64  // nanoseconds before each /idle answer
+
+	probes atomic.Uint64
+	works  atomic.Uint64
+
+	mu   sync.Mutex
+	jobs []time.Time // end times of unfinished work, by the fleet's clock
+}
+
+// Index returns the policy's index in its fleet.
+func (p *Policy) Index() int { return p.index }
+
+// URL returns the policy's base URL: GET URL()+"/idle" probes it.
+func (p *Policy) URL() string { return p.url }
+
+// SetMode changes how the policy answers /idle from the next probe on.
+func (p *Policy) SetMode(m Mode) {
+	p.flaps.Store(0)
+	p.mode.Store(int32(m))
+}
+
+// Mode returns how the policy answers /idle.
+func (p *Policy) Mode() Mode { return Mode(p.mode.Load()) }
+
+// SetDelay makes the policy wait d before answering each /idle (in any
+// mode), like a slow server; 0 answers at once.
+func (p *Policy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// StartWork makes the policy busy with one more work item for a random
+// duration in [MinWork, MaxWork], and returns that duration.
+func (p *Policy) StartWork() time.Duration {
+	d := p.fleet.workDuration()
+	p.StartWorkFor(d)
+	return d
+}
+
+// StartWorkFor makes the policy busy with one more work item for d.
+func (p *Policy) StartWorkFor(d time.Duration) {
+	p.works.Add(1)
+	end := p.fleet.opts.Now().Add(d)
+	p.mu.Lock()
+	p.jobs = append(p.jobs, end)
+	p.mu.Unlock()
+}
+
+// Load returns the number of work items not yet done.
+func (p *Policy) Load() int {
+	now := p.fleet.opts.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pruneLocked(now)
+}
+
+// Idle reports whether the policy has no work.
+func (p *Policy) Idle() bool { return p.Load() == 0 }
+
+// pruneLocked drops the work done by now and returns the work left. Caller
+// must hold mu.
+func (p *Policy) pruneLocked(now time.Time) int {
+	kept := p.jobs[:0]
+	for _, end := range p.jobs {
+		if end.After(now) {
+			kept = append(kept, end)
+		}
+	}
+	clear(p.jobs[len(kept):])
+	p.jobs = kept
+	return len(kept)
+}
+
+// Probes returns the number of /idle requests the policy has received,
+// answered or not.
+func (p *Policy) Probes() uint64 { return p.probes.Load() }
+
+// Works returns the number of work items the policy has been given.
+func (p *Policy) Works() uint64 { return p.works.Load() }
+
+// handler serves the policy on its own listener.
+func (p *Policy) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /idle", p.serveIdle)
+	mux.HandleFunc("POST /work", p.serveWork)
+	mux.HandleFunc("POST /generate", p.serveGenerate)
+	return mux
+}
+
+// wait waits for d, the request's end or the fleet's closing; it reports
+// whether d passed.
+func (p *Policy) wait(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+	case <-p.fleet.closed:
+	}
+	return false
+}
+
+// idleBody is the answer of GET /idle in ModeNormal.
+type idleBody struct {
+	Idle bool `json:"idle"`
+	Load int  `json:"load"`
+}
+
+func (p *Policy) serveIdle(w http.ResponseWriter, r *http.Request) {
+	p.probes.Add(1)
+	if !p.wait(r, time.Duration(p.delay.Load())) {
+		return
+	}
+	mode := p.Mode()
+	if mode == ModeFlap {
+		n := p.flaps.Add(1) - 1
+		if (n/uint64(p.fleet.opts.FlapProbes))%2 == 1 {
+			mode = ModeFail
+		} else {
+			mode = ModeNormal
+		}
+	}
+	switch mode {
+	case ModeHang:
+		select {
+		case <-r.Context().Done():
+		case <-p.fleet.closed:
+		}
+	case ModeFail:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "simulated failure"})
+	case ModeGarbage:
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("<html>not an idle answer</html>\n"))
+	case ModeBare:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, "%t\n", p.Idle())
+	default:
+		load := p.Load()
+		writeJSON(w, http.StatusOK, idleBody{Idle: load == 0, Load: load})
+	}
+}
+
+// workBody is the answer of POST /work and POST /generate.
+type workBody struct {
+	Index  int     `json:"index"`
+	BusyMS float64 `json:"busy_ms"`
+	Load   int     `json:"load"`
+}
+
+// serveWork starts a work item and answers 202 at once.
+func (p *Policy) serveWork(w http.ResponseWriter, _ *http.Request) {
+	d := p.StartWork()
+	writeJSON(w, http.StatusAccepted, workBody{Index: p.index, BusyMS: ms(d), Load: p.Load()})
+}
+
+// serveGenerate starts a work item and answers 200 when it is done, or 503
+// when the fleet closes first. A client that gives up leaves the policy
+// busy until the work's end, like a real server that cannot cancel.
+func (p *Policy) serveGenerate(w http.ResponseWriter, r *http.Request) {
+	d := p.StartWork()
+	if !p.wait(r, d) {
+		if r.Context().Err() == nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "shutting down"})
+		}
+		return
+	}
+	writeJSON(w, http.StatusOK, workBody{Index: p.index, BusyMS: ms(d), Load: p.Load()})
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

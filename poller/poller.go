@@ -1,0 +1,381 @@
+// Package poller asks every registered policy server whether it is idle and
+// feeds the answers to the routing state.
+//
+// A Poller probes `GET {url}/idle` for each policy of the target's current
+// snapshot once per Interval. Probes are spread over the interval (policy i
+// of n is probed at offset i*Interval/n of each period) instead of bursting
+// all at once. A slow, hung or dead policy never delays the others: at most
+// Concurrency probes are in flight, each is bounded by Timeout, and a policy
+// whose previous probe is still in flight is skipped for that period rather
+// than queued twice. Results go to Target.ObserveProbe, which decides what
+// they mean (health, idle deques, reported loads); the poller only logs the
+// health transitions it reports.
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// Target is what the poller reads policies from and reports probes to: the
+// routing state. Implementations must be safe for concurrent use;
+// ObserveProbe is called from many probe goroutines at once, but never
+// concurrently for the same policy id, and a policy's probes are reported
+// in the order they were sent.
+type Target interface {
+	// Snapshot returns the registered policies; never nil.
+	Snapshot() *routing.Snapshot
+	// ObserveProbe records one probe of the policy with the given id and
+	// returns the health transition it caused, if any.
+	ObserveProbe(id string, p routing.Probe) routing.Transition
+}
+
+var _ Target = (*routing.State)(nil)
+
+// Defaults and limits of Config.
+const (
+	// DefaultInterval is the default period between two probes of a policy.
+	DefaultInterval = 100 * time.Millisecond
+	// DefaultTimeout is the default bound on one probe.
+	DefaultTimeout = time.Second
+	// MaxTimeoutIntervals caps Timeout at this many Intervals, so that a
+	// hung policy (probed at most once per Timeout, since a policy is never
+	// probed twice at once) is still found unhealthy within a few dozen
+	// intervals.
+	MaxTimeoutIntervals = 10
+	// DefaultConcurrency is the default number of probes in flight at most.
+	DefaultConcurrency = 256
+	// MaxBodyBytes is the largest /idle answer accepted; a longer body is a
+	// failed probe.
+	MaxBodyBytes = 4 << 10
+)
+
+// coalesce is how close two due times must be to be dispatched in one
+// wake-up of the scheduler: with a thousand policies at 100ms the scheduler
+// wakes once a millisecond, not ten times.
+const coalesce = time.Millisecond
+
+// Config configures a Poller. Zero fields take the defaults.
+type Config struct {
+	// Interval is the period between two probes of the same policy.
+	// Default DefaultInterval.
+	Interval time.Duration
+	// Timeout bounds one probe, from sending the request to reading the
+	// body. Default DefaultTimeout, and never more than MaxTimeoutIntervals
+	// times Interval (a larger value is lowered, with a warning).
+	Timeout time.Duration
+	// Concurrency is the most probes in flight at once. When all are taken
+	// a policy that is due is skipped for that period (Stats.SkippedTotal).
+	// Default DefaultConcurrency.
+	Concurrency int
+	// Client sends the probes. Default: a keep-alive client made for many
+	// policies, no proxy, no HTTP/2. A given client is copied and its
+	// CheckRedirect replaced: redirects are never followed (a 3xx answer is
+	// a failed probe).
+	Client *http.Client
+	// Logger receives health transitions (Warn when a policy becomes
+	// unhealthy, Info when it recovers) and, at Debug, failed probes.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Now stamps probes (SentAt) and measures their latency; default
+	// time.Now. Scheduling always uses the runtime's timers.
+	Now func() time.Time
+	// OnProbe, when set, is called after each probe has been reported to the
+	// target, with the transition it caused, e.g. to update metrics. It is
+	// called from many goroutines at once and must not block.
+	OnProbe func(id string, p routing.Probe, tr routing.Transition)
+}
+
+// Poller probes the target's policies in the background. Create it with
+// New and start it with Run; Stats may be called at any time from any
+// goroutine.
+type Poller struct {
+	target   Target
+	interval time.Duration
+	timeout  time.Duration
+	sem      chan struct{}
+	client   *http.Client
+	own      *http.Transport // made by New: its idle connections close when Run ends
+	log      *slog.Logger
+	now      func() time.Time
+	onProbe  func(id string, p routing.Probe, tr routing.Transition)
+
+	running  atomic.Bool
+	wg       sync.WaitGroup // probe goroutines
+	sweeps   atomic.Uint64
+	probes   atomic.Uint64
+	failures atomic.Uint64
+	skipped  atomic.Uint64
+	inflight atomic.Int64
+	npol     atomic.Int64
+
+	// Owned by the Run goroutine.
+	snap    *routing.Snapshot
+	members []*member
+	byID    map[string]*member
+}
+
+// member is one policy as the poller sees it. It is replaced when the
+// policy's URL or index changes.
+type member struct {
+	id      string
+	index   int
+	url     string // as registered, for logs
+	idleURL string // "" when url does not parse; err says why
+	err     error
+	busy    atomic.Bool // a probe is in flight
+	gone    atomic.Bool // no longer registered: results are dropped
+}
+
+func newMember(p routing.Policy) *member {
+	m := &member{id: p.ID, index: p.Index, url: p.URL}
+	u, err := url.Parse(p.URL)
+	switch {
+	case err != nil:
+		m.err = fmt.Errorf("policy %s: parse url: %w", p.ID, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		m.err = fmt.Errorf("policy %s: url %q: scheme must be http or https", p.ID, p.URL)
+	default:
+		m.idleURL = u.JoinPath("idle").String()
+	}
+	return m
+}
+
+// New returns a Poller of target. It starts nothing: call Run.
+func New(target Target, cfg Config) *Poller {
+	p := &Poller{
+		target:   target,
+		interval: cfg.Interval,
+		timeout:  cfg.Timeout,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		onProbe:  cfg.OnProbe,
+		byID:     make(map[string]*member),
+	}
+	if p.interval <= 0 {
+		p.interval = DefaultInterval
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.timeout <= 0 {
+		p.timeout = DefaultTimeout
+	}
+	if limit := MaxTimeoutIntervals * p.interval; p.timeout > limit {
+		if cfg.Timeout > 0 {
+			p.log.Warn("poll timeout lowered", "timeout", cfg.Timeout, "to", limit, "interval", p.interval)
+		}
+		p.timeout = limit
+	}
+	conc := cfg.Concurrency
+	if conc <= 0 {
+		conc = DefaultConcurrency
+	}
+	p.sem = make(chan struct{}, conc)
+	if cfg.Client != nil {
+		c := *cfg.Client
+		c.CheckRedirect = noRedirect
+		p.client = &c
+	} else {
+		p.own = newTransport(conc, p.timeout)
+		p.client = &http.Client{Transport: p.own, CheckRedirect: noRedirect, Timeout: p.timeout}
+	}
+	return p
+}
+
+// Stats describes the poller for GET /stats.
+type Stats struct {
+	// Interval and Timeout are the effective settings.
+	Interval time.Duration
+	Timeout  time.Duration
+	// Concurrency is the most probes in flight at once.
+	Concurrency int
+	// Policies is the number of policies probed in the current period.
+	Policies int
+	// Sweeps counts completed passes over all policies (periods).
+	Sweeps uint64
+	// ProbesTotal counts probes answered or failed; FailuresTotal the failed
+	// ones among them.
+	ProbesTotal   uint64
+	FailuresTotal uint64
+	// SkippedTotal counts due probes not sent: the policy's previous probe
+	// was still in flight, or Concurrency probes were.
+	SkippedTotal uint64
+	// InFlight is the number of probes in flight now.
+	InFlight int
+}
+
+// Stats returns the poller's settings and counters. It is safe to call
+// concurrently with Run.
+func (p *Poller) Stats() Stats {
+	return Stats{
+		Interval:      p.interval,
+		Timeout:       p.timeout,
+		Concurrency:   cap(p.sem),
+		Policies:      int(p.npol.Load()),
+		Sweeps:        p.sweeps.Load(),
+		ProbesTotal:   p.probes.Load(),
+		FailuresTotal: p.failures.Load(),
+		SkippedTotal:  p.skipped.Load(),
+		InFlight:      int(p.inflight.Load()),
+	}
+}
+
+// ErrRunning is returned by Run when the poller is already running.
+var ErrRunning = errors.New("poller: already running")
+
+// Run probes the target's policies until ctx is done: the first period
+// starts at once, the next ones every Interval. A new snapshot is picked up
+// at the start of the next period. Run returns nil once ctx is done and
+// every goroutine it started has exited (probes in flight are cancelled
+// and not reported); it returns ErrRunning at once if another Run of the
+// same Poller has not returned. A Poller may be run again after Run
+// returns.
+func (p *Poller) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer p.running.Store(false)
+	defer p.closeIdle()
+	defer p.wg.Wait()
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	start := time.Now()
+	for {
+		if !p.sweep(ctx, timer, start) {
+			return nil
+		}
+		next := start.Add(p.interval)
+		if !sleep(ctx, timer, time.Until(next)) {
+			return nil
+		}
+		// Fell behind by more than a period (the process was starved): start
+		// afresh rather than catch up in a burst.
+		if now := time.Now(); now.Sub(next) > p.interval {
+			next = now
+		}
+		start = next
+	}
+}
+
+// sweep dispatches one period's probes, policy i of n at start plus
+// i*interval/n. It returns false when ctx is done.
+func (p *Poller) sweep(ctx context.Context, timer *time.Timer, start time.Time) bool {
+	members := p.refresh()
+	for i, m := range members {
+		if !sleep(ctx, timer, time.Until(start.Add(offset(i, len(members), p.interval)))) {
+			return false
+		}
+		p.dispatch(ctx, m)
+	}
+	p.sweeps.Add(1)
+	return ctx.Err() == nil
+}
+
+// offset is when, within a period, the i-th of n policies is probed.
+func offset(i, n int, interval time.Duration) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration(int64(interval) * int64(i) / int64(n))
+}
+
+// sleep waits for d on timer, or not at all when d is below coalesce. It
+// returns false when ctx is done.
+func sleep(ctx context.Context, timer *time.Timer, d time.Duration) bool {
+	if d < coalesce {
+		return ctx.Err() == nil
+	}
+	timer.Reset(d)
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		timer.Stop()
+		return false
+	}
+}
+
+// refresh returns the members of the target's current snapshot in index
+// order, rebuilding them when the snapshot changed. Members of policies
+// that keep their id, index and URL carry over, with their in-flight
+// probe; the others are marked gone.
+func (p *Poller) refresh() []*member {
+	snap := p.target.Snapshot()
+	if snap == p.snap {
+		return p.members
+	}
+	pols := snap.Policies()
+	members := make([]*member, 0, len(pols))
+	byID := make(map[string]*member, len(pols))
+	for _, pol := range pols {
+		if pol.URL == "" {
+			continue // nothing to probe; routing keeps the policy as it is
+		}
+		m := p.byID[pol.ID]
+		if m == nil || m.url != pol.URL || m.index != pol.Index {
+			m = newMember(pol)
+		}
+		members = append(members, m)
+		byID[pol.ID] = m
+	}
+	for id, m := range p.byID {
+		if byID[id] != m {
+			m.gone.Store(true)
+		}
+	}
+	p.snap, p.members, p.byID = snap, members, byID
+	p.npol.Store(int64(len(members)))
+	return members
+}
+
+// dispatch starts a probe of m unless its previous probe is still in
+// flight or all probe slots are taken, in which case m is skipped this
+// period.
+func (p *Poller) dispatch(ctx context.Context, m *member) {
+	if !m.busy.CompareAndSwap(false, true) {
+		p.skipped.Add(1)
+		return
+	}
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		m.busy.Store(false)
+		p.skipped.Add(1)
+		return
+	}
+	p.launch(ctx, m)
+}
+
+// launch starts a probe of m in a new goroutine. The caller has set m.busy
+// and taken a slot of sem; both are given back when the probe is reported.
+func (p *Poller) launch(ctx context.Context, m *member) {
+	p.inflight.Add(1)
+	p.wg.Go(func() {
+		defer func() {
+			p.inflight.Add(-1)
+			<-p.sem
+			m.busy.Store(false) // after reporting: a policy's probes are reported in order
+		}()
+		p.probeAndReport(ctx, m)
+	})
+}
+
+func (p *Poller) closeIdle() {
+	if p.own != nil {
+		p.own.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,412 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// eventually polls cond until it holds, failing the test after a deadline
+// far beyond what any condition here needs: only a real bug trips it.
+func eventually(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// register replaces st's policies with p0..pn-1 at the given URLs.
+func register(tb testing.TB, st *routing.State, urls ...string) {
+	tb.Helper()
+	ps := make([]routing.Policy, len(urls))
+	for i, u := range urls {
+		ps[i] = routing.Policy{Index: i, ID: fmt.Sprintf("p%d", i), URL: u}
+	}
+	if err := st.Update(ps, routing.Topology{}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// start runs a poller of target until the test ends, then checks that Run
+// returned nil.
+func start(tb testing.TB, target Target, cfg Config) *Poller {
+	tb.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = discard()
+	}
+	p := New(target, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("Run: %v", err)
+		}
+	})
+	return p
+}
+
+func policyStats(st *routing.State, index int) routing.PolicyStats {
+	for _, ps := range st.Stats().Policies {
+		if ps.Policy.Index == index {
+			return ps
+		}
+	}
+	return routing.PolicyStats{}
+}
+
+// healthOf returns the indices of st's healthy and unhealthy policies.
+func healthOf(st *routing.State) (healthy, unhealthy []int) {
+	for _, ps := range st.Stats().Policies {
+		if ps.Healthy {
+			healthy = append(healthy, ps.Policy.Index)
+		} else {
+			unhealthy = append(unhealthy, ps.Policy.Index)
+		}
+	}
+	return healthy, unhealthy
+}
+
+// logRecorder is a slog handler that keeps every record's level, message
+// and policy id.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []logRec
+}
+
+type logRec struct {
+	level slog.Level
+	msg   string
+	id    string
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler            { return l }
+
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	rec := logRec{level: r.Level, msg: r.Message}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "policy_id" {
+			rec.id = a.Value.String()
+		}
+		return true
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, rec)
+	return nil
+}
+
+// count returns how many records at level have message msg and policy id.
+func (l *logRecorder) count(level slog.Level, msg, id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.recs {
+		if r.level == level && r.msg == msg && r.id == id {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRoutingFollowsHealth(t *testing.T) {
+	var flapFails atomic.Bool
+	idle := answerWith(200, `{"idle": true}`)
+	good := newFake(t, idle)
+	servers := []*fake{
+		0: good,
+		1: newFake(t, hang),
+		2: newFake(t, answerWith(500, `{"idle": true}`)),
+		3: newFake(t, answerWith(200, "garbage")),
+		4: newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(20 * time.Millisecond)
+			idle(w, r)
+		}),
+		5: newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, good.URL+"/idle", http.StatusTemporaryRedirect)
+		}),
+		6: newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			if flapFails.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			idle(w, r)
+		}),
+	}
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.URL
+	}
+	st := routing.New(routing.Options{Grace: time.Minute, FailThreshold: 3, PassThreshold: 2})
+	register(t, st, urls...)
+	logs := &logRecorder{}
+	p := start(t, st, Config{Interval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond, Logger: slog.New(logs)})
+
+	wantHealthy, wantUnhealthy := []int{0, 4, 6}, []int{1, 2, 3, 5}
+	eventually(t, "policies 1, 2, 3 and 5 unhealthy", func() bool {
+		_, unhealthy := healthOf(st)
+		return slices.Equal(unhealthy, wantUnhealthy)
+	})
+	if healthy, _ := healthOf(st); !slices.Equal(healthy, wantHealthy) {
+		t.Fatalf("healthy policies %v, want %v", healthy, wantHealthy)
+	}
+	checkRouted(t, st, wantHealthy)
+
+	// Unhealthy policies keep being probed, so that they can come back.
+	before := servers[2].hits.Load()
+	eventually(t, "probes of an unhealthy policy", func() bool { return servers[2].hits.Load() > before })
+
+	flapFails.Store(true)
+	eventually(t, "flapping policy unhealthy", func() bool { return !policyStats(st, 6).Healthy })
+	for range 20 {
+		if sel, err := st.Select(context.Background(), routing.SelectRoundRobin, ""); err != nil || sel.Policy.Index == 6 {
+			t.Fatalf("round robin gave %d, %v while policy 6 is unhealthy", sel.Policy.Index, err)
+		}
+	}
+	flapFails.Store(false)
+	eventually(t, "flapping policy healthy again", func() bool { return policyStats(st, 6).Healthy })
+
+	// Each transition is logged once.
+	for _, id := range []string{"p1", "p2", "p3", "p5", "p6"} {
+		if got := logs.count(slog.LevelWarn, "policy unhealthy", id); got != 1 {
+			t.Errorf("%s: %d unhealthy logs, want 1", id, got)
+		}
+	}
+	if got := logs.count(slog.LevelInfo, "policy healthy again", "p6"); got != 1 {
+		t.Errorf("p6: %d healthy-again logs, want 1", got)
+	}
+	for _, id := range []string{"p0", "p4"} {
+		if got := logs.count(slog.LevelWarn, "policy unhealthy", id); got != 0 {
+			t.Errorf("%s: %d unhealthy logs for a healthy policy", id, got)
+		}
+	}
+	if got := servers[1].maxInflight.Load(); got != 1 {
+		t.Errorf("hung policy had %d probes in flight at once, want 1", got)
+	}
+	if n := good.hits.Load(); n == 0 {
+		t.Errorf("policy 0 never probed")
+	}
+	if s := p.Stats(); s.FailuresTotal == 0 || s.ProbesTotal <= s.FailuresTotal || s.Sweeps == 0 || s.Policies != 7 {
+		t.Errorf("Stats() = %+v", s)
+	}
+}
+
+// checkRouted checks that every router hands out exactly the policies
+// want, and no other.
+func checkRouted(tb testing.TB, st *routing.State, want []int) {
+	tb.Helper()
+	seen := map[int]bool{}
+	for range 3 * len(want) {
+		sel, err := st.Select(context.Background(), routing.SelectRoundRobin, "")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		seen[sel.Policy.Index] = true
+	}
+	a, err := st.Assign(routing.AssignRequest{Kind: routing.AssignLeastLoaded, NumTasks: 3 * len(want)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, i := range a.Indices {
+		seen[i] = true
+	}
+	for range want {
+		sel, err := st.Select(context.Background(), routing.SelectIdle, "")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		seen[sel.Policy.Index] = true
+	}
+	got := slices.Sorted(func(yield func(int) bool) {
+		for i := range seen {
+			if !yield(i) {
+				return
+			}
+		}
+	})
+	if !slices.Equal(got, want) {
+		tb.Errorf("routed to %v, want exactly %v", got, want)
+	}
+	// Every healthy policy is leased now (Grace is long): nothing idle is left.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if sel, err := st.Select(ctx, routing.SelectIdle, ""); err == nil {
+		tb.Errorf("select with every healthy policy leased gave policy %d", sel.Policy.Index)
+	}
+}
+
+// TestHealthyProbedOnSchedule checks that hung policies, filling half the
+// probe slots, do not slow the probing of healthy ones, and are never
+// probed twice at once.
+//
+// The bounds leave room for a starved machine: were the hung probes
+// holding up the others, the healthy policies would be probed about once
+// per Timeout, a tenth of the rate expected here, while the test asks for a
+// quarter of it (and, against the periods the scheduler actually ran, half).
+func TestHealthyProbedOnSchedule(t *testing.T) {
+	const interval = 20 * time.Millisecond
+	var urls []string
+	var healthy, hung []*fake
+	for i := range 8 {
+		if i%2 == 0 {
+			f := newFake(t, hang)
+			hung = append(hung, f)
+			urls = append(urls, f.URL)
+		} else {
+			f := newFake(t, answerWith(200, "true"))
+			healthy = append(healthy, f)
+			urls = append(urls, f.URL)
+		}
+	}
+	st := routing.New(routing.Options{})
+	register(t, st, urls...)
+	p := start(t, st, Config{Interval: interval, Timeout: 10 * interval, Concurrency: 8})
+
+	eventually(t, "first probes", func() bool { return p.Stats().Sweeps >= 2 })
+	t0, sweeps0 := time.Now(), p.Stats().Sweeps
+	before := make([]int64, len(healthy))
+	for i, f := range healthy {
+		before[i] = f.hits.Load()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	elapsed, sweeps := time.Since(t0), int64(p.Stats().Sweeps-sweeps0)
+	wantByClock := int64(elapsed/interval) / 4
+	for i, f := range healthy {
+		got := f.hits.Load() - before[i]
+		if got < wantByClock {
+			t.Errorf("healthy policy %d probed %d times in %v, want at least %d (a quarter of one per %v)", i, got, elapsed, wantByClock, interval)
+		}
+		if got < sweeps/2 {
+			t.Errorf("healthy policy %d probed %d times in %d periods, want at least half", i, got, sweeps)
+		}
+	}
+	for i, f := range hung {
+		if got := f.maxInflight.Load(); got != 1 {
+			t.Errorf("hung policy %d had %d probes in flight at once, want 1", i, got)
+		}
+	}
+	if s := p.Stats(); s.SkippedTotal == 0 {
+		t.Errorf("no probe skipped while hung policies were in flight: %+v", s)
+	}
+}
+
+// TestGraceNoDoubleHandout: a policy that keeps answering idle is not
+// handed out again while its selection is within Grace, and is after.
+func TestGraceNoDoubleHandout(t *testing.T) {
+	srv := newFake(t, answerWith(200, `{"idle": true}`))
+	for _, grace := range []time.Duration{time.Minute, 100 * time.Millisecond} {
+		t.Run(fmt.Sprint("grace=", grace), func(t *testing.T) {
+			st := routing.New(routing.Options{Grace: grace})
+			register(t, st, srv.URL)
+			var afterSelect atomic.Int64 // unix ns; probes sent later are counted
+			afterSelect.Store(1 << 62)
+			var idleSince atomic.Int64
+			start(t, st, Config{Interval: 10 * time.Millisecond, OnProbe: func(_ string, p routing.Probe, _ routing.Transition) {
+				if p.OK && p.Idle && p.SentAt.UnixNano() > afterSelect.Load() {
+					idleSince.Add(1)
+				}
+			}})
+			eventually(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
+
+			beforeSelect := time.Now() // no later than the lease's start
+			first, err := st.Select(context.Background(), routing.SelectIdle, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			afterSelect.Store(time.Now().UnixNano())
+			if grace == time.Minute {
+				eventually(t, "idle answers after the selection", func() bool { return idleSince.Load() >= 3 })
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+				defer cancel()
+				if sel, err := st.Select(ctx, routing.SelectIdle, ""); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("second select within grace = %+v, %v; want deadline exceeded", sel, err)
+				}
+				if got := policyStats(st, 0).Inflight; got != 1 {
+					t.Errorf("inflight = %d, want 1", got)
+				}
+				if _, err := st.Release(first.Lease); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Released, or freed by an idle answer sent Grace after the selection.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			second, err := st.Select(ctx, routing.SelectIdle, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if second.Policy.Index != 0 || second.Lease == first.Lease {
+				t.Errorf("second select = %+v, want policy 0 on a new lease", second)
+			}
+			if grace != time.Minute {
+				if took := time.Since(beforeSelect); took < grace {
+					t.Errorf("policy handed out again %v after its selection, within grace %v", took, grace)
+				}
+			}
+		})
+	}
+}
+
+func TestPolicySetChanges(t *testing.T) {
+	a := newFake(t, answerWith(200, "true"))
+	b := newFake(t, answerWith(200, "true"))
+	c := newFake(t, answerWith(200, "true"))
+	st := routing.New(routing.Options{})
+	register(t, st, a.URL)
+	p := start(t, st, Config{Interval: 10 * time.Millisecond})
+	eventually(t, "a probed", func() bool { return a.hits.Load() >= 2 })
+
+	register(t, st, a.URL, b.URL)
+	eventually(t, "b probed after being added", func() bool { return b.hits.Load() >= 2 })
+	if got := p.Stats().Policies; got != 2 {
+		t.Errorf("Stats().Policies = %d, want 2", got)
+	}
+
+	// p0 moves from a to c; p1 stays on b.
+	if err := st.Update([]routing.Policy{{Index: 0, ID: "p0", URL: c.URL}, {Index: 1, ID: "p1", URL: b.URL}}, routing.Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "c probed after p0 moved", func() bool { return c.hits.Load() >= 2 })
+	// Probes are counted when they arrive, and a's last one arrived before
+	// the sweep after the change.
+	sweeps := p.Stats().Sweeps
+	aHits := a.hits.Load()
+	eventually(t, "three more sweeps", func() bool { return p.Stats().Sweeps >= sweeps+3 })
+	if got := a.hits.Load(); got != aHits {
+		t.Errorf("a probed %d more times after p0 moved away", got-aHits)
+	}
+
+	register(t, st)
+	sweeps = p.Stats().Sweeps
+	eventually(t, "a sweep over no policy", func() bool { return p.Stats().Sweeps >= sweeps+2 })
+	bHits, cHits := b.hits.Load(), c.hits.Load()
+	eventually(t, "three more sweeps", func() bool { return p.Stats().Sweeps >= sweeps+5 })
+	if b.hits.Load() != bHits || c.hits.Load() != cHits {
+		t.Errorf("policies probed after they were all removed")
+	}
+	if got := p.Stats().Policies; got != 0 {
+		t.Errorf("Stats().Policies = %d, want 0", got)
+	}
+}

@@ -1,0 +1,188 @@
+package poller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// maxDrain is how much of an unread body is drained so that the connection
+// can be reused; a longer body costs the connection instead.
+const maxDrain = 64 << 10
+
+// answer is a parsed /idle answer.
+type answer struct {
+	idle    bool
+	load    int64
+	hasLoad bool
+}
+
+// probeAndReport probes m once and reports the result to the target, unless
+// the poller is stopping (ctx done: the failure is ours, not the policy's)
+// or m was unregistered meanwhile.
+func (p *Poller) probeAndReport(ctx context.Context, m *member) {
+	sent := p.now()
+	ans, err := p.probe(ctx, m)
+	pr := routing.Probe{SentAt: sent, Latency: p.now().Sub(sent), OK: err == nil}
+	if ctx.Err() != nil {
+		return
+	}
+	if err == nil {
+		pr.Idle, pr.Load, pr.HasLoad = ans.idle, ans.load, ans.hasLoad
+	}
+	p.probes.Add(1)
+	if err != nil {
+		p.failures.Add(1)
+		if p.log.Enabled(ctx, slog.LevelDebug) {
+			p.log.Debug("probe failed", "policy_id", m.id, "index", m.index, "url", m.url, "error", err)
+		}
+	}
+	if m.gone.Load() {
+		return
+	}
+	tr := p.target.ObserveProbe(m.id, pr)
+	switch tr {
+	case routing.BecameUnhealthy:
+		p.log.Warn("policy unhealthy", "policy_id", m.id, "index", m.index, "url", m.url, "error", err)
+	case routing.BecameHealthy:
+		p.log.Info("policy healthy again", "policy_id", m.id, "index", m.index, "url", m.url, "latency", pr.Latency)
+	}
+	if p.onProbe != nil {
+		p.onProbe(m.id, pr, tr)
+	}
+}
+
+// probe sends one GET {url}/idle, bounded by the poller's timeout, and
+// parses the answer. Any error is a failed probe.
+func (p *Poller) probe(ctx context.Context, m *member) (answer, error) {
+	if m.err != nil {
+		return answer{}, m.err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.idleURL, nil)
+	if err != nil {
+		return answer{}, fmt.Errorf("policy %s: build request: %w", m.id, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "policyrouter-poller")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return answer{}, fmt.Errorf("policy %s: %w", m.id, err)
+	}
+	defer func() {
+		// Drain and close so that the connection goes back to the pool.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+		_ = resp.Body.Close()
+	}()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return answer{}, fmt.Errorf("policy %s: GET %s: status %d", m.id, m.idleURL, resp.StatusCode)
+	}
+	buf := bodyPool.Get().(*[]byte)
+	defer bodyPool.Put(buf)
+	n, err := readBody(resp.Body, *buf)
+	if err != nil {
+		return answer{}, fmt.Errorf("policy %s: GET %s: read body: %w", m.id, m.idleURL, err)
+	}
+	ans, err := parseAnswer((*buf)[:n])
+	if err != nil {
+		return answer{}, fmt.Errorf("policy %s: GET %s: %w", m.id, m.idleURL, err)
+	}
+	return ans, nil
+}
+
+// bodyPool holds buffers one byte longer than MaxBodyBytes, to tell a body
+// of exactly MaxBodyBytes from a longer one.
+var bodyPool = sync.Pool{New: func() any {
+	b := make([]byte, MaxBodyBytes+1)
+	return &b
+}}
+
+var errTooLarge = fmt.Errorf("body exceeds %d bytes", MaxBodyBytes)
+
+// readBody reads r into buf until EOF. It fails when r holds more than
+// len(buf)-1 bytes.
+func readBody(r io.Reader, buf []byte) (int, error) {
+	n, err := io.ReadFull(r, buf)
+	switch {
+	case err == nil:
+		return n, errTooLarge
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return n, nil
+	default:
+		return n, err
+	}
+}
+
+// idleJSON is the object form of an /idle answer. Other fields are allowed.
+type idleJSON struct {
+	Idle *bool  `json:"idle"`
+	Load *int64 `json:"load"`
+}
+
+// parseAnswer reads an /idle answer: a bare true or false, or an object
+// with a boolean "idle" and an optional integer "load" (null counts as
+// absent). Anything else is an error.
+func parseAnswer(body []byte) (answer, error) {
+	b := bytes.TrimSpace(body)
+	switch string(b) {
+	case "true":
+		return answer{idle: true}, nil
+	case "false":
+		return answer{idle: false}, nil
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return answer{}, fmt.Errorf("not an idle answer: %q", truncate(b, 64))
+	}
+	var v idleJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return answer{}, fmt.Errorf("decode idle answer: %w", err)
+	}
+	if v.Idle == nil {
+		return answer{}, errors.New(`idle answer has no boolean "idle"`)
+	}
+	a := answer{idle: *v.Idle}
+	if v.Load != nil {
+		a.load, a.hasLoad = *v.Load, true
+	}
+	return a, nil
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// noRedirect makes a client return a 3xx answer as is.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// newTransport returns the transport of the default client: keep-alive
+// connections for many policies (each policy holds at most one, since it is
+// never probed twice at once; policies behind one host:port share up to
+// concurrency), dial and header timeouts of one probe, no proxy from the
+// environment (policies are reached directly), no compression, HTTP/1.1.
+func newTransport(concurrency int, timeout time.Duration) *http.Transport {
+	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext:            d.DialContext,
+		MaxIdleConns:           0, // no overall limit: one idle connection per policy
+		MaxIdleConnsPerHost:    concurrency,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    timeout,
+		ResponseHeaderTimeout:  timeout,
+		MaxResponseHeaderBytes: 64 << 10,
+		DisableCompression:     true,
+	}
+}

@@ -1,0 +1,201 @@
+package poller
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+var scaleFlag = flag.Bool("poller-scale", false, "run TestPollerScale (also POLICYROUTER_SCALE=1)")
+
+// TestPollerScale polls 1,000 simulated policies at 100ms for five seconds
+// and reports the polling period each policy actually got and the CPU the
+// process used. It measures rather than asserts timing; it fails only on
+// failed probes or a policy left unprobed for a second. Run it with
+//
+//	go test ./poller/ -run TestPollerScale -v -poller-scale
+func TestPollerScale(t *testing.T) {
+	if !*scaleFlag && os.Getenv("POLICYROUTER_SCALE") != "1" {
+		t.Skip("scale test: pass -poller-scale or set POLICYROUTER_SCALE=1")
+	}
+	const n, interval, window = 1000, 100 * time.Millisecond, 5 * time.Second
+	t.Run("listener=shared", func(t *testing.T) { runScale(t, n, interval, window, false) })
+	t.Run("listener=per-policy", func(t *testing.T) {
+		// 1,000 listeners, 1,000 server and 1,000 client connections.
+		raiseNoFile(t, 3*n+256)
+		runScale(t, n, interval, window, true)
+	})
+}
+
+// raiseNoFile raises the soft RLIMIT_NOFILE to at least need, or skips the
+// test when the hard limit is lower.
+func raiseNoFile(tb testing.TB, need uint64) {
+	tb.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		tb.Fatalf("getrlimit: %v", err)
+	}
+	if lim.Cur >= need {
+		return
+	}
+	if lim.Max < need {
+		tb.Skipf("RLIMIT_NOFILE hard limit %d is below the %d needed", lim.Max, need)
+	}
+	old := lim.Cur
+	lim.Cur = need
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		tb.Skipf("setrlimit %d: %v", need, err)
+	}
+	tb.Cleanup(func() {
+		lim.Cur = old
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	})
+}
+
+func cpuTime(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func runScale(t *testing.T, n int, interval, window time.Duration, perPolicy bool) {
+	fleet, err := fakepolicy.New(n, rand.NewPCG(1, 2), fakepolicy.Options{PerPolicyListeners: perPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := fleet.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	st := routing.New(routing.Options{})
+	register(t, st, fleet.URLs()...)
+	index := make(map[string]int, n)
+	for i := range n {
+		index[fmt.Sprintf("p%d", i)] = i
+	}
+	// sent[i] is written only by policy i's probes, which never overlap and
+	// are reported in order; it is read after Run has returned.
+	sent := make([][]time.Time, n)
+	p := New(st, Config{Interval: interval, Logger: discard(), OnProbe: func(id string, pr routing.Probe, _ routing.Transition) {
+		i := index[id]
+		sent[i] = append(sent[i], pr.SentAt)
+	}})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	time.Sleep(time.Second) // warm up: connections, first periods
+	t0, cpu0, stats0 := time.Now(), cpuTime(t), p.Stats()
+	_, conns0 := fleet.Conns()
+	time.Sleep(window)
+	t1, cpu1, stats1 := time.Now(), cpuTime(t), p.Stats()
+	_, conns1 := fleet.Conns()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Per policy: the gaps between consecutive probes sent in [t0, t1].
+	var gaps []time.Duration
+	means := make([]time.Duration, 0, n)
+	unprobed := 0
+	for i := range n {
+		var prev time.Time
+		var sum time.Duration
+		k := 0
+		for _, s := range sent[i] {
+			if s.Before(t0) || s.After(t1) {
+				continue
+			}
+			if !prev.IsZero() {
+				gaps = append(gaps, s.Sub(prev))
+				sum += s.Sub(prev)
+				k++
+			}
+			prev = s
+		}
+		if k == 0 {
+			unprobed++
+			continue
+		}
+		means = append(means, sum/time.Duration(k))
+	}
+	slices.Sort(gaps)
+	slices.Sort(means)
+	wall := t1.Sub(t0)
+	probes := stats1.ProbesTotal - stats0.ProbesTotal
+	t.Logf("%d policies, interval %v, window %v, per-policy listeners %v", n, interval, wall.Round(time.Millisecond), perPolicy)
+	if len(means) > 0 {
+		t.Logf("period per policy (mean of its gaps): median %v, worst %v", means[len(means)/2].Round(10*time.Microsecond), means[len(means)-1].Round(10*time.Microsecond))
+	}
+	if len(gaps) > 0 {
+		t.Logf("single gaps: median %v, p99 %v, max %v (%d gaps)", pct(gaps, 50), pct(gaps, 99), gaps[len(gaps)-1].Round(10*time.Microsecond), len(gaps))
+	}
+	t.Logf("probes %d (%.0f/s), failures %d, skipped %d, sweeps %d, new connections %d",
+		probes, float64(probes)/wall.Seconds(), stats1.FailuresTotal-stats0.FailuresTotal,
+		stats1.SkippedTotal-stats0.SkippedTotal, stats1.Sweeps-stats0.Sweeps, conns1-conns0)
+	t.Logf("process CPU %v over %v wall: %.1f%% of one core (poller and fake servers together)",
+		(cpu1 - cpu0).Round(time.Millisecond), wall.Round(time.Millisecond), 100*float64(cpu1-cpu0)/float64(wall))
+
+	if f := stats1.FailuresTotal - stats0.FailuresTotal; f > 0 {
+		t.Errorf("%d failed probes of healthy simulated policies", f)
+	}
+	if unprobed > 0 {
+		t.Errorf("%d policies probed fewer than twice in %v", unprobed, wall)
+	}
+	if len(gaps) > 0 && gaps[len(gaps)-1] > time.Second {
+		t.Errorf("a policy went %v without a probe", gaps[len(gaps)-1])
+	}
+}
+
+// pct returns the p-th percentile of sorted ds.
+func pct(ds []time.Duration, p int) time.Duration {
+	return ds[min(len(ds)-1, len(ds)*p/100)].Round(10 * time.Microsecond)
+}
+
+// BenchmarkSweep probes n simulated policies on one loopback listener once
+// each, as fast as the probe slots allow, and reports the CPU cost per
+// probe (ns/op is per sweep).
+func BenchmarkSweep(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			fleet, err := fakepolicy.New(n, nil, fakepolicy.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer fleet.Close()
+			st := routing.New(routing.Options{})
+			register(b, st, fleet.URLs()...)
+			p := New(st, Config{Concurrency: 64, Logger: discard()})
+			defer p.closeIdle()
+			members := p.refresh()
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, m := range members {
+					m.busy.Store(true)
+					p.sem <- struct{}{} // wait for a free slot
+					p.launch(ctx, m)
+				}
+				p.wg.Wait()
+			}
+			b.ReportMetric(float64(b.Elapsed())/float64(int64(b.N)*int64(n)), "ns/probe")
+			if f := p.Stats().FailuresTotal; f > 0 {
+				b.Fatalf("%d failed probes", f)
+			}
+		})
+	}
+}
