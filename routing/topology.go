@@ -167,9 +167,12 @@ func ParseEnvWorker(envID string) (worker int, ok bool) {
 	return n, true
 }
 
-// isPySpace reports whether Python's str.isspace holds for r.
+// isPySpace reports whether Python's int() skips r as whitespace: among
+// ASCII only " \t\n\v\f\r" (int() rejects \x1c-\x1f, although
+// str.isspace holds for them), beyond ASCII what str.isspace accepts. Go's
+// unicode.IsSpace is exactly that.
 func isPySpace(r rune) bool {
-	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
+	return unicode.IsSpace(r)
 }
 
 // decimalValue returns the value of a Unicode decimal digit (category Nd).

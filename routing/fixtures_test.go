@@ -1,0 +1,161 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// nodes builds a Topology from node -> (env ids, eval ids).
+func nodes(spec map[string][2][]int) Topology {
+	t := Topology{Nodes: make(map[string]Components, len(spec))}
+	for node, c := range spec {
+		t.Nodes[node] = Components{Env: c[0], Eval: c[1]}
+	}
+	return t
+}
+
+// ints is a shorthand for []int literals in tables.
+func ints(v ...int) []int { return v }
+
+// densePolicies returns n policies with indices 0..n-1 and ids "p0".."pN".
+func densePolicies(n int) []Policy {
+	ps := make([]Policy, n)
+	for i := range ps {
+		ps[i] = Policy{Index: i, ID: "p" + strconv.Itoa(i), URL: "http://policy-" + strconv.Itoa(i)}
+	}
+	return ps
+}
+
+// withCapacity sets every policy's capacity to k.
+func withCapacity(ps []Policy, k int) []Policy {
+	for i := range ps {
+		ps[i].Capacity = k
+	}
+	return ps
+}
+
+// newState returns a State holding policies and topo.
+func newState(tb testing.TB, opts Options, policies []Policy, topo Topology) *State {
+	tb.Helper()
+	st := New(opts)
+	if err := st.Update(policies, topo); err != nil {
+		tb.Fatalf("Update: %v", err)
+	}
+	return st
+}
+
+// cancelled is a context that is already done: Select with it answers at
+// once, with context.Canceled when it would have to wait.
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// mustSelect selects without waiting and fails the test when nothing is
+// available.
+func mustSelect(tb testing.TB, st *State, kind SelectKind, envID string) Selection {
+	tb.Helper()
+	sel, err := st.Select(cancelled(), kind, envID)
+	if err != nil {
+		tb.Fatalf("Select(%d, %q): %v", kind, envID, err)
+	}
+	return sel
+}
+
+// selectIndices selects once per env id, without waiting, and returns the
+// chosen indices.
+func selectIndices(tb testing.TB, st *State, kind SelectKind, envIDs ...string) []int {
+	tb.Helper()
+	var got []int
+	for _, e := range envIDs {
+		got = append(got, mustSelect(tb, st, kind, e).Policy.Index)
+	}
+	return got
+}
+
+// wantNoIdle checks that a Select of kind would have to wait.
+func wantNoIdle(tb testing.TB, st *State, kind SelectKind, envID string) {
+	tb.Helper()
+	sel, err := st.Select(cancelled(), kind, envID)
+	if !errors.Is(err, context.Canceled) {
+		tb.Fatalf("Select(%d, %q) = %d, %v; want it to wait (context.Canceled)", kind, envID, sel.Policy.Index, err)
+	}
+}
+
+func mustRelease(tb testing.TB, st *State, lease uint64) {
+	tb.Helper()
+	if _, err := st.Release(lease); err != nil {
+		tb.Fatalf("Release(%d): %v", lease, err)
+	}
+}
+
+// policyStats returns the stats of the policy with the given index.
+func policyStats(tb testing.TB, st *State, index int) PolicyStats {
+	tb.Helper()
+	for _, ps := range st.Stats().Policies {
+		if ps.Policy.Index == index {
+			return ps
+		}
+	}
+	tb.Fatalf("no stats for policy %d", index)
+	return PolicyStats{}
+}
+
+// wantInputError checks that err is an *InputError on field whose message
+// mentions every string in mention.
+func wantInputError(tb testing.TB, err error, field string, mention ...string) {
+	tb.Helper()
+	var ie *InputError
+	if !errors.As(err, &ie) {
+		tb.Fatalf("err = %v (%T); want *InputError on %q", err, err, field)
+	}
+	if ie.Field != field {
+		tb.Errorf("field = %q; want %q (err %v)", ie.Field, field, err)
+	}
+	for _, m := range mention {
+		if !strings.Contains(ie.Msg, m) {
+			tb.Errorf("message %q does not mention %q", ie.Msg, m)
+		}
+	}
+}
+
+// fakeClock is a settable Options.Now.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// waitForWaiters returns once n /select callers are queued. It polls
+// without a deadline: a waiter that never queues is a hang that go test's
+// -timeout reports, not a timing flake.
+func waitForWaiters(tb testing.TB, st *State, n int) {
+	tb.Helper()
+	for st.Stats().Waiters < n {
+		time.Sleep(100 * time.Microsecond)
+	}
+	if got := st.Stats().Waiters; got != n {
+		tb.Fatalf("%d waiters queued; want %d", got, n)
+	}
+}
