@@ -184,13 +184,14 @@ func TestOpenAPISpecValid(t *testing.T) {
 func TestSpecCheckSpec(t *testing.T) {
 	jsonCT := http.Header{"Content-Type": {"application/json"}}
 	envelope := `{"error":{"code":"unavailable","message":"no idle policy within 0s","request_id":"r1"}}`
-	ok := []struct {
+	type response struct {
 		name   string
 		req    *http.Request
 		status int
 		header http.Header
 		body   string
-	}{
+	}
+	ok := []response{
 		{"health", mustRequest(http.MethodGet, "/healthz"), http.StatusOK, jsonCT, `{"status":"ok"}` + "\n"},
 		{"trailing slash", mustRequest(http.MethodGet, "/policies/"), http.StatusOK, jsonCT, `{"policies":[]}`},
 		{"503 with Retry-After", mustRequest(http.MethodPost, "/select"), http.StatusServiceUnavailable,
@@ -210,13 +211,7 @@ func TestSpecCheckSpec(t *testing.T) {
 	}
 
 	healthz := mustRequest(http.MethodGet, "/healthz")
-	bad := []struct {
-		name   string
-		req    *http.Request
-		status int
-		header http.Header
-		body   string
-	}{
+	bad := []response{
 		{"undocumented status", healthz, http.StatusTeapot, jsonCT, `{"status":"ok"}`},
 		{"wrong body", healthz, http.StatusOK, jsonCT, `{"status":7}`},
 		{"unknown field", healthz, http.StatusOK, jsonCT, `{"status":"ok","x":1}`},
