@@ -152,6 +152,11 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 		ts.h.ServeHTTP(rec, ts.request(tt.method, tt.path, ""))
 		wantError(t, rec, tt.status, tt.code, "")
 	}
+	rec := httptest.NewRecorder()
+	ts.h.ServeHTTP(rec, ts.request("DELETE", "/topology", ""))
+	if got := rec.Header().Get("Allow"); got != "GET, PUT" {
+		t.Errorf("Allow = %q, want \"GET, PUT\"", got)
+	}
 }
 
 func TestRequestIDEchoed(t *testing.T) {

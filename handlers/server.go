@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -109,8 +110,11 @@ func (s *Server) Handler() http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeEnvelope(w, r, http.StatusNotFound, errorf(api.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path))
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeEnvelope(w, r, http.StatusMethodNotAllowed, errorf(api.CodeMethodNotAllowed, "method "+r.Method+" not allowed here"))
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		allowed := allowedMethods(r, req.URL.Path)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeEnvelope(w, req, http.StatusMethodNotAllowed, errorf(api.CodeMethodNotAllowed,
+			"method "+req.Method+" not allowed here; allowed: "+strings.Join(allowed, ", ")))
 	})
 
 	r.Get("/healthz", s.healthz)
@@ -163,6 +167,18 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 // Stop ends the waits of /select calls (they answer 503) so that a
 // graceful shutdown does not wait for them. Call it when shutdown begins.
 func (s *Server) Stop() { s.stop() }
+
+// allowedMethods lists the methods routes has for path, for the Allow
+// header of a 405.
+func allowedMethods(routes chi.Routes, path string) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
 
 // require admits requests whose bearer token has scope; without a
 // verifier it admits everything.
