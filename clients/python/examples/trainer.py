@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""What a trainer does with policyrouter, start to finish.
+
+    policyrouter serve &                       # in another terminal
+    python3 trainer.py [BASE_URL]              # default $POLICYROUTER_URL or http://127.0.0.1:8080
+
+1. registers 4 policies on two nodes (PUT /policies replaces the router's
+   whole set: run this against a router of your own),
+2. sets the topology (the seed's component_distribution),
+3. assigns a batch of 8 rollout tasks with node affinity (async mode) and
+   reports them finished,
+4. selects an idle policy for one sync step, then releases it.
+
+The policies are stand-ins: small /idle servers started in this process
+(answering {"idle": true}), so that the router's poller finds them healthy.
+Set POLICYROUTER_POLICY_URLS to four comma-separated URLs of real policy
+servers to use those instead. POLICYROUTER_TOKEN is sent as bearer token.
+"""
+
+import json
+import os
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+try:
+    import policyrouter  # noqa: F401
+except ImportError:  # running from a checkout: use the package next door
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import policyrouter  # noqa: F401
+
+from policyrouter import Client, NotFound
+
+
+class _IdlePolicy(BaseHTTPRequestHandler):
+    """A stand-in policy server: GET /idle -> {"idle": true}."""
+
+    def do_GET(self):
+        body = json.dumps({"idle": True}).encode() if self.path == "/idle" else b"{}"
+        self.send_response(200 if self.path == "/idle" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def start_stub_policies(n):
+    servers = []
+    for _ in range(n):
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _IdlePolicy)
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        servers.append(srv)
+    return servers
+
+
+def main(argv):
+    base_url = argv[1] if len(argv) > 1 else os.environ.get("POLICYROUTER_URL", "http://127.0.0.1:8080")
+    client = Client(base_url, token=os.environ.get("POLICYROUTER_TOKEN"))
+    print("policyrouter at", base_url, client.healthz())
+
+    stubs = []
+    urls = [u for u in os.environ.get("POLICYROUTER_POLICY_URLS", "").split(",") if u]
+    if not urls:
+        stubs = start_stub_policies(4)
+        urls = ["http://127.0.0.1:%d" % s.server_address[1] for s in stubs]
+    if len(urls) != 4:
+        sys.exit("POLICYROUTER_POLICY_URLS must name 4 policy servers")
+
+    try:
+        # The topology's eval ids must be registered policy indices, so:
+        # clear the old topology, register the policies, set the new topology.
+        client.set_topology({})
+        policies = client.replace_policies(
+            [{"url": url, "index": i, "node_id": "node-a" if i < 2 else "node-b"} for i, url in enumerate(urls)]
+        )
+        # The seed's component_distribution: env workers 0-1 and policies
+        # (eval workers) 0-1 on node-a, env workers 2-3 and policies 2-3 on node-b.
+        client.set_topology({
+            "node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}},
+            "node-b": {"env": {"ids": [2, 3]}, "eval": {"ids": [2, 3]}},
+        })
+        for p in policies:
+            print("policy %d on %s: %s" % (p["index"], p["node_id"], p["url"]))
+
+        # Async mode: one batch of rollout tasks, each to the least-loaded
+        # policy on its env worker's node. The router tracks the loads.
+        env_ids = ["env-%d" % w for w in (0, 1, 2, 3, 0, 1, 2, 3)]
+        batch = client.assign(len(env_ids), env_ids=env_ids, router="node_affinity")
+        for env_id, index in zip(env_ids, batch["assignments"]):
+            print("%s -> policy %d (%s)" % (env_id, index, batch["policies"][str(index)]["url"]))
+        # ... send the rollouts, and as each finishes:
+        for index in batch["assignments"]:
+            client.complete(index)
+
+        # Sync mode: take an idle policy on env-2's node for one step.
+        sel = client.select(env_id="env-2", router="idle_affinity", timeout_ms=5000)
+        print("env-2 selected policy %d on %s (lease %s)" % (sel["index"], sel["node_id"], sel["lease_id"]))
+        # ... send the request to sel["url"]; when its answer is back:
+        try:
+            client.release(lease_id=sel["lease_id"])
+        except NotFound:
+            pass  # the router already saw the policy idle and freed it
+        print("released policy %d" % sel["index"])
+
+        totals = client.stats()["totals"]
+        print("router totals: %d policies, %d idle, %d assigned, %d selected"
+              % (totals["policies"], totals["idle"], totals["assigned_total"], totals["selected_total"]))
+    finally:
+        if stubs:
+            # The stand-ins go away with this process: unregister them.
+            client.set_topology({})
+            client.replace_policies([])
+            for s in stubs:
+                s.shutdown()
+        client.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

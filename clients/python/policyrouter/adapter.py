@@ -1,0 +1,265 @@
+"""Drop-in replacements for the seed framework's in-process routers.
+
+A trainer that built its router with the seed's ``create_router`` switches
+to the service by changing one constructor::
+
+    router = SimpleRouter()                       # async, in process
+    router = RemoteRouter(client)                 # async, policyrouter
+
+    router = SyncSimpleRouter(eval_policies)      # sync, in process
+    router = RemoteSyncRouter(client, eval_policies=eval_policies)
+
+:class:`RemoteRouter` has the seed's ``assign(current_loads, num_tasks,
+env_ids=None) -> List[int]`` and :class:`RemoteSyncRouter` its
+``select_policy(env_id=None)``. The policies and, for node affinity, the
+``component_distribution`` must be registered with the server first
+(:meth:`Client.replace_policies`, :meth:`Client.set_topology`); policy
+``index`` values are positions in the seed's ``eval_policies`` list.
+
+Leases and the seed's ``check_idle``
+------------------------------------
+The seed's ``SyncSimpleRouter`` pops an idle policy and counts it busy
+until a later ``select_policy`` finds ``policy.check_idle()`` true. The
+service does the same with its poller: it asks each policy's ``GET /idle``
+and frees a selected policy once it answers idle (a grace period after the
+selection). So a caller that never releases anything gets the seed's
+behaviour. In addition, every ``/select`` answer carries a *lease*, and
+releasing it frees the policy at once, without waiting for a poll:
+
+* :meth:`RemoteSyncRouter.release` frees the oldest lease this adapter holds
+  for a policy (call it when the rollout request to that policy finished);
+* with ``release_previous=True`` the next ``select_policy`` *of the same
+  thread* first frees that thread's previous lease, which is right when each
+  thread sends one request at a time and selects again only when the
+  previous request is done;
+* a lease the server already freed (the policy was seen idle) is simply
+  dropped: releasing it is not an error.
+
+The ``node_affinity`` sync router is the seed's round robin, which never
+tracks busy policies: its answers carry no lease and there is nothing to
+release.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import numbers
+import threading
+import time
+from typing import Any, Deque, Dict, List, Optional, Sequence
+
+from .client import Client
+from .errors import NotFound, Unavailable
+
+__all__ = ["RemoteRouter", "RemoteSyncRouter"]
+
+log = logging.getLogger("policyrouter")
+
+
+class RemoteRouter:
+    """The seed's async routers (``SimpleRouter``, ``NodeAffinityRouter``)
+    answered by the service's ``POST /assign``.
+
+    Args:
+        client: a :class:`~policyrouter.Client`.
+        router: ``"simple"`` or ``"node_affinity"``; ``None`` uses the
+            server's default (``--router``).
+        update_loads: add one to ``current_loads[i]`` for each task assigned
+            to ``i``, in place, as the seed's ``NodeAffinityRouter`` does
+            (its ``SimpleRouter`` leaves the list alone, the default here).
+    """
+
+    def __init__(self, client: Client, router: Optional[str] = None, *, update_loads: bool = False) -> None:
+        self.client = client
+        self.router = router
+        self.update_loads = update_loads
+
+    def assign(self, current_loads: Optional[Sequence[int]], num_tasks: int,
+               env_ids: Optional[Sequence[str]] = None) -> List[int]:
+        """Return one policy index per task, exactly as the seed would.
+
+        ``current_loads`` is sent as is (the seed's stateless mode); pass
+        ``None`` to use the loads the server tracks (then report finished
+        tasks with :meth:`Client.complete`). Bad input raises
+        :class:`~policyrouter.errors.ValidationError`, a ``ValueError``
+        like the seed's; where the seed would crash or silently ignore
+        input (``env_ids`` of another length than ``num_tasks``) the server
+        answers 422 instead.
+        """
+        if current_loads is not None and len(current_loads) == 0:
+            raise ValueError("No policies available for routing")
+        if num_tasks == 0 and (env_ids is None or len(env_ids) == 0):
+            return []  # the seed returns [] too; the server wants num_tasks >= 1
+        answer = self.client.assign(num_tasks, current_loads=current_loads, env_ids=env_ids, router=self.router)
+        assignments = [int(i) for i in answer["assignments"]]
+        if self.update_loads and current_loads is not None:
+            for i in assignments:
+                current_loads[i] += 1  # type: ignore[index]
+        return assignments
+
+    def __repr__(self) -> str:
+        return f"RemoteRouter({self.client!r}, router={self.router!r})"
+
+
+class RemoteSyncRouter:
+    """The seed's sync routers (``SyncSimpleRouter``,
+    ``SyncNodeAffinityRouter``) answered by the service's ``POST /select``.
+
+    Args:
+        client: a :class:`~policyrouter.Client`.
+        router: ``"simple"`` (idle FIFO), ``"node_affinity"`` (the seed's
+            per-node round robin), ``"idle_affinity"`` (an idle policy on
+            the env's node, else any idle one); ``None`` uses the server's
+            default.
+        timeout_ms: how long one ``/select`` waits for an idle policy.
+        eval_policies: the seed's ``eval_policies``; when given,
+            ``select_policy`` returns ``eval_policies[index]`` (the object
+            the seed returned) instead of the index.
+        max_wait_s: give up (raise :class:`~policyrouter.errors.Unavailable`)
+            after waiting this long in all; ``None`` waits as long as it
+            takes, as the seed's ``select_policy`` does, asking again every
+            ``timeout_ms``.
+        release_previous: free this thread's previous lease at its next
+            ``select_policy`` (see the module docs).
+        keep_leases: leases kept per policy for :meth:`release`; older ones
+            are forgotten (the server frees those when it sees the policy
+            idle).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        router: Optional[str] = None,
+        timeout_ms: int = 30000,
+        *,
+        eval_policies: Optional[Sequence[Any]] = None,
+        max_wait_s: Optional[float] = None,
+        release_previous: bool = False,
+        keep_leases: int = 64,
+    ) -> None:
+        self.client = client
+        self.router = router
+        self.timeout_ms = int(timeout_ms)
+        self.eval_policies = None if eval_policies is None else list(eval_policies)
+        self.max_wait_s = max_wait_s
+        self.release_previous = release_previous
+        self._keep = max(1, int(keep_leases))
+        self._lock = threading.Lock()
+        self._held: Dict[int, Deque[str]] = {}
+        self._local = threading.local()
+
+    # -- the seed's interface ---------------------------------------------
+
+    def select_policy(self, env_id: Optional[str] = None) -> Any:
+        """Return the index of an idle policy (or ``eval_policies[index]``),
+        waiting for one to become idle; keep its lease for :meth:`release`."""
+        index = self.select(env_id)["index"]
+        if self.eval_policies is not None:
+            return self.eval_policies[index]
+        return index
+
+    # -- beyond the seed ----------------------------------------------------
+
+    def select(self, env_id: Optional[str] = None) -> Dict[str, Any]:
+        """Like :meth:`select_policy`, returning the server's whole answer
+        (``index``, ``id``, ``url``, ``node_id``, ``lease_id``)."""
+        if self.release_previous:
+            prev = getattr(self._local, "last", None)
+            self._local.last = None
+            if prev is not None:
+                self._release_lease(*prev)
+        sel = self._select_waiting(env_id)
+        lease = sel.get("lease_id")
+        if lease:
+            index = int(sel["index"])
+            with self._lock:
+                held = self._held.get(index)
+                if held is None:
+                    held = self._held[index] = collections.deque(maxlen=self._keep)
+                held.append(lease)
+            if self.release_previous:
+                self._local.last = (index, lease)
+        return sel
+
+    def release(self, policy: Any) -> bool:
+        """Free the oldest lease this adapter holds for ``policy`` (an index,
+        or what :meth:`select_policy` returned). Returns ``True`` if a lease
+        was released, ``False`` if none was out (never selected here, the
+        round-robin router, or already freed by the server's poller)."""
+        index = self._index_of(policy)
+        while True:
+            with self._lock:
+                held = self._held.get(index)
+                if not held:
+                    return False
+                lease = held.popleft()
+            if self._release_remote(lease):
+                return True
+
+    def release_all(self) -> int:
+        """Free every lease this adapter holds; return how many were out."""
+        with self._lock:
+            leases = [lease for held in self._held.values() for lease in held]
+            self._held.clear()
+        return sum(1 for lease in leases if self._release_remote(lease))
+
+    def held_leases(self) -> Dict[int, List[str]]:
+        """The leases this adapter holds, oldest first, by policy index."""
+        with self._lock:
+            return {i: list(h) for i, h in self._held.items() if h}
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _index_of(self, policy: Any) -> int:
+        if self.eval_policies is not None and not isinstance(policy, numbers.Integral):
+            for i, p in enumerate(self.eval_policies):
+                if p is policy:
+                    return i
+            for i, p in enumerate(self.eval_policies):
+                if p == policy:
+                    return i
+            raise ValueError(f"{policy!r} is not one of eval_policies")
+        return int(policy)
+
+    def _release_lease(self, index: int, lease: str) -> None:
+        with self._lock:
+            held = self._held.get(index)
+            if held is None or lease not in held:
+                return  # released meanwhile
+            held.remove(lease)
+        self._release_remote(lease)
+
+    def _release_remote(self, lease: str) -> bool:
+        try:
+            self.client.release(lease_id=lease)
+        except NotFound:
+            return False  # the server already saw the policy idle
+        return True
+
+    def _select_waiting(self, env_id: Optional[str]) -> Dict[str, Any]:
+        start = time.monotonic()
+        deadline = None if self.max_wait_s is None else start + self.max_wait_s
+        while True:
+            wait_ms = self.timeout_ms
+            if deadline is not None:
+                wait_ms = max(0, min(wait_ms, int((deadline - time.monotonic()) * 1000)))
+            asked = time.monotonic()
+            try:
+                return self.client.select(env_id=env_id, router=self.router, timeout_ms=wait_ms)
+            except Unavailable as exc:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    raise
+                log.warning("policyrouter: %s; waited %.1fs, still waiting", exc.message, now - start)
+                # An answer well before the wait ended means there was
+                # nothing to wait for (no policies, shutting down), and with
+                # timeout_ms=0 the server does not wait at all: pause.
+                if wait_ms == 0 or now - asked < wait_ms / 2000.0:
+                    pause = exc.retry_after if exc.retry_after is not None else 1.0
+                    if deadline is not None:
+                        pause = min(pause, max(0.0, deadline - now))
+                    time.sleep(pause)
+
+    def __repr__(self) -> str:
+        return f"RemoteSyncRouter({self.client!r}, router={self.router!r}, timeout_ms={self.timeout_ms})"

@@ -1,0 +1,408 @@
+"""HTTP client of the policyrouter API, on ``requests``.
+
+Retries are limited to what is safe to repeat:
+
+* GET, the idempotent PUTs (``PUT /policies``, ``PUT /topology``), DELETE,
+  drain and resume (which set a state) are retried up to ``retries`` times
+  on connection errors and on 502/503/504 answers, with a short
+  exponential backoff (honouring a short ``Retry-After``). Read timeouts
+  are not retried: a slow server would only be asked again.
+* ``POST /assign``, ``/select``, ``/release``, ``/complete`` and
+  ``POST /policies`` change routing state each time they run, so they are
+  retried only when ``requests`` failed to *open the connection* (refused,
+  DNS failure, connect timeout): the request was then never sent. Once a
+  request may have reached the server (connection reset mid-request, read
+  timeout, any HTTP answer) the error is raised to the caller.
+  ``register_policy`` with an explicit ``index`` or ``id`` is the
+  exception: the server treats an identical re-registration of an index or
+  id as a no-op (200), so it is retried like a PUT.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from . import __version__
+from .errors import Unavailable, error_from_response
+
+__all__ = ["Client", "RegisteredPolicy", "request_was_not_sent"]
+
+# Statuses after which a safe (idempotent) request is repeated.
+RETRY_STATUSES = frozenset({502, 503, 504})
+
+# The server's wait of a /select without timeout_ms (its default).
+DEFAULT_SELECT_WAIT_MS = 30000
+
+Timeout = Union[float, Tuple[float, float]]
+
+
+class RegisteredPolicy(dict):
+    """A registered policy as the server returned it (a plain ``dict`` of
+    the wire fields), plus ``created``: ``True`` when the call registered it
+    (201), ``False`` when an identical registration already existed (200)."""
+
+    created: bool
+
+    def __init__(self, body: Mapping[str, Any], created: bool) -> None:
+        super().__init__(body)
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"RegisteredPolicy({dict.__repr__(self)}, created={self.created!r})"
+
+    def __reduce__(self):
+        return (RegisteredPolicy, (dict(self), self.created))
+
+
+def request_was_not_sent(exc: BaseException) -> bool:
+    """Report whether a ``requests`` exception guarantees that the request
+    never reached the server: the connection could not be opened (refused,
+    unreachable, DNS failure, connect timeout). Any other failure (reset or
+    closed connection, read timeout) may come after the server got the
+    request."""
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return True
+    if not isinstance(exc, requests.exceptions.ConnectionError):
+        return False
+    if isinstance(exc, (requests.exceptions.ProxyError, requests.exceptions.SSLError)):
+        return False
+    # requests wraps urllib3's MaxRetryError, whose reason is the cause.
+    # NewConnectionError (refused, unreachable; NameResolutionError is a
+    # subclass) and ConnectTimeoutError are raised before anything is sent.
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
+
+    cause = exc.args[0] if exc.args else None
+    if isinstance(cause, MaxRetryError):
+        cause = cause.reason
+    return isinstance(cause, (NewConnectionError, ConnectTimeoutError))
+
+
+def _to_json_value(obj: Any) -> Any:
+    """json.dumps fallback: numpy scalars and arrays, other int-likes, sets."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "__index__"):
+        return obj.__index__()
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def _omit_none(**kw: Any) -> Dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+class Client:
+    """A client of one policyrouter server.
+
+    Args:
+        base_url: the server, e.g. ``"http://127.0.0.1:8080"`` (a path
+            prefix, for a server behind a proxy, is kept).
+        token: a bearer token (``policyrouter token`` mints one); sent as
+            ``Authorization: Bearer <token>`` when given.
+        timeout: seconds to connect and to wait for an answer; a
+            ``(connect, read)`` tuple sets them apart. ``select`` waits
+            ``timeout_ms`` longer.
+        session: a ``requests.Session`` to use (its adapters, proxies and
+            certificates are kept). By default the client makes its own and
+            closes it in :meth:`close`.
+        retries: how many times a safe request is repeated (see the module
+            docs); 0 disables retries.
+        backoff: first retry delay in seconds, doubled per attempt, with
+            jitter, at most ``max_backoff``.
+        pool_maxsize: connections kept open per host by the client's own
+            session; raise it when many threads share one client.
+
+    One client can be shared by threads (``requests`` sessions are used that
+    way in practice); every method is one HTTP request, plus retries.
+    Methods return the server's JSON as plain dicts and lists, and raise
+    :class:`~policyrouter.errors.PolicyRouterError` subclasses for error
+    answers and ``requests`` exceptions for transport failures.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: Optional[str] = None,
+        timeout: Timeout = 10.0,
+        session: Optional[requests.Session] = None,
+        retries: int = 2,
+        *,
+        backoff: float = 0.1,
+        max_backoff: float = 2.0,
+        pool_maxsize: int = 32,
+    ) -> None:
+        if not base_url or "://" not in base_url:
+            raise ValueError(f"base_url must be an absolute URL like http://127.0.0.1:8080, not {base_url!r}")
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self._owns_session = session is None
+        if session is None:
+            session = requests.Session()
+            adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_maxsize)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+        self.session = session
+        self._headers = {
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "User-Agent": f"policyrouter-python/{__version__} requests/{requests.__version__}",
+        }
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+
+    # -- lifecycle -------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the session if the client made it."""
+        if self._owns_session:
+            self.session.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r})"
+
+    # -- registration ----------------------------------------------------
+
+    def register_policy(
+        self,
+        url: str,
+        node_id: Optional[str] = None,
+        index: Optional[int] = None,
+        id: Optional[str] = None,  # noqa: A002 - the wire field's name
+        capacity: Optional[int] = None,
+        labels: Optional[Mapping[str, str]] = None,
+    ) -> RegisteredPolicy:
+        """``POST /policies``: register one policy.
+
+        ``index`` defaults to the lowest free one and ``id`` to a UUID.
+        Registering the same index with the same body again is a no-op: the
+        answer's ``created`` is then ``False``. A different body for a
+        taken index or id raises :class:`~policyrouter.errors.Conflict`.
+        Retried like a PUT when ``index`` or ``id`` is given, else only
+        when the request was never sent.
+        """
+        body = _omit_none(
+            url=url, node_id=node_id, index=None if index is None else int(index), id=id,
+            capacity=None if capacity is None else int(capacity),
+            labels=None if labels is None else dict(labels),
+        )
+        # With an index or id the call is idempotent (same body -> 200), so
+        # it may be repeated; without either a repeat would register a
+        # second policy.
+        resp = self._request("POST", "/policies", body, idempotent=index is not None or id is not None)
+        return RegisteredPolicy(resp.json(), created=resp.status_code == 201)
+
+    def replace_policies(self, policies: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+        """``PUT /policies``: replace the whole set at once (what a trainer
+        does at start-up); each entry has the fields of
+        :meth:`register_policy`. Returns the stored policies in index order."""
+        body = {"policies": [dict(p) for p in policies]}
+        return self._request("PUT", "/policies", body, idempotent=True).json()["policies"]
+
+    def list_policies(self) -> List[Dict[str, Any]]:
+        """``GET /policies``: every policy, in index order."""
+        return self._request("GET", "/policies").json()["policies"]
+
+    def get_policy(self, id: str) -> Dict[str, Any]:  # noqa: A002
+        """``GET /policies/{id}``; raises NotFound for an unknown id."""
+        return self._request("GET", self._policy_path(id)).json()
+
+    def delete_policy(self, id: str) -> None:  # noqa: A002
+        """``DELETE /policies/{id}``; raises NotFound for an unknown id,
+        except when an earlier attempt of this same call may have deleted
+        it (then the 404 of the retry is the expected answer)."""
+        self._request("DELETE", self._policy_path(id), idempotent=True, missing_ok_on_retry=True)
+
+    def drain(self, id: str) -> Dict[str, Any]:  # noqa: A002
+        """``POST /policies/{id}/drain``: stop new work to the policy without
+        deleting it. Returns the policy (``draining`` true)."""
+        return self._request("POST", self._policy_path(id) + "/drain", idempotent=True).json()
+
+    def resume(self, id: str) -> Dict[str, Any]:  # noqa: A002
+        """``POST /policies/{id}/resume``: undo :meth:`drain`."""
+        return self._request("POST", self._policy_path(id) + "/resume", idempotent=True).json()
+
+    def set_topology(self, component_distribution: Mapping[str, Any]) -> Dict[str, Any]:
+        """``PUT /topology`` with the seed's ``component_distribution`` as is:
+        ``{"node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0]}}, ...}``.
+        Returns the stored topology."""
+        return self._request("PUT", "/topology", dict(component_distribution), idempotent=True).json()
+
+    def get_topology(self) -> Dict[str, Any]:
+        """``GET /topology``."""
+        return self._request("GET", "/topology").json()
+
+    # -- routing ---------------------------------------------------------
+
+    def assign(
+        self,
+        num_tasks: int,
+        current_loads: Optional[Sequence[int]] = None,
+        env_ids: Optional[Sequence[str]] = None,
+        router: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """``POST /assign``: spread ``num_tasks`` tasks over the policies.
+
+        ``current_loads`` (one load per policy index) is the seed's
+        stateless mode; without it the server's tracked loads are used and
+        raised. ``env_ids`` must have ``num_tasks`` entries. ``router`` is
+        ``"simple"`` or ``"node_affinity"`` (default: the server's).
+        Returns ``{"assignments": [...], "policies": {"<index>": {...}}}``.
+        Not retried once sent (tracked loads would be raised twice).
+        """
+        body = _omit_none(
+            num_tasks=int(num_tasks),
+            current_loads=None if current_loads is None else [int(x) for x in current_loads],
+            env_ids=None if env_ids is None else list(env_ids),
+            router=router,
+        )
+        return self._request("POST", "/assign", body).json()
+
+    def select(
+        self,
+        env_id: Optional[str] = None,
+        router: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """``POST /select``: take one idle policy for a sync request,
+        waiting up to ``timeout_ms`` (server default 30000, capped by the
+        server's ``--max-select-wait``) for one to become idle.
+
+        Returns ``{"index", "id", "url", "node_id", "lease_id"}``; the
+        ``node_affinity`` (round-robin) router issues no ``lease_id``.
+        Raises :class:`~policyrouter.errors.Unavailable` (with
+        ``retry_after``) when no policy became idle in time. The HTTP read
+        timeout is the wait plus the client's timeout. Not retried once
+        sent: a lost answer may have taken a policy.
+        """
+        body = _omit_none(env_id=env_id, router=router,
+                          timeout_ms=None if timeout_ms is None else int(timeout_ms))
+        wait_s = (DEFAULT_SELECT_WAIT_MS if timeout_ms is None else max(0, int(timeout_ms))) / 1000.0
+        return self._request("POST", "/select", body, extra_read_s=wait_s).json()
+
+    def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> Dict[str, Any]:
+        """``POST /release``: return a selected policy to idle at once, by
+        ``lease_id`` or (releasing that policy's oldest lease) by ``index``.
+        Raises NotFound for a lease that is not out (never issued, released,
+        or freed when the server saw the policy idle)."""
+        body = _omit_none(lease_id=lease_id, index=None if index is None else int(index))
+        return self._request("POST", "/release", body).json()
+
+    def complete(self, index: int, count: int = 1) -> Dict[str, Any]:
+        """``POST /complete``: ``count`` tasks of policy ``index`` finished;
+        lowers its tracked load. Returns ``{"index", "load"}``."""
+        return self._request("POST", "/complete", {"index": int(index), "count": int(count)}).json()
+
+    # -- reading ---------------------------------------------------------
+
+    def stats(self) -> Dict[str, Any]:
+        """``GET /stats``: per policy, per node and total figures."""
+        return self._request("GET", "/stats").json()
+
+    def healthz(self) -> Dict[str, Any]:
+        """``GET /healthz``: ``{"status": "ok"}`` while the process serves."""
+        return self._request("GET", "/healthz").json()
+
+    def readyz(self) -> Dict[str, Any]:
+        """``GET /readyz``: ``{"status": "ok"}``; raises Unavailable when the
+        server is not ready (after the usual retries)."""
+        return self._request("GET", "/readyz").json()
+
+    # -- plumbing --------------------------------------------------------
+
+    @staticmethod
+    def _policy_path(id: str) -> str:  # noqa: A002
+        if not isinstance(id, str) or not id:
+            raise ValueError(f"policy id must be a non-empty string, not {id!r}")
+        # Escape exactly as Go does for a path (RFC 3986 sub-delims, ':' and
+        # '@' stay literal). Any other escaping makes Go keep the raw path,
+        # which the server's router matches undecoded, and the id is not found.
+        return "/policies/" + requests.utils.quote(id, safe="$&+,:;=@")
+
+    def _timeouts(self, extra_read_s: float) -> Tuple[float, float]:
+        if isinstance(self.timeout, tuple):
+            connect, read = self.timeout
+        else:
+            connect = read = float(self.timeout)
+        return connect, read + extra_read_s
+
+    def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
+        delay = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return min(delay, self.max_backoff)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        idempotent: Optional[bool] = None,
+        extra_read_s: float = 0.0,
+        missing_ok_on_retry: bool = False,
+    ) -> requests.Response:
+        """Send one API call, with the retries the module docs describe;
+        return the 2xx response or raise."""
+        if idempotent is None:
+            idempotent = method in ("GET", "HEAD", "OPTIONS")
+        data = None if body is None else json.dumps(body, default=_to_json_value).encode()
+        headers = dict(self._headers)
+        # One id for every attempt of this call, so server logs tie them up.
+        headers["X-Request-ID"] = uuid.uuid4().hex
+        url = self.base_url + path
+        timeout = self._timeouts(extra_read_s)
+        attempt = 0
+        maybe_done = False  # an earlier attempt may have reached the server
+        while True:
+            try:
+                resp = self.session.request(method, url, data=data, headers=headers,
+                                            timeout=timeout, allow_redirects=False)
+            except requests.exceptions.RequestException as exc:
+                not_sent = request_was_not_sent(exc)
+                retryable = not_sent or (
+                    idempotent
+                    and isinstance(exc, requests.exceptions.ConnectionError)
+                    and not isinstance(exc, requests.exceptions.SSLError)
+                )
+                if attempt >= self.retries or not retryable:
+                    raise
+                maybe_done = maybe_done or not not_sent
+                time.sleep(self._delay(attempt, None))
+                attempt += 1
+                continue
+            if resp.status_code < 300:
+                return resp
+            if missing_ok_on_retry and maybe_done and resp.status_code == 404:
+                return resp
+            err = error_from_response(resp)
+            if idempotent and resp.status_code in RETRY_STATUSES and attempt < self.retries:
+                retry_after = err.retry_after if isinstance(err, Unavailable) else None
+                maybe_done = True
+                resp.close()
+                time.sleep(self._delay(attempt, retry_after))
+                attempt += 1
+                continue
+            raise err
+

@@ -1,0 +1,213 @@
+"""Typed errors for the policyrouter API.
+
+Every error answer of the server carries one envelope::
+
+    {"error": {"code": "validation_failed", "message": "...",
+               "fields": {"num_tasks": "must be >= 1"}, "request_id": "..."}}
+
+:func:`error_from_response` turns such an answer (or any non-2xx answer,
+including non-JSON bodies from a proxy) into an instance of
+:class:`PolicyRouterError` or one of its subclasses, chosen by HTTP status.
+
+Transport failures (connection refused, read timeouts) are not wrapped: they
+surface as the ``requests.exceptions.RequestException`` that ``requests``
+raised.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from typing import Any, Dict, Mapping, Optional
+
+__all__ = [
+    "PolicyRouterError",
+    "ValidationError",
+    "AuthError",
+    "NotFound",
+    "Conflict",
+    "Unavailable",
+    "error_from_response",
+    "parse_retry_after",
+]
+
+# Longest body text kept in an error built from a non-JSON answer.
+_MAX_TEXT = 2000
+
+
+class PolicyRouterError(Exception):
+    """An error answer of the policyrouter server.
+
+    Attributes:
+        status: the HTTP status code.
+        code: the envelope's ``code`` (for example ``"validation_failed"``),
+            or ``None`` when the body was not the server's envelope.
+        message: the envelope's ``message``, or the body text.
+        fields: bad input fields (JSON paths) and what is wrong with each;
+            empty when the server named none.
+        request_id: the request id of the envelope (else of the
+            ``X-Request-ID`` header), to find the request in server logs.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: Optional[str],
+        message: str,
+        fields: Optional[Mapping[str, str]] = None,
+        request_id: Optional[str] = None,
+    ) -> None:
+        # All arguments go to Exception.__init__ so that errors pickle (for
+        # example across multiprocessing or Ray) and copy faithfully.
+        super().__init__(status, code, message, dict(fields or {}), request_id)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.fields: Dict[str, str] = dict(fields or {})
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        head = f"{self.status}"
+        if self.code:
+            head += f" {self.code}"
+        text = f"{head}: {self.message}"
+        if self.fields:
+            text += " [" + "; ".join(f"{k}: {v}" for k, v in sorted(self.fields.items())) + "]"
+        if self.request_id:
+            text += f" (request_id {self.request_id})"
+        return text
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(status={self.status!r}, code={self.code!r}, "
+            f"message={self.message!r}, fields={self.fields!r}, request_id={self.request_id!r})"
+        )
+
+
+class ValidationError(PolicyRouterError, ValueError):
+    """400 (malformed JSON) or 422 (well-formed but invalid input).
+
+    ``fields`` names each bad field. It is also a ``ValueError``, which is
+    what the seed's routers raise for bad input.
+    """
+
+
+class AuthError(PolicyRouterError):
+    """401 (missing or invalid token) or 403 (token lacks the scope)."""
+
+
+class NotFound(PolicyRouterError):
+    """404: unknown policy id, unknown or already released lease, or route."""
+
+
+class Conflict(PolicyRouterError):
+    """409: for example a different body registered for a taken index."""
+
+
+class Unavailable(PolicyRouterError):
+    """503: no policy to route to (none registered, all unhealthy or
+    draining, no idle policy within ``timeout_ms``), the server is shutting
+    down, or it is not ready.
+
+    ``retry_after`` is the server's ``Retry-After`` in seconds, or ``None``.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: Optional[str],
+        message: str,
+        fields: Optional[Mapping[str, str]] = None,
+        request_id: Optional[str] = None,
+        retry_after: Optional[float] = None,
+    ) -> None:
+        super().__init__(status, code, message, fields, request_id)
+        self.args = self.args + (retry_after,)
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.retry_after is not None:
+            text += f" (retry after {self.retry_after:g}s)"
+        return text
+
+
+_BY_STATUS = {
+    400: ValidationError,
+    422: ValidationError,
+    401: AuthError,
+    403: AuthError,
+    404: NotFound,
+    409: Conflict,
+    503: Unavailable,
+}
+
+
+def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Return a ``Retry-After`` header value in seconds (never negative).
+
+    Both forms of RFC 9110 are accepted: delay seconds (``"1"``) and an
+    HTTP date. Anything else gives ``None``.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        if seconds != seconds or seconds in (float("inf"), float("-inf")):
+            return None
+        return max(0.0, seconds)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def error_from_response(response: Any) -> PolicyRouterError:
+    """Build the error for a non-2xx ``requests.Response``.
+
+    The class is chosen by status; statuses without a subclass (405, 413,
+    415, 500, 502, 504, ...) give a plain :class:`PolicyRouterError`. A body
+    that is not the error envelope still gives an error, whose ``message``
+    is the body text (or the HTTP reason when the body is empty).
+    """
+    status = int(response.status_code)
+    code: Optional[str] = None
+    fields: Dict[str, str] = {}
+    request_id = response.headers.get("X-Request-ID") or None
+    text = response.text or ""
+    message = text.strip()[:_MAX_TEXT]
+    try:
+        body = json.loads(text) if text else None
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        env = body["error"]
+        code = env.get("code") if isinstance(env.get("code"), str) else None
+        if isinstance(env.get("message"), str):
+            message = env["message"]
+        if isinstance(env.get("fields"), dict):
+            fields = {str(k): str(v) for k, v in env["fields"].items()}
+        if isinstance(env.get("request_id"), str) and env["request_id"]:
+            request_id = env["request_id"]
+    elif isinstance(body, dict) and isinstance(body.get("status"), str):
+        # /readyz answers 503 {"status": "not ready"}, outside the envelope.
+        message = body["status"]
+    if not message:
+        message = getattr(response, "reason", None) or f"HTTP {status}"
+    cls = _BY_STATUS.get(status, PolicyRouterError)
+    if cls is Unavailable:
+        return Unavailable(
+            status, code, message, fields, request_id,
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+        )
+    return cls(status, code, message, fields, request_id)

@@ -1,0 +1,564 @@
+"""Client tests: against the real policyrouter binary (ServerTestCase), and
+against a scripted fake server for what the binary cannot be made to do on
+demand (dropped connections, proxy errors, 503 then success)."""
+
+import copy
+import json
+import pickle
+import random
+import socket
+import threading
+import time
+import unittest
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import requests
+
+from policyrouter import (
+    AuthError,
+    Client,
+    Conflict,
+    NotFound,
+    PolicyRouterError,
+    Unavailable,
+    ValidationError,
+)
+from policyrouter.client import request_was_not_sent
+from policyrouter.errors import parse_retry_after
+
+from tests import seed_reference as seed
+from tests._server import ServerTestCase
+
+
+class RegistrationTest(ServerTestCase):
+    def test_health(self):
+        self.assertEqual(self.client.healthz(), {"status": "ok"})
+        self.assertEqual(self.client.readyz(), {"status": "ok"})
+
+    def test_register_list_get_delete(self):
+        a = self.client.register_policy("http://127.0.0.1:9/a", node_id="node-a", index=0,
+                                        capacity=2, labels={"model": "m1"})
+        self.assertTrue(a.created)
+        self.assertEqual((a["index"], a["url"], a["node_id"], a["capacity"], a["labels"], a["draining"]),
+                         (0, "http://127.0.0.1:9/a", "node-a", 2, {"model": "m1"}, False))
+        b = self.client.register_policy("http://127.0.0.1:9/b", id="pol-b")
+        self.assertEqual((b["index"], b["id"]), (1, "pol-b"))  # lowest free index
+
+        listed = self.client.list_policies()
+        self.assertEqual([p["index"] for p in listed], [0, 1])
+        self.assertEqual(listed[0], dict(a))
+        self.assertEqual(self.client.get_policy("pol-b"), dict(b))
+
+        self.assertIsNone(self.client.delete_policy(a["id"]))
+        with self.assertRaises(NotFound) as cm:
+            self.client.get_policy(a["id"])
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+        self.assertTrue(cm.exception.request_id)
+        with self.assertRaises(NotFound):
+            self.client.delete_policy(a["id"])
+        self.assertEqual([p["id"] for p in self.client.list_policies()], ["pol-b"])
+
+    def test_ids_with_odd_characters_are_quoted(self):
+        for i, pid in enumerate(["a b:c", "x!'()*$&+,;=@~", "<tag>[1]"]):
+            with self.subTest(id=pid):
+                self.client.register_policy("http://127.0.0.1:9/", id=pid, index=i)
+                self.assertEqual(self.client.get_policy(pid)["id"], pid)
+                self.assertTrue(self.client.drain(pid)["draining"])
+                self.client.delete_policy(pid)
+        with self.assertRaises(ValueError):
+            self.client.get_policy("")
+
+    def test_reregister_is_idempotent(self):
+        first = self.client.register_policy("http://127.0.0.1:9/", node_id="n", index=3)
+        again = self.client.register_policy("http://127.0.0.1:9/", node_id="n", index=3)
+        self.assertTrue(first.created)
+        self.assertFalse(again.created)
+        self.assertEqual(dict(first), dict(again))
+        by_id = self.client.register_policy("http://127.0.0.1:9/", node_id="n", id=first["id"])
+        self.assertFalse(by_id.created)
+        self.assertEqual(by_id["index"], 3)
+        self.assertEqual(len(self.client.list_policies()), 1)
+        self.assertIn("created=False", repr(again))
+        self.assertEqual(pickle.loads(pickle.dumps(again)).created, False)
+
+    def test_conflict(self):
+        self.client.register_policy("http://127.0.0.1:9/", index=0)
+        with self.assertRaises(Conflict) as cm:
+            self.client.register_policy("http://127.0.0.1:9/other", index=0)
+        e = cm.exception
+        self.assertEqual((e.status, e.code), (409, "conflict"))
+        self.assertIn("index 0", e.message)
+        self.assertIsInstance(e, PolicyRouterError)
+
+    def test_replace_policies(self):
+        got = self.client.replace_policies(
+            [{"url": "http://127.0.0.1:9/%d" % i, "index": i, "node_id": "n%d" % (i % 2)} for i in (2, 0, 1)])
+        self.assertEqual([p["index"] for p in got], [0, 1, 2])
+        self.assertEqual(got, self.client.list_policies())
+        self.assertEqual(self.client.replace_policies([]), [])
+        self.assertEqual(self.client.list_policies(), [])
+
+    def test_validation_error_fields(self):
+        with self.assertRaises(ValidationError) as cm:
+            self.client.register_policy("ftp://127.0.0.1/")
+        self.assertIn("url", cm.exception.fields)
+        self.assertIsInstance(cm.exception, ValueError)
+        with self.assertRaises(ValidationError) as cm:
+            self.client.register_policy("http://127.0.0.1:9/", capacity=0)
+        self.assertIn("capacity", cm.exception.fields)
+
+    def test_drain_resume(self):
+        ps = self.register_n(2)
+        drained = self.client.drain(ps[0]["id"])
+        self.assertTrue(drained["draining"])
+        self.assertEqual(self.client.select(timeout_ms=0)["index"], 1)
+        # a draining policy gets no tasks, even in stateless mode
+        self.assertEqual(self.client.assign(3, current_loads=[0, 5])["assignments"], [1, 1, 1])
+        self.assertTrue(self.client.drain(ps[0]["id"])["draining"])  # idempotent
+        self.assertFalse(self.client.resume(ps[0]["id"])["draining"])
+        self.assertEqual(self.client.select(timeout_ms=0)["index"], 0)
+        with self.assertRaises(NotFound):
+            self.client.drain("nope")
+
+    def test_topology_round_trip(self):
+        self.register_n(3)
+        topo = {
+            "node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}},
+            "node-b": {"env": {"ids": [2]}, "eval": {"ids": [2]}, "trainer": {"ids": [7]}},
+        }
+        self.assertEqual(self.client.set_topology(copy.deepcopy(topo)), topo)
+        self.assertEqual(self.client.get_topology(), topo)
+        # a policy registered without node_id takes the node of its eval id
+        self.assertEqual([p["node_id"] for p in self.client.list_policies()], ["node-a", "node-a", "node-b"])
+
+    def test_topology_rule_is_a_validation_error(self):
+        self.register_n(1)
+        with self.assertRaises(ValidationError) as cm:
+            self.client.set_topology({"node-a": {"env": {"ids": [0]}}})
+        self.assertIn("node-a", cm.exception.message)
+        self.assertTrue(any("node-a" in f for f in cm.exception.fields))
+
+    def test_stats(self):
+        self.register_n(2, nodes=["a", "b"])
+        st = self.client.stats()
+        self.assertEqual([p["index"] for p in st["policies"]], [0, 1])
+        self.assertEqual(st["totals"]["policies"], 2)
+        self.assertEqual(set(st["nodes"]), {"a", "b"})
+
+
+class AssignTest(ServerTestCase):
+    def test_assign_matches_seed_simple_router(self):
+        rng = random.Random(1)
+        for case in range(150):
+            loads = [rng.randint(-5, 20) for _ in range(rng.randint(1, 12))]
+            n = rng.randint(1, 40)
+            want = seed.SimpleRouter().assign(list(loads), n)
+            got = self.client.assign(n, current_loads=loads, router="simple")
+            self.assertEqual(got["assignments"], want, f"case {case}: loads={loads} n={n}")
+            self.assertEqual(got["policies"], {})  # stateless, nothing registered
+
+    def test_assign_matches_seed_node_affinity_router(self):
+        rng = random.Random(2)
+        for topo_case in range(12):
+            n_nodes = rng.randint(1, 4)
+            n_policies = rng.randint(n_nodes, 10)
+            nodes = ["node-%d" % i for i in range(n_nodes)]
+            # every node gets at least one policy (eval) and one env worker
+            policy_node = nodes + [rng.choice(nodes) for _ in range(n_policies - n_nodes)]
+            rng.shuffle(policy_node)
+            workers = list(range(rng.randint(n_nodes, 12)))
+            env_node = nodes + [rng.choice(nodes) for _ in range(len(workers) - n_nodes)]
+            rng.shuffle(env_node)
+            cd = {n: {"env": {"ids": [w for w in workers if env_node[w] == n]},
+                      "eval": {"ids": [i for i in range(n_policies) if policy_node[i] == n]}} for n in nodes}
+            self.client.set_topology({})
+            self.client.replace_policies([{"url": "http://127.0.0.1:9/%d" % i, "index": i, "node_id": policy_node[i]}
+                                          for i in range(n_policies)])
+            self.client.set_topology(cd)
+            oracle = seed.NodeAffinityRouter(cd, policy_node)
+            for case in range(15):
+                loads = [rng.randint(0, 6) for _ in range(n_policies)]
+                env_ids = [rng.choice(["env-%d" % rng.randint(0, 14), "env-x", "worker-%d" % rng.randint(0, 3), "7"])
+                           for _ in range(rng.randint(1, 25))]
+                want = oracle.assign(list(loads), len(env_ids), env_ids)
+                got = self.client.assign(len(env_ids), current_loads=loads, env_ids=env_ids, router="node_affinity")
+                self.assertEqual(got["assignments"], want, f"topology {cd} loads={loads} env_ids={env_ids}")
+                for idx in set(want):
+                    self.assertEqual(got["policies"][str(idx)]["node_id"], policy_node[idx])
+
+    def test_assign_tracked_loads_and_complete(self):
+        self.register_n(3)
+        got = self.client.assign(4)
+        self.assertEqual(got["assignments"], [0, 1, 2, 0])
+        self.assertEqual(set(got["policies"]), {"0", "1", "2"})
+        self.assertEqual(got["policies"]["0"]["url"], "http://127.0.0.1:9/p0")
+        self.assertEqual([p["load"] for p in self.client.stats()["policies"]], [2, 1, 1])
+        self.assertEqual(self.client.complete(0), {"index": 0, "load": 1})
+        self.assertEqual(self.client.complete(2, count=1)["load"], 0)
+        self.assertEqual(self.client.assign(2)["assignments"], [2, 0])
+
+    def test_assign_validation(self):
+        with self.assertRaises(ValidationError) as cm:
+            self.client.assign(0, current_loads=[1, 2])
+        e = cm.exception
+        self.assertEqual((e.status, e.code), (422, "validation_failed"))
+        self.assertIn("num_tasks", e.fields)
+        self.assertTrue(e.request_id)
+        self.assertIn("num_tasks", str(e))
+        with self.assertRaises(ValidationError) as cm:
+            self.client.assign(2, current_loads=[0], env_ids=["env-0"])
+        self.assertIn("env_ids", cm.exception.fields)
+        with self.assertRaises(ValidationError) as cm:
+            self.client.assign(1, current_loads=[0], router="fastest")
+        self.assertIn("router", cm.exception.fields)
+
+    def test_assign_without_policies_is_unavailable(self):
+        with self.assertRaises(Unavailable) as cm:
+            self.client.assign(1)
+        self.assertEqual(cm.exception.retry_after, 1.0)
+
+    def test_numpy_like_loads_are_sent_as_ints(self):
+        class Int:  # stands in for numpy.int64
+            def __init__(self, v):
+                self.v = v
+
+            def __int__(self):
+                return self.v
+
+        self.assertEqual(self.client.assign(2, current_loads=[Int(3), Int(1)])["assignments"], [1, 1])
+
+
+class SelectTest(ServerTestCase):
+    def test_select_release_cycle(self):
+        self.register_n(2, nodes=["a", "b"])
+        s0 = self.client.select()
+        s1 = self.client.select(env_id="env-0")
+        self.assertEqual((s0["index"], s1["index"]), (0, 1))  # FIFO, index order
+        self.assertEqual(s0["url"], "http://127.0.0.1:9/p0")
+        self.assertEqual(s1["node_id"], "b")
+        self.assertNotEqual(s0["lease_id"], s1["lease_id"])
+        self.assertEqual(self.client.stats()["leases"], 2)
+
+        r = self.client.release(lease_id=s0["lease_id"])
+        self.assertEqual((r["released"], r["index"], r["lease_id"]), (True, 0, s0["lease_id"]))
+        self.assertEqual(self.client.select(timeout_ms=0)["index"], 0)
+        with self.assertRaises(NotFound):
+            self.client.release(lease_id=s0["lease_id"])  # already released
+        self.assertEqual(self.client.release(index=1)["index"], 1)
+        with self.assertRaises(NotFound):
+            self.client.release(index=1)  # no lease out
+        with self.assertRaises(ValidationError) as cm:
+            self.client.release()
+        self.assertTrue({"lease_id", "index"} & set(cm.exception.fields))
+
+    def test_select_timeout_is_unavailable_with_retry_after(self):
+        self.register_n(1)
+        self.client.select()
+        start = time.monotonic()
+        with self.assertRaises(Unavailable) as cm:
+            self.client.select(timeout_ms=50)
+        self.assertGreaterEqual(time.monotonic() - start, 0.045)
+        e = cm.exception
+        self.assertEqual((e.status, e.code, e.retry_after), (503, "unavailable", 1.0))
+        self.assertIn("retry after 1s", str(e))
+
+    def test_select_waits_longer_than_the_client_timeout(self):
+        self.register_n(1)
+        lease = self.client.select()["lease_id"]
+        slow = Client(self.server.url, timeout=0.3)
+        self.addCleanup(slow.close)
+        threading.Timer(0.6, self.client.release, kwargs={"lease_id": lease}).start()
+        start = time.monotonic()
+        got = slow.select(timeout_ms=3000)  # read timeout 0.3s + 3s
+        self.assertGreaterEqual(time.monotonic() - start, 0.5)
+        self.assertEqual(got["index"], 0)
+
+    def test_select_without_policies(self):
+        with self.assertRaises(Unavailable):
+            self.client.select(timeout_ms=10)
+
+    def test_round_robin_select_has_no_lease(self):
+        self.register_n(2)
+        got = [self.client.select(router="node_affinity") for _ in range(3)]
+        self.assertEqual([g["index"] for g in got], [0, 1, 0])
+        self.assertTrue(all(not g.get("lease_id") for g in got))
+
+
+# -- a scripted fake server -------------------------------------------------
+
+
+class FakeServer:
+    """Answers requests from a script: a list of actions per (method, path),
+    consumed in order (the last one repeats). An action is
+    (status, headers, body) or "drop" (read the request, close the
+    connection without answering)."""
+
+    def __init__(self):
+        self.script = {}
+        self.requests = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                fake.requests.append((self.command, self.path, dict(self.headers), body))
+                actions = fake.script.get((self.command, self.path)) or [(200, {}, b"{}")]
+                action = actions.pop(0) if len(actions) > 1 else actions[0]
+                if action == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                status, headers, payload = action
+                if isinstance(payload, (dict, list)):
+                    payload = json.dumps(payload).encode()
+                self.send_response(status)
+                headers = dict(headers)
+                headers.setdefault("Content-Type", "application/json")
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def count(self, method, path):
+        return sum(1 for r in self.requests if r[0] == method and r[1] == path)
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def envelope(code, message, **extra):
+    return {"error": {"code": code, "message": message, "request_id": "rid-1", **extra}}
+
+
+UNAVAILABLE = (503, {"Retry-After": "0"}, envelope("unavailable", "busy"))
+
+
+class FakeServerTest(unittest.TestCase):
+    def setUp(self):
+        self.fake = FakeServer()
+        self.addCleanup(self.fake.close)
+        self.client = Client(self.fake.url + "/", token="tok-123", timeout=2.0, retries=2, backoff=0.01)
+        self.addCleanup(self.client.close)
+
+    def test_headers(self):
+        self.client.healthz()
+        self.client.assign(1, current_loads=[0])
+        for method, path, headers, _ in self.fake.requests:
+            self.assertEqual(headers.get("Authorization"), "Bearer tok-123")
+            self.assertEqual(headers.get("Content-Type"), "application/json")
+            self.assertRegex(headers.get("X-Request-ID", ""), r"^[0-9a-f]{32}$")
+        self.assertEqual(json.loads(self.fake.requests[1][3]), {"num_tasks": 1, "current_loads": [0]})
+        plain = Client(self.fake.url)
+        self.addCleanup(plain.close)
+        plain.healthz()
+        self.assertNotIn("Authorization", self.fake.requests[-1][2])
+
+    def test_connection_reuse(self):
+        seen = set()
+        orig = self.fake.httpd.RequestHandlerClass.setup
+
+        def setup(handler):
+            seen.add(handler.client_address)
+            orig(handler)
+
+        self.fake.httpd.RequestHandlerClass.setup = setup
+        for _ in range(5):
+            self.client.healthz()
+        self.assertEqual(len(seen), 1)
+
+    def test_get_is_retried_on_503_and_dropped_connections(self):
+        self.fake.script[("GET", "/stats")] = [UNAVAILABLE, "drop", (200, {}, {"ok": 1})]
+        self.assertEqual(self.client.stats(), {"ok": 1})
+        self.assertEqual(self.fake.count("GET", "/stats"), 3)
+        ids = {r[2]["X-Request-ID"] for r in self.fake.requests}
+        self.assertEqual(len(ids), 1, "retries reuse the call's request id")
+
+    def test_get_gives_up_after_retries(self):
+        self.fake.script[("GET", "/stats")] = [(502, {"Content-Type": "text/html"}, b"<html>bad gateway</html>")]
+        with self.assertRaises(PolicyRouterError) as cm:
+            self.client.stats()
+        self.assertEqual(self.fake.count("GET", "/stats"), 3)
+        e = cm.exception
+        self.assertEqual((type(e), e.status, e.code), (PolicyRouterError, 502, None))
+        self.assertIn("bad gateway", e.message)
+
+    def test_retries_zero(self):
+        c = Client(self.fake.url, retries=0)
+        self.addCleanup(c.close)
+        self.fake.script[("GET", "/stats")] = [UNAVAILABLE]
+        with self.assertRaises(Unavailable):
+            c.stats()
+        self.assertEqual(self.fake.count("GET", "/stats"), 1)
+
+    def test_routing_posts_are_not_retried_once_sent(self):
+        for method, path, call in [
+            ("POST", "/assign", lambda: self.client.assign(1, current_loads=[0])),
+            ("POST", "/select", lambda: self.client.select(timeout_ms=0)),
+            ("POST", "/complete", lambda: self.client.complete(0)),
+            ("POST", "/release", lambda: self.client.release(index=0)),
+            ("POST", "/policies", lambda: self.client.register_policy("http://x:1")),
+        ]:
+            with self.subTest(path=path, answer="503"):
+                self.fake.script[(method, path)] = [UNAVAILABLE]
+                before = self.fake.count(method, path)
+                with self.assertRaises(Unavailable):
+                    call()
+                self.assertEqual(self.fake.count(method, path) - before, 1)
+            with self.subTest(path=path, answer="dropped"):
+                self.fake.script[(method, path)] = ["drop"]
+                before = self.fake.count(method, path)
+                with self.assertRaises(requests.ConnectionError):
+                    call()
+                self.assertEqual(self.fake.count(method, path) - before, 1)
+
+    def test_register_with_index_or_id_is_retried(self):
+        self.fake.script[("POST", "/policies")] = [UNAVAILABLE, "drop", (200, {}, {"index": 4, "id": "x"}),
+                                                   UNAVAILABLE, (201, {}, {"index": 0, "id": "y"})]
+        got = self.client.register_policy("http://x:1", index=4)
+        self.assertEqual((dict(got), got.created), ({"index": 4, "id": "x"}, False))
+        self.assertEqual(self.fake.count("POST", "/policies"), 3)
+        got = self.client.register_policy("http://x:1", id="y")
+        self.assertEqual((got["id"], got.created), ("y", True))
+        self.assertEqual(self.fake.count("POST", "/policies"), 5)
+
+    def test_idempotent_writes_are_retried(self):
+        for method, path, call in [
+            ("PUT", "/policies", lambda: self.client.replace_policies([])),
+            ("PUT", "/topology", lambda: self.client.set_topology({})),
+            ("POST", "/policies/p/drain", lambda: self.client.drain("p")),
+            ("POST", "/policies/p/resume", lambda: self.client.resume("p")),
+        ]:
+            with self.subTest(path=path):
+                self.fake.script[(method, path)] = ["drop", UNAVAILABLE, (200, {}, {"policies": []})]
+                call()
+                self.assertEqual(self.fake.count(method, path), 3)
+
+    def test_delete_retry_after_lost_answer_accepts_404(self):
+        self.fake.script[("DELETE", "/policies/p")] = ["drop", (404, {}, envelope("not_found", "policy not found"))]
+        self.assertIsNone(self.client.delete_policy("p"))
+        self.assertEqual(self.fake.count("DELETE", "/policies/p"), 2)
+        # a first-attempt 404 is an error
+        with self.assertRaises(NotFound):
+            self.client.delete_policy("p")
+
+    def test_connect_errors_are_retried_for_posts(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]  # closed once the block ends: connection refused
+
+        calls = []
+
+        class CountingSession(requests.Session):
+            def request(self, *a, **kw):
+                calls.append(a[:2])
+                return super().request(*a, **kw)
+
+        c = Client("http://127.0.0.1:%d" % port, session=CountingSession(), retries=2, backoff=0.001)
+        with self.assertRaises(requests.ConnectionError) as cm:
+            c.assign(1, current_loads=[0])
+        self.assertTrue(request_was_not_sent(cm.exception))
+        self.assertEqual(len(calls), 3)
+        c.close()
+        c.session.close()
+
+    def test_request_was_not_sent(self):
+        self.assertTrue(request_was_not_sent(requests.exceptions.ConnectTimeout()))
+        self.assertFalse(request_was_not_sent(requests.exceptions.ReadTimeout()))
+        self.assertFalse(request_was_not_sent(requests.exceptions.ConnectionError("reset")))
+        self.assertFalse(request_was_not_sent(ValueError()))
+
+    def test_error_envelope(self):
+        self.fake.script[("POST", "/assign")] = [
+            (422, {}, envelope("validation_failed", "invalid request: num_tasks must be >= 1",
+                               fields={"num_tasks": "must be >= 1"}))]
+        with self.assertRaises(ValidationError) as cm:
+            self.client.assign(0)
+        e = cm.exception
+        self.assertEqual((e.status, e.code, e.fields, e.request_id),
+                         (422, "validation_failed", {"num_tasks": "must be >= 1"}, "rid-1"))
+        e2 = pickle.loads(pickle.dumps(e))
+        self.assertEqual((type(e2), e2.fields, str(e2)), (ValidationError, e.fields, str(e)))
+
+    def test_status_classes(self):
+        for status, cls in [(400, ValidationError), (401, AuthError), (403, AuthError), (404, NotFound),
+                            (409, Conflict), (413, PolicyRouterError), (500, PolicyRouterError)]:
+            with self.subTest(status=status):
+                self.fake.script[("POST", "/complete")] = [(status, {}, envelope("x", "m"))]
+                with self.assertRaises(cls) as cm:
+                    self.client.complete(0)
+                self.assertIs(type(cm.exception), cls)
+                self.assertEqual(cm.exception.status, status)
+
+    def test_non_json_error_bodies(self):
+        self.fake.script[("POST", "/select")] = [(401, {"Content-Type": "text/plain", "X-Request-ID": "hdr-id"},
+                                                  b"token expired\n")]
+        with self.assertRaises(AuthError) as cm:
+            self.client.select()
+        self.assertEqual((cm.exception.message, cm.exception.code, cm.exception.request_id),
+                         ("token expired", None, "hdr-id"))
+        self.fake.script[("POST", "/select")] = [(503, {"Retry-After": "7"}, b"")]
+        with self.assertRaises(Unavailable) as cm:
+            self.client.select()
+        self.assertEqual(cm.exception.retry_after, 7.0)
+        self.assertTrue(cm.exception.message)
+        e = pickle.loads(pickle.dumps(cm.exception))
+        self.assertEqual(e.retry_after, 7.0)
+
+    def test_readyz_not_ready(self):
+        self.fake.script[("GET", "/readyz")] = [(503, {}, {"status": "not ready"})]
+        with self.assertRaises(Unavailable) as cm:
+            self.client.readyz()
+        self.assertEqual(cm.exception.message, "not ready")
+
+    def test_select_read_timeout_covers_the_wait(self):
+        seen = []
+
+        class Recording(requests.Session):
+            def request(self, method, url, **kw):
+                seen.append(kw["timeout"])
+                return super().request(method, url, **kw)
+
+        c = Client(self.fake.url, session=Recording(), timeout=2.0)
+        c.select(timeout_ms=5000)
+        c.select()
+        c.stats()
+        self.assertEqual(seen, [(2.0, 7.0), (2.0, 32.0), (2.0, 2.0)])
+        c.session.close()
+
+
+class RetryAfterTest(unittest.TestCase):
+    def test_parse(self):
+        self.assertEqual(parse_retry_after("1"), 1.0)
+        self.assertEqual(parse_retry_after(" 2.5 "), 2.5)
+        self.assertEqual(parse_retry_after("-3"), 0.0)
+        self.assertIsNone(parse_retry_after(None))
+        self.assertIsNone(parse_retry_after("soon"))
+        self.assertIsNone(parse_retry_after("nan"))
+        now = time.time()
+        self.assertAlmostEqual(parse_retry_after(formatdate(now + 30, usegmt=True), now=now), 30, delta=1)
+        self.assertEqual(parse_retry_after(formatdate(now - 30, usegmt=True), now=now), 0.0)
+
+    def test_client_rejects_bad_base_url(self):
+        with self.assertRaises(ValueError):
+            Client("127.0.0.1:8080")
+
+
+if __name__ == "__main__":
+    unittest.main()
