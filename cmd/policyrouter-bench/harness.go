@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"time"
+)
+
+// report is everything one run measured.
+type report struct {
+	Machine   machineInfo      `json:"machine"`
+	Config    reportConfig     `json:"config"`
+	Workloads []workloadResult `json:"workloads"`
+	Seed      *seedResult      `json:"seed,omitempty"`
+	// Profile names the CPU profile written by -profile-select, if any.
+	Profile        string  `json:"profile,omitempty"`
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+}
+
+// reportConfig is the part of the configuration the figures depend on.
+type reportConfig struct {
+	DurationSeconds float64 `json:"duration_seconds"`
+	Rounds          int     `json:"rounds"`
+	Concurrency     int     `json:"concurrency"`
+	PollIntervalMS  float64 `json:"poll_interval_ms"`
+	LogLevel        string  `json:"log_level"`
+	Logging         string  `json:"logging"`
+}
+
+// round is one floor phase and the router phase after it.
+type round struct {
+	Floor  phase      `json:"floor"`
+	Router phase      `json:"router"`
+	Server serverTime `json:"server"`
+}
+
+// sideSummary holds medians over rounds of one side's figures.
+type sideSummary struct {
+	Throughput float64 `json:"throughput"`
+	P50MS      float64 `json:"p50_ms"`
+	P99MS      float64 `json:"p99_ms"`
+}
+
+// workloadResult is one workload's rounds and their medians.
+type workloadResult struct {
+	Name     string  `json:"name"`
+	Desc     string  `json:"description"`
+	Policies int     `json:"policies"`
+	Nodes    int     `json:"nodes"`
+	Requests int     `json:"requests_per_op"`
+	Rounds   []round `json:"rounds"`
+
+	Floor  sideSummary `json:"floor"`
+	Router sideSummary `json:"router"`
+	// The ratios are router/floor, per round, then the median over rounds.
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	P50Ratio        float64 `json:"p50_ratio"`
+	P99Ratio        float64 `json:"p99_ratio"`
+	// Server holds medians over rounds of the router's own timings.
+	Server serverTime `json:"server"`
+
+	// Unloaded is the router alone at concurrency 1, where the server
+	// time is service time without queueing (big /assign workloads only).
+	Unloaded *unloadedRun `json:"unloaded,omitempty"`
+
+	FloorErrors  int    `json:"floor_errors"`
+	RouterErrors int    `json:"router_errors"`
+	FirstError   string `json:"first_error,omitempty"`
+}
+
+// unloadedRun is one router phase at concurrency 1.
+type unloadedRun struct {
+	Router phase      `json:"router"`
+	Server serverTime `json:"server"`
+}
+
+// runHarness runs every workload of cfg and returns the report; progress
+// goes to progress.
+func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
+	start := time.Now()
+	rep := &report{
+		Machine: readMachine(),
+		Config: reportConfig{
+			DurationSeconds: cfg.Duration.Seconds(),
+			Rounds:          cfg.Rounds,
+			Concurrency:     cfg.Concurrency,
+			PollIntervalMS:  ms(cfg.PollInterval),
+			LogLevel:        cfg.LogLevel,
+			Logging:         "slog JSON handler to io.Discard at level " + cfg.LogLevel,
+		},
+	}
+	httpWorkloads := slices.DeleteFunc(slices.Clone(cfg.Workloads), func(w string) bool { return w == wSeed })
+	fmt.Fprintf(progress, "policyrouter-bench: %d workloads x %d rounds x 2 sides x %s (about %s), concurrency %d\n",
+		len(httpWorkloads), cfg.Rounds, cfg.Duration,
+		(time.Duration(len(httpWorkloads)*cfg.Rounds*2) * cfg.Duration).Round(time.Second), cfg.Concurrency)
+
+	client := newClient(cfg.Concurrency)
+	defer client.CloseIdleConnections()
+	for _, name := range httpWorkloads {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		w := newWorkload(name, cfg)
+		res, err := runWorkload(ctx, cfg, w, client, progress)
+		client.CloseIdleConnections()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if cfg.ProfileSelect != "" && name == cfg.ProfileWorkload {
+			rep.Profile = cfg.ProfileSelect
+		}
+		rep.Workloads = append(rep.Workloads, res)
+	}
+	if slices.Contains(cfg.Workloads, wSeed) {
+		fmt.Fprintln(progress, "seed: timing the seed's algorithms in Python and the Go routing core")
+		seed, err := runSeed(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("seed: %w", err)
+		}
+		rep.Seed = seed
+	}
+	rep.Machine.LoadEnd = loadAvg()
+	rep.ElapsedSeconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// runWorkload starts a floor and a router for w and runs the rounds.
+func runWorkload(ctx context.Context, cfg config, w workload, client *http.Client, progress io.Writer) (res workloadResult, err error) {
+	res = workloadResult{Name: w.Name, Desc: w.Desc, Policies: w.Policies, Nodes: w.Nodes, Requests: w.Requests}
+	floor, err := startFloor(w.Policies, w.Nodes)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, floor.Close()) }()
+	rt, err := startRouter(ctx, routerConfig{Policies: w.Policies, Nodes: w.Nodes, PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel}, client)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, rt.Close()) }()
+	polling := cfg.PollInterval > 0
+
+	// Warm both up (connections, pools, caches); not measured.
+	warm := min(max(cfg.Duration/10, 50*time.Millisecond), 200*time.Millisecond)
+	rt.stopPolling()
+	drive(ctx, client, floor.URL, w.op, cfg.Concurrency, warm)
+	if polling {
+		rt.startPolling()
+	}
+	drive(ctx, client, rt.URL, w.op, cfg.Concurrency, warm)
+
+	for r := range cfg.Rounds {
+		var rd round
+		// The poller is part of the router: it runs only while the router
+		// side is measured.
+		rt.stopPolling()
+		rd.Floor = drive(ctx, client, floor.URL, w.op, cfg.Concurrency, cfg.Duration)
+		if polling {
+			rt.startPolling()
+		}
+		before, err := sampleServer(rt, w.Endpoint)
+		if err != nil {
+			return res, err
+		}
+		rd.Router = drive(ctx, client, rt.URL, w.op, cfg.Concurrency, cfg.Duration)
+		after, err := sampleServer(rt, w.Endpoint)
+		if err != nil {
+			return res, err
+		}
+		rd.Server = newServerTime(before, after, rd.Router.Seconds)
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		res.Rounds = append(res.Rounds, rd)
+		fmt.Fprintf(progress, "  %-22s round %d/%d: floor %8.0f op/s p99 %6.2f ms | router %8.0f op/s p99 %6.2f ms | errors %d/%d\n",
+			w.Name, r+1, cfg.Rounds, rd.Floor.Throughput, rd.Floor.P99MS, rd.Router.Throughput, rd.Router.P99MS,
+			rd.Floor.Errors, rd.Router.Errors)
+	}
+	summarize(&res)
+
+	if w.Unloaded {
+		d := min(cfg.Duration/3, time.Second)
+		before, err := sampleServer(rt, w.Endpoint)
+		if err != nil {
+			return res, err
+		}
+		p := drive(ctx, client, rt.URL, w.op, 1, d)
+		after, err := sampleServer(rt, w.Endpoint)
+		if err != nil {
+			return res, err
+		}
+		res.Unloaded = &unloadedRun{Router: p, Server: newServerTime(before, after, p.Seconds)}
+		res.RouterErrors += p.Errors
+		if res.FirstError == "" {
+			res.FirstError = p.FirstError
+		}
+		fmt.Fprintf(progress, "  %-22s router alone at concurrency 1: %.0f op/s, handler mean %.3f ms, decision mean %.3f ms\n",
+			w.Name, p.Throughput, res.Unloaded.Server.HandlerMeanMS, res.Unloaded.Server.DecisionMeanMS)
+	}
+
+	if cfg.ProfileSelect != "" && w.Name == cfg.ProfileWorkload {
+		fmt.Fprintf(progress, "  %-22s profiling the router side for %s into %s\n", w.Name, cfg.Duration, cfg.ProfileSelect)
+		if err := profileRouter(ctx, cfg, w, client, rt); err != nil {
+			return res, fmt.Errorf("profile: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// profileRouter runs the router side of w once more, for cfg.Duration,
+// under a CPU profile. The profile holds the whole process; its "side"
+// labels tell the router's serving from the client, poller and fleet.
+func profileRouter(ctx context.Context, cfg config, w workload, client *http.Client, rt *routerUnderTest) error {
+	f, err := os.Create(cfg.ProfileSelect)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	p := drive(ctx, client, rt.URL, w.op, cfg.Concurrency, cfg.Duration)
+	pprof.StopCPUProfile()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if p.Errors > 0 {
+		return fmt.Errorf("%d errors while profiling, first: %s", p.Errors, p.FirstError)
+	}
+	return nil
+}
+
+// summarize fills the medians of res from its rounds.
+func summarize(res *workloadResult) {
+	pick := func(f func(round) float64) float64 {
+		var xs []float64
+		for _, r := range res.Rounds {
+			xs = append(xs, f(r))
+		}
+		return median(xs)
+	}
+	res.Floor = sideSummary{
+		Throughput: pick(func(r round) float64 { return r.Floor.Throughput }),
+		P50MS:      pick(func(r round) float64 { return r.Floor.P50MS }),
+		P99MS:      pick(func(r round) float64 { return r.Floor.P99MS }),
+	}
+	res.Router = sideSummary{
+		Throughput: pick(func(r round) float64 { return r.Router.Throughput }),
+		P50MS:      pick(func(r round) float64 { return r.Router.P50MS }),
+		P99MS:      pick(func(r round) float64 { return r.Router.P99MS }),
+	}
+	res.ThroughputRatio = pick(func(r round) float64 { return ratio(r.Router.Throughput, r.Floor.Throughput) })
+	res.P50Ratio = pick(func(r round) float64 { return ratio(r.Router.P50MS, r.Floor.P50MS) })
+	res.P99Ratio = pick(func(r round) float64 { return ratio(r.Router.P99MS, r.Floor.P99MS) })
+	res.Server = serverTime{
+		HandlerMeanMS:    pick(func(r round) float64 { return r.Server.HandlerMeanMS }),
+		HandlerUnderAim:  pick(func(r round) float64 { return r.Server.HandlerUnderAim }),
+		DecisionMeanMS:   pick(func(r round) float64 { return r.Server.DecisionMeanMS }),
+		DecisionUnderAim: pick(func(r round) float64 { return r.Server.DecisionUnderAim }),
+		ProbesPerSecond:  pick(func(r round) float64 { return r.Server.ProbesPerSecond }),
+	}
+	for _, r := range res.Rounds {
+		res.FloorErrors += r.Floor.Errors
+		res.RouterErrors += r.Router.Errors
+		for _, e := range []string{r.Floor.FirstError, r.Router.FirstError} {
+			if res.FirstError == "" && e != "" {
+				res.FirstError = e
+			}
+		}
+	}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count), 0 when empty. xs is not modified.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

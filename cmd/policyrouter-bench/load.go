@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Bounds of one phase, beside its duration.
+const (
+	// maxOpsPerPhase caps the operations of one phase over all goroutines.
+	maxOpsPerPhase = 50_000_000
+	// requestTimeout bounds one request.
+	requestTimeout = 10 * time.Second
+)
+
+// newClient returns the one client of the harness: keep-alive, HTTP/1.1,
+// no proxy, with as many idle connections per host as client goroutines.
+func newClient(concurrency int) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        0, // no limit over all hosts
+			MaxIdleConnsPerHost: concurrency,
+			IdleConnTimeout:     2 * time.Minute,
+			DisableCompression:  true,
+			ForceAttemptHTTP2:   false,
+		},
+		Timeout: requestTimeout,
+	}
+}
+
+// phase is the outcome of driving one server for one duration.
+type phase struct {
+	Ops     int     `json:"ops"`
+	Errors  int     `json:"errors"`
+	Seconds float64 `json:"seconds"`
+	// Throughput is successful operations per second.
+	Throughput float64 `json:"throughput"`
+	// P50MS and P99MS are the latencies of successful operations.
+	P50MS float64 `json:"p50_ms"`
+	P99MS float64 `json:"p99_ms"`
+	// FirstError is the first error seen, if any.
+	FirstError string `json:"first_error,omitempty"`
+}
+
+// drive runs op from concurrency goroutines against base until d has
+// passed (or maxOpsPerPhase operations are done, or ctx is done) and
+// measures each operation.
+func drive(ctx context.Context, c *http.Client, base string, op opFunc, concurrency int, d time.Duration) phase {
+	type result struct {
+		lat    []time.Duration
+		errors int
+		first  error
+	}
+	results := make([]result, concurrency)
+	perWorker := maxOpsPerPhase / concurrency
+	ctx, cancel := context.WithTimeout(ctx, d+requestTimeout)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range concurrency {
+		goLabelled(&wg, sideClient, func() {
+			res := &results[w]
+			res.lat = make([]time.Duration, 0, 1024)
+			for seq := 0; seq < perWorker && ctx.Err() == nil; seq++ {
+				t0 := time.Now()
+				if !t0.Before(deadline) {
+					break
+				}
+				err := op(ctx, c, base, w, seq)
+				if err != nil {
+					res.errors++
+					if res.first == nil {
+						res.first = err
+					}
+					continue
+				}
+				res.lat = append(res.lat, time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	var p phase
+	var lat []time.Duration
+	for _, r := range results {
+		lat = append(lat, r.lat...)
+		p.Errors += r.errors
+		if r.first != nil && p.FirstError == "" {
+			p.FirstError = r.first.Error()
+		}
+	}
+	slices.Sort(lat)
+	p.Ops = len(lat)
+	p.Seconds = elapsed.Seconds()
+	p.Throughput = float64(p.Ops) / elapsed.Seconds()
+	p.P50MS = ms(percentile(lat, 0.50))
+	p.P99MS = ms(percentile(lat, 0.99))
+	return p
+}
+
+// percentile returns the q-quantile of sorted (nearest rank), 0 when empty.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

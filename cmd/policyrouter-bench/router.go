@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/policyrouter/policyrouter"
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/handlers"
+	"github.com/policyrouter/policyrouter/metrics"
+	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/registry"
+	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
+)
+
+// Profile label values of the "side" key: every goroutine of the harness
+// carries one, so `go tool pprof -tagfocus side=router` shows the router's
+// HTTP serving alone.
+const (
+	sideRouter = "router" // the router's HTTP server and its handlers
+	sidePoller = "poller" // the router's /idle poller
+	sideFleet  = "fleet"  // the simulated policies answering /idle
+	sideFloor  = "floor"  // the floor server
+	sideClient = "client" // the load generator
+)
+
+// goLabelled starts f in a goroutine labelled side=side; goroutines it
+// starts inherit the label.
+func goLabelled(wg *sync.WaitGroup, side string, f func()) {
+	pprof.Do(context.Background(), pprof.Labels("side", side), func(context.Context) {
+		wg.Go(f)
+	})
+}
+
+// newLogger returns the router's logger: JSON to io.Discard at the given
+// level, so that logging is paid for (at info, one line per request, as
+// serve in production) but no terminal is.
+func newLogger(level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level: %w", err)
+	}
+	return slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// routerConfig is one router under test.
+type routerConfig struct {
+	Policies     int
+	Nodes        int
+	PollInterval time.Duration // 0: no poller
+	LogLevel     string
+}
+
+// routerUnderTest is the real router, in-process, wired as `policyrouter
+// serve` wires it with its defaults (memory store, open on loopback, router
+// "simple"), over a fleet of simulated policies.
+type routerUnderTest struct {
+	URL     string
+	State   *routing.State
+	Metrics *metrics.Metrics
+
+	fleet   *fakepolicy.Fleet
+	poller  *poller.Poller
+	handler *handlers.Server
+	srv     *http.Server
+	serving sync.WaitGroup
+
+	pollMu   sync.Mutex
+	pollStop context.CancelFunc
+	polling  sync.WaitGroup
+}
+
+// startRouter starts the fleet and the router, registers the fleet's
+// policies (index i on node "node-<i % nodes>", through the topology, with
+// env worker i on the same node) and starts the poller.
+func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ *routerUnderTest, err error) {
+	logger, err := newLogger(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	r := &routerUnderTest{}
+	defer func() {
+		if err != nil {
+			r.Close()
+		}
+	}()
+	pprof.Do(ctx, pprof.Labels("side", sideFleet), func(context.Context) {
+		r.fleet, err = fakepolicy.New(cfg.Policies, rand.NewPCG(1, 2), fakepolicy.Options{})
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// The rest is serve's wiring, with serve's defaults.
+	r.State = routing.New(routing.Options{Grace: 250 * time.Millisecond, FailThreshold: 3, PassThreshold: 2})
+	reg, err := registry.Open(ctx, store.NewMemory(), r.State)
+	if err != nil {
+		return nil, err
+	}
+	m := metrics.New(r.State)
+	r.Metrics = m
+	r.poller = poller.New(r.State, poller.Config{
+		Interval: cfg.PollInterval,
+		Timeout:  time.Second,
+		Logger:   logger,
+		OnProbe:  func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
+	})
+	var pollerStatsFunc func() *api.PollerStats
+	if cfg.PollInterval > 0 {
+		pollerStatsFunc = func() *api.PollerStats { return pollerStats(r.poller.Stats()) }
+	}
+	const maxSelectWait = time.Minute
+	r.handler = handlers.New(handlers.Config{
+		PollerStats:   pollerStatsFunc,
+		Metrics:       m,
+		Registry:      reg,
+		State:         r.State,
+		Logger:        logger,
+		DefaultRouter: api.RouterSimple,
+		MaxSelectWait: maxSelectWait,
+		OpenAPI:       policyrouter.OpenAPI,
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r.srv = &http.Server{
+		Handler:           r.handler.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      maxSelectWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	goLabelled(&r.serving, sideRouter, func() { _ = r.srv.Serve(ln) })
+	r.URL = "http://" + ln.Addr().String()
+
+	if err := r.register(ctx, client, cfg.Nodes); err != nil {
+		return nil, fmt.Errorf("register the fleet: %w", err)
+	}
+	if cfg.PollInterval > 0 {
+		r.startPolling()
+	}
+	return r, nil
+}
+
+// register puts the fleet and its topology through the router's own API,
+// as a trainer does at start-up.
+func (r *routerUnderTest) register(ctx context.Context, client *http.Client, nodes int) error {
+	var req api.ReplacePoliciesRequest
+	topo := api.Topology{}
+	for i := range r.fleet.Len() {
+		idx := i
+		req.Policies = append(req.Policies, api.PolicyRequest{URL: r.fleet.URL(i), Index: &idx})
+		node := nodeName(i, nodes)
+		if topo[node] == nil {
+			topo[node] = map[string]api.Component{}
+		}
+		env, eval := topo[node]["env"], topo[node]["eval"]
+		env.IDs, eval.IDs = append(env.IDs, i), append(eval.IDs, i)
+		topo[node]["env"], topo[node]["eval"] = env, eval
+	}
+	if err := call(ctx, client, http.MethodPut, r.URL+"/policies", req); err != nil {
+		return err
+	}
+	return call(ctx, client, http.MethodPut, r.URL+"/topology", topo)
+}
+
+// nodeName is the node of policy i and env worker i.
+func nodeName(i, nodes int) string { return "node-" + strconv.Itoa(i%nodes) }
+
+// startPolling runs the poller until stopPolling. The harness polls only
+// while the router side runs, so that the floor side does not pay for it.
+func (r *routerUnderTest) startPolling() {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
+	if r.pollStop != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.pollStop = cancel
+	goLabelled(&r.polling, sidePoller, func() { _ = r.poller.Run(ctx) })
+}
+
+// stopPolling stops the poller and waits for it. The routing state keeps
+// every policy's health and leases as they are.
+func (r *routerUnderTest) stopPolling() {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
+	if r.pollStop == nil {
+		return
+	}
+	r.pollStop()
+	r.polling.Wait()
+	r.pollStop = nil
+}
+
+// pollerRunning reports whether the poller runs.
+func (r *routerUnderTest) pollerRunning() bool {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
+	return r.pollStop != nil
+}
+
+// Close stops the router as serve does on SIGTERM (end /select waits,
+// drain, stop the poller) and then the fleet.
+func (r *routerUnderTest) Close() error {
+	var errs []error
+	if r.handler != nil {
+		r.handler.Stop()
+	}
+	if r.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := r.srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("router shutdown: %w", err))
+		}
+		cancel()
+		r.serving.Wait()
+	}
+	r.stopPolling()
+	if r.fleet != nil {
+		errs = append(errs, r.fleet.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// pollerStats is serve's conversion of the poller's figures for /stats.
+func pollerStats(s poller.Stats) *api.PollerStats {
+	return &api.PollerStats{
+		IntervalMS:    float64(s.Interval) / float64(time.Millisecond),
+		TimeoutMS:     float64(s.Timeout) / float64(time.Millisecond),
+		Concurrency:   s.Concurrency,
+		Policies:      s.Policies,
+		Sweeps:        s.Sweeps,
+		ProbesTotal:   s.ProbesTotal,
+		FailuresTotal: s.FailuresTotal,
+		SkippedTotal:  s.SkippedTotal,
+		InFlight:      s.InFlight,
+	}
+}
