@@ -1,0 +1,480 @@
+package main
+
+// Checks of the container files at the repository root, without a Docker
+// engine: docker-compose.yml is loaded with compose-go (the library of
+// `docker compose`), every policyrouter command in it and in the
+// Dockerfile is parsed with the binary's own flag sets, and the
+// registration and Prometheus files under deploy/ must point at the
+// compose services. The registration is also sent to a router started
+// in-process.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+	"go.yaml.in/yaml/v4"
+
+	"github.com/policyrouter/policyrouter/api"
+)
+
+// composeRoot is the repository root, where docker-compose.yml,
+// the Dockerfile and deploy/ live.
+const composeRoot = "../.."
+
+// composeFlagSets registers the flags of each subcommand that a container
+// may run, with the registration functions the commands use themselves.
+var composeFlagSets = map[string]func(fs *flag.FlagSet){
+	"serve":       func(fs *flag.FlagSet) { (&serveConfig{}).register(fs) },
+	"demo":        func(fs *flag.FlagSet) { (&demoConfig{}).register(fs) },
+	"fake-policy": func(fs *flag.FlagSet) { (&fakePolicyConfig{}).register(fs) },
+}
+
+// loadCompose loads docker-compose.yml as `docker compose` does, with
+// schema validation and consistency checks, and without the process's
+// environment so that the result does not depend on the machine.
+func loadCompose(tb testing.TB) *types.Project {
+	tb.Helper()
+	root, err := filepath.Abs(composeRoot)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root), cli.WithConsistency(true), cli.WithResolvedPaths(true))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := cli.ProjectFromOptions(ctx, opts)
+	if err != nil {
+		tb.Fatalf("docker-compose.yml: %v", err)
+	}
+	return p
+}
+
+// usesBinary reports whether a service runs the policyrouter image.
+func usesBinary(s types.ServiceConfig) bool {
+	return s.Build != nil || strings.HasPrefix(s.Image, "policyrouter")
+}
+
+// parseCommand checks that args is a subcommand of this binary followed by
+// flags it accepts, and returns the parsed flag set.
+func parseCommand(tb testing.TB, where string, args []string) (string, *flag.FlagSet) {
+	tb.Helper()
+	if len(args) == 0 {
+		tb.Fatalf("%s: no command", where)
+	}
+	sub, flags := args[0], args[1:]
+	register, ok := composeFlagSets[sub]
+	if !ok {
+		tb.Fatalf("%s: runs %q; want one of the subcommands %v", where, sub, slices.Sorted(maps.Keys(composeFlagSets)))
+	}
+	if err := dispatches(sub); err != nil {
+		tb.Fatalf("%s: %v", where, err)
+	}
+	fs := flag.NewFlagSet(sub, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	register(fs)
+	if err := fs.Parse(flags); err != nil {
+		tb.Fatalf("%s: policyrouter %s %s: %v", where, sub, strings.Join(flags, " "), err)
+	}
+	if fs.NArg() != 0 {
+		tb.Fatalf("%s: policyrouter %s: stray arguments %q", where, sub, fs.Args())
+	}
+	return sub, fs
+}
+
+// dispatches checks that the binary's dispatcher runs the subcommand: with
+// -h it stops at the subcommand's flag parsing, before starting anything.
+// The usage text goes to /dev/null.
+func dispatches(sub string) error {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	stdout, stderr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = null, null
+	err = run(context.Background(), []string{sub, "-h"})
+	os.Stdout, os.Stderr = stdout, stderr
+	if !errors.Is(err, flag.ErrHelp) {
+		return fmt.Errorf("policyrouter %s -h: %v, want flag.ErrHelp", sub, err)
+	}
+	return nil
+}
+
+// serveConfigOf parses serve's flags into a serveConfig.
+func serveConfigOf(tb testing.TB, args []string) serveConfig {
+	tb.Helper()
+	var cfg serveConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg.register(fs)
+	if err := fs.Parse(args); err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
+}
+
+func flagValue(fs *flag.FlagSet, name string) string {
+	if f := fs.Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
+func TestComposeServicesAndPorts(t *testing.T) {
+	p := loadCompose(t)
+	if got, want := slices.Sorted(maps.Keys(p.Services)), []string{"policy-a", "policy-b", "prometheus", "register", "router"}; !slices.Equal(got, want) {
+		t.Fatalf("services %v, want %v", got, want)
+	}
+	// Published ports, all on the host's loopback (see the file's comment).
+	wantPorts := map[string]string{"router": "127.0.0.1:8080->8080/tcp", "prometheus": "127.0.0.1:9090->9090/tcp"}
+	for name, s := range p.Services {
+		var got []string
+		for _, port := range s.Ports {
+			got = append(got, fmt.Sprintf("%s:%s->%d/%s", port.HostIP, port.Published, port.Target, port.Protocol))
+		}
+		if want := wantPorts[name]; strings.Join(got, ",") != want {
+			t.Errorf("%s publishes %v, want %q", name, got, want)
+		}
+	}
+	for _, name := range []string{"router", "policy-a", "policy-b"} {
+		s := p.Services[name]
+		if s.Build == nil {
+			t.Errorf("%s: not built from the Dockerfile", name)
+			continue
+		}
+		root, _ := filepath.Abs(composeRoot)
+		if s.Build.Context != root {
+			t.Errorf("%s: build context %s, want the repository root %s", name, s.Build.Context, root)
+		}
+	}
+	if deps := p.Services["register"].DependsOn; deps["router"].Condition == "" {
+		t.Errorf("register does not depend on router: %v", deps)
+	}
+}
+
+// TestComposeCommands parses every policyrouter command of the compose
+// file and of the Dockerfile with the binary's flag sets.
+func TestComposeCommands(t *testing.T) {
+	p := loadCompose(t)
+	ran := map[string]bool{}
+	for name, s := range p.Services {
+		if !usesBinary(s) {
+			continue
+		}
+		if len(s.Entrypoint) != 0 {
+			t.Errorf("%s: entrypoint %v overrides the image's /policyrouter", name, s.Entrypoint)
+		}
+		sub, _ := parseCommand(t, "docker-compose.yml service "+name, s.Command)
+		ran[sub] = true
+		if sub == "serve" {
+			cfg := serveConfigOf(t, s.Command[1:])
+			if err := cfg.check(); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			if _, err := cfg.verifier(); err != nil {
+				t.Errorf("%s: the router would not start: %v", name, err)
+			}
+		}
+	}
+	if !ran["serve"] || !ran["fake-policy"] {
+		t.Errorf("compose runs %v; want serve and fake-policy", ran)
+	}
+
+	df := readDockerfile(t)
+	if want := []string{"/policyrouter"}; !slices.Equal(df.entrypoint, want) {
+		t.Errorf("Dockerfile ENTRYPOINT %q, want %q", df.entrypoint, want)
+	}
+	if !slices.Contains(df.expose, "8080") {
+		t.Errorf("Dockerfile EXPOSE %v, want 8080", df.expose)
+	}
+	if sub, _ := parseCommand(t, "Dockerfile CMD", df.cmd); sub == "serve" {
+		cfg := serveConfigOf(t, df.cmd[1:])
+		if cfg.Addr != "0.0.0.0:8080" {
+			t.Errorf("Dockerfile CMD listens on %s, want 0.0.0.0:8080", cfg.Addr)
+		}
+		// The image fails closed: without a token key it refuses to serve.
+		if _, err := cfg.verifier(); err == nil {
+			t.Error("Dockerfile CMD would serve without authentication; it must need a key or an explicit --insecure")
+		}
+	}
+	if df.user == "" || df.user == "root" || df.user == "0" || strings.HasPrefix(df.user, "0:") {
+		t.Errorf("Dockerfile USER %q, want a non-root user", df.user)
+	}
+}
+
+// dockerfile holds the final stage's instructions that the tests check.
+type dockerfile struct {
+	entrypoint, cmd []string
+	expose          []string
+	user            string
+}
+
+func readDockerfile(tb testing.TB) dockerfile {
+	tb.Helper()
+	data, err := os.ReadFile(filepath.Join(composeRoot, "Dockerfile"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var d dockerfile
+	for line := range strings.Lines(string(data)) {
+		instr, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+		rest = strings.TrimSpace(rest)
+		switch strings.ToUpper(instr) {
+		case "FROM":
+			d = dockerfile{} // only the final stage counts
+		case "ENTRYPOINT":
+			if err := json.Unmarshal([]byte(rest), &d.entrypoint); err != nil {
+				tb.Fatalf("Dockerfile ENTRYPOINT %s: want the exec form: %v", rest, err)
+			}
+		case "CMD":
+			if err := json.Unmarshal([]byte(rest), &d.cmd); err != nil {
+				tb.Fatalf("Dockerfile CMD %s: want the exec form: %v", rest, err)
+			}
+		case "EXPOSE":
+			d.expose = append(d.expose, strings.Fields(rest)...)
+		case "USER":
+			d.user = rest
+		}
+	}
+	return d
+}
+
+// fakePolicies maps each compose service that runs fake-policy to its
+// port and its number of policies.
+func fakePolicies(tb testing.TB, p *types.Project) map[string][2]int {
+	tb.Helper()
+	out := map[string][2]int{}
+	for name, s := range p.Services {
+		if !usesBinary(s) || len(s.Command) == 0 || s.Command[0] != "fake-policy" {
+			continue
+		}
+		_, fs := parseCommand(tb, "service "+name, s.Command)
+		_, port, err := net.SplitHostPort(flagValue(fs, "addr"))
+		if err != nil {
+			tb.Fatalf("service %s: fake-policy --addr: %v", name, err)
+		}
+		nport, err := strconv.Atoi(port)
+		if err != nil || nport == 0 {
+			tb.Fatalf("service %s: fake-policy needs a fixed port to be registered, not %q", name, port)
+		}
+		n, err := strconv.Atoi(flagValue(fs, "n"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[name] = [2]int{nport, n}
+	}
+	return out
+}
+
+// decodeStrict decodes a JSON file, refusing unknown fields.
+func decodeStrict(tb testing.TB, path string, v any) []byte {
+	tb.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		tb.Fatalf("%s: %v", path, err)
+	}
+	return data
+}
+
+// TestComposeRegistration checks what the register job sends: every
+// simulated policy of the compose file, once, on a node of the topology;
+// and that a router accepts it.
+func TestComposeRegistration(t *testing.T) {
+	p := loadCompose(t)
+	reg := p.Services["register"]
+	script := strings.Join(reg.Command, " ")
+	mounted := false
+	for _, v := range reg.Volumes {
+		if v.Target == "/deploy" && v.Source == filepath.Join(mustAbs(t, composeRoot), "deploy") {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("register does not mount ./deploy at /deploy: %+v", reg.Volumes)
+	}
+	routerPort := p.Services["router"].Ports[0].Target
+	for _, want := range []string{
+		fmt.Sprintf("http://router:%d/readyz", routerPort),
+		fmt.Sprintf("-X PUT http://router:%d/policies", routerPort),
+		fmt.Sprintf("-X PUT http://router:%d/topology", routerPort),
+		"@/deploy/policies.json", "@/deploy/topology.json",
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("register's command lacks %q:\n%s", want, script)
+		}
+	}
+
+	var policies api.ReplacePoliciesRequest
+	policiesJSON := decodeStrict(t, filepath.Join(composeRoot, "deploy", "policies.json"), &policies)
+	var topo api.Topology
+	topoJSON := decodeStrict(t, filepath.Join(composeRoot, "deploy", "topology.json"), &topo)
+
+	fakes := fakePolicies(t, p)
+	want := map[string]bool{}
+	for name, f := range fakes {
+		for i := range f[1] {
+			want[fmt.Sprintf("http://%s:%d/p/%d", name, f[0], i)] = true
+		}
+	}
+	for _, pr := range policies.Policies {
+		if !want[pr.URL] {
+			t.Errorf("deploy/policies.json registers %s, which no fake-policy service serves (or twice)", pr.URL)
+		}
+		delete(want, pr.URL)
+		if u, err := url.Parse(pr.URL); err == nil {
+			if _, ok := p.Services[u.Hostname()]; !ok {
+				t.Errorf("%s: no service %q", pr.URL, u.Hostname())
+			}
+		}
+		if pr.Index == nil || !slices.Contains(topo[pr.NodeID]["eval"].IDs, *pr.Index) {
+			t.Errorf("policy %s (index %v) is not an eval worker of its node %q in deploy/topology.json", pr.URL, pr.Index, pr.NodeID)
+		}
+	}
+	for u := range want {
+		t.Errorf("simulated policy %s is not registered in deploy/policies.json", u)
+	}
+
+	// A router takes both files as they are.
+	base := serveInProcess(t)
+	for _, c := range []struct {
+		path string
+		body []byte
+	}{{"/policies", policiesJSON}, {"/topology", topoJSON}} {
+		req, err := http.NewRequest(http.MethodPut, base+c.path, bytes.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("PUT %s: %s: %s", c.path, res.Status, body)
+		}
+	}
+}
+
+func mustAbs(tb testing.TB, path string) string {
+	tb.Helper()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return abs
+}
+
+// serveInProcess runs the router on a free loopback port until the test
+// ends and returns its base URL.
+func serveInProcess(tb testing.TB) string {
+	tb.Helper()
+	cfg := serveConfigOf(tb, []string{"--addr", "127.0.0.1:0", "--poll-interval", "1s", "--poll-timeout", "200ms"})
+	ctx, cancel := context.WithCancel(context.Background())
+	listening := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), listening) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("serve: %v", err)
+		}
+	})
+	select {
+	case addr := <-listening:
+		return "http://" + addr
+	case err := <-done:
+		tb.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Second):
+		tb.Fatal("serve did not listen within 10s")
+	}
+	return ""
+}
+
+// TestComposePrometheus checks that Prometheus gets deploy/prometheus.yml
+// and that it scrapes the router service's /metrics.
+func TestComposePrometheus(t *testing.T) {
+	p := loadCompose(t)
+	prom := p.Services["prometheus"]
+	var source string
+	for _, v := range prom.Volumes {
+		if v.Target == "/etc/prometheus/prometheus.yml" {
+			source = v.Source
+		}
+	}
+	if want := filepath.Join(mustAbs(t, composeRoot), "deploy", "prometheus.yml"); source != want {
+		t.Fatalf("prometheus mounts %q at /etc/prometheus/prometheus.yml, want %s", source, want)
+	}
+	data, err := os.ReadFile(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			MetricsPath   string `yaml:"metrics_path"`
+			Scheme        string `yaml:"scheme"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatalf("deploy/prometheus.yml: %v", err)
+	}
+
+	router := serveConfigOf(t, p.Services["router"].Command[1:])
+	_, port, err := net.SplitHostPort(router.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := "router:" + port
+	found := false
+	for _, sc := range cfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			if slices.Contains(st.Targets, target) {
+				found = true
+				if sc.MetricsPath != "" && sc.MetricsPath != "/metrics" {
+					t.Errorf("job %s scrapes %s%s, want /metrics", sc.JobName, target, sc.MetricsPath)
+				}
+				if sc.Scheme != "" && sc.Scheme != "http" {
+					t.Errorf("job %s uses scheme %s; the router serves http", sc.JobName, sc.Scheme)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("deploy/prometheus.yml scrapes no target %s (the router service's --addr port)", target)
+	}
+	if !slices.ContainsFunc(p.Services["router"].Ports, func(pc types.ServicePortConfig) bool { return strconv.Itoa(int(pc.Target)) == port }) {
+		t.Errorf("the router listens on %s but its compose port targets another port", port)
+	}
+}

@@ -1,0 +1,515 @@
+// policyrouter dashboard: reads GET /stats once a second and renders every
+// policy as a tile, grouped by node. Data is only ever written with
+// textContent (never as HTML): policy and node ids come from clients.
+"use strict";
+
+(() => {
+  const STATS_URL = "/stats";
+  const TOKEN_KEY = "policyrouter.token";
+  const DENSITY_KEY = "policyrouter.density";
+  const REFRESH_MS = 1000;
+  const AUTH_RETRY_MS = 5000;
+  const FETCH_TIMEOUT_MS = 4000;
+  const RATE_WINDOW_MS = 5000; // throughput is averaged over this window
+  const COMPACT_OVER = 128; // "auto" density switches to compact tiles above this many policies
+  const STATES = ["idle", "busy", "unhealthy", "draining"];
+  const ABBR = { idle: "IDLE", busy: "BUSY", unhealthy: "DOWN", draining: "DRAIN" };
+  const NO_NODE = "";
+
+  const $ = (id) => document.getElementById(id);
+  const el = (tag, cls, text) => {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
+  const setText = (e, text) => {
+    if (e.textContent !== text) e.textContent = text;
+  };
+
+  // ---- formatting -------------------------------------------------------
+
+  const fmtCount = (n) => {
+    if (!Number.isFinite(n)) return "—";
+    const a = Math.abs(n);
+    if (a < 10000) return String(Math.round(n));
+    if (a < 1e6) return (n / 1e3).toFixed(a < 1e5 ? 1 : 0) + "k";
+    if (a < 1e9) return (n / 1e6).toFixed(a < 1e8 ? 1 : 0) + "M";
+    return (n / 1e9).toFixed(1) + "G";
+  };
+  const fmtRate = (r) => {
+    if (r === null || !Number.isFinite(r)) return "—";
+    if (r === 0) return "0";
+    if (r < 10) return r.toFixed(1);
+    return fmtCount(r);
+  };
+  const fmtMS = (ms) => {
+    if (!Number.isFinite(ms)) return "—";
+    if (ms < 1) return ms.toFixed(2) + " ms";
+    if (ms < 10) return ms.toFixed(1) + " ms";
+    if (ms < 1000) return Math.round(ms) + " ms";
+    if (ms < 60000) return (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + " s";
+    return fmtDuration(ms / 1000);
+  };
+  const fmtDuration = (sec) => {
+    if (!Number.isFinite(sec) || sec < 0) return "—";
+    sec = Math.floor(sec);
+    const d = Math.floor(sec / 86400), h = Math.floor(sec / 3600) % 24;
+    const m = Math.floor(sec / 60) % 60, s = sec % 60;
+    const two = (x) => String(x).padStart(2, "0");
+    if (d > 0) return d + "d " + two(h) + "h";
+    if (h > 0) return h + "h " + two(m) + "m";
+    if (m > 0) return m + "m " + two(s) + "s";
+    return s + "s";
+  };
+  const fmtClock = (t) => {
+    const d = new Date(t);
+    return [d.getHours(), d.getMinutes(), d.getSeconds()].map((x) => String(x).padStart(2, "0")).join(":");
+  };
+  const shortID = (id) => {
+    if (/^[0-9a-f]{8}-[0-9a-f]{4}-/i.test(id)) return id.slice(0, 8);
+    return id.length > 18 ? id.slice(0, 17) + "…" : id;
+  };
+
+  // ---- throughput -------------------------------------------------------
+
+  // Rate keeps (time, counter) samples over RATE_WINDOW_MS and answers the
+  // counter's increase per second over them.
+  class Rate {
+    constructor() { this.samples = []; this.rate = null; }
+    add(t, v) {
+      const s = this.samples;
+      const last = s[s.length - 1];
+      if (last && t === last[0] && v === last[1]) return this.rate; // the same stats again
+      if (last && (v < last[1] || t < last[0])) s.length = 0; // reset or restart
+      s.push([t, v]);
+      while (s.length > 2 && t - s[1][0] >= RATE_WINDOW_MS) s.shift();
+      const dt = s.length < 2 ? 0 : (t - s[0][0]) / 1000;
+      this.rate = dt > 0 ? (v - s[0][1]) / dt : null;
+      return this.rate;
+    }
+  }
+
+  // ---- state ------------------------------------------------------------
+
+  const tiles = new Map(); // policy key -> tile
+  const nodes = new Map(); // node id -> node section
+  const totalRate = new Rate();
+  let order = ""; // the rendered order of nodes and tiles
+  let filter = null; // a state, or null for all
+  let density = sessionStorage.getItem(DENSITY_KEY) || "auto";
+  let lastStats = null;
+  let lastFailures = null;
+  let lastUptime = -1;
+  let timer = 0;
+  let inflight = false;
+  let editingToken = false; // the token form stays open while the user changes the token
+
+  // ---- tiles ------------------------------------------------------------
+
+  const newTile = () => {
+    const t = {};
+    t.root = el("article", "tile");
+    const head = el("div", "t-head");
+    t.idx = el("span", "t-idx");
+    t.state = el("span", "t-state");
+    t.state.append(el("i", "glyph"));
+    t.word = el("span", "word");
+    t.abbr = el("span", "abbr");
+    t.state.append(t.word, t.abbr);
+    t.glyph = t.state.firstChild;
+    t.glyph.setAttribute("aria-hidden", "true");
+    head.append(t.idx, t.state);
+    t.id = el("div", "t-id");
+    const bar = el("div", "t-bar");
+    t.fill = el("i");
+    bar.append(t.fill);
+    const nums = el("div", "t-nums");
+    const num = (label) => {
+      const s = el("span");
+      const b = el("b");
+      s.append(b, el("span", "lbl", label));
+      nums.append(s);
+      return b;
+    };
+    t.load = num("load");
+    t.flight = num("in flight");
+    t.rate = num("/s");
+    t.poll = el("div", "t-poll");
+    t.root.append(head, t.id, bar, nums, t.poll);
+    t.meter = new Rate();
+    t.cls = "";
+    t.width = "";
+    return t;
+  };
+
+  const updateTile = (t, p, now, lateMS) => {
+    const state = STATES.includes(p.state) ? p.state : "unhealthy";
+    const cls = "tile s-" + state;
+    if (t.cls !== cls) {
+      t.root.className = cls;
+      t.root.dataset.state = state;
+      t.cls = cls;
+    }
+    t.root.dataset.index = String(p.index);
+    t.root.hidden = filter !== null && filter !== state;
+    setText(t.idx, String(p.index));
+    setText(t.word, p.state || "unknown");
+    setText(t.abbr, ABBR[state]);
+    setText(t.id, shortID(p.id || ""));
+    setText(t.load, fmtCount(p.load));
+    setText(t.flight, p.inflight + "/" + p.capacity);
+    const done = (p.selected_total || 0) + (p.assigned_total || 0);
+    t.r = t.meter.add(now, done);
+    setText(t.rate, fmtRate(t.r));
+    const w = p.capacity > 0 ? Math.min(100, (100 * p.inflight) / p.capacity).toFixed(1) + "%" : "0%";
+    if (t.width !== w) {
+      t.fill.style.width = w; // CSSOM, allowed by the CSP
+      t.width = w;
+    }
+
+    let poll, pollCls = "t-poll";
+    const age = p.last_poll ? Math.max(0, now - Date.parse(p.last_poll)) : NaN;
+    if (p.consecutive_failures > 0) {
+      // A failed probe's latency means little: say how many failed, and when.
+      poll = p.consecutive_failures + " failed probe" + (p.consecutive_failures === 1 ? "" : "s") +
+        (p.last_poll ? " · " + fmtMS(age) + " ago" : "");
+      pollCls += " failing";
+    } else if (!p.last_poll) {
+      poll = "not polled yet";
+    } else {
+      poll = "polled " + fmtMS(age) + " ago · " + fmtMS(p.latency_ms);
+      if (age > lateMS) pollCls += " late";
+    }
+    setText(t.poll, poll);
+    if (t.poll.className !== pollCls) t.poll.className = pollCls;
+
+    const title = [
+      "policy " + p.index + " — " + (p.state || "unknown"),
+      "id: " + p.id,
+      "node: " + (p.node_id || "(none)"),
+      "url: " + p.url,
+      "load " + p.load + ", in flight " + p.inflight + " of " + p.capacity,
+      "selected " + p.selected_total + ", assigned " + p.assigned_total + ", completed " + p.completed_total,
+      "throughput " + fmtRate(t.r) + "/s over the last " + RATE_WINDOW_MS / 1000 + " s",
+      p.last_poll ? "last poll " + fmtMS(age) + " ago, latency " + fmtMS(p.latency_ms) : "not polled yet",
+      "probes " + p.probes_total + " (" + p.probe_failures_total + " failed), " + p.consecutive_failures + " failing in a row",
+    ].join("\n");
+    if (t.root.title !== title) t.root.title = title;
+  };
+
+  // ---- nodes ------------------------------------------------------------
+
+  const newNode = (id) => {
+    const n = {};
+    n.root = el("section", "node");
+    n.root.dataset.node = id;
+    const head = el("div", "node-head");
+    head.append(el("h2", "", id === NO_NODE ? "(no node)" : id));
+    n.meta = el("div", "node-meta");
+    n.count = el("span");
+    n.states = {};
+    n.meta.append(n.count);
+    for (const s of STATES) {
+      const m = el("span", "m-state s-" + s);
+      const g = el("i", "glyph");
+      g.setAttribute("aria-hidden", "true");
+      m.append(g, el("span"));
+      n.states[s] = m;
+      n.meta.append(m);
+    }
+    n.flight = el("span");
+    n.rate = el("span");
+    n.meta.append(n.flight, n.rate);
+    head.append(n.meta);
+    n.grid = el("div", "tiles");
+    n.root.append(head, n.grid);
+    return n;
+  };
+
+  const updateNode = (n, list, rate) => {
+    const c = { idle: 0, busy: 0, unhealthy: 0, draining: 0 };
+    let inflight = 0, capacity = 0, load = 0, visible = 0;
+    for (const p of list) {
+      c[STATES.includes(p.state) ? p.state : "unhealthy"]++;
+      inflight += p.inflight;
+      capacity += p.capacity;
+      load += p.load;
+      if (filter === null || filter === p.state) visible++;
+    }
+    setText(n.count, list.length + (list.length === 1 ? " policy" : " policies"));
+    for (const s of STATES) {
+      const m = n.states[s];
+      setText(m.lastChild, c[s] + " " + s);
+      m.classList.toggle("zero", c[s] === 0);
+    }
+    setText(n.flight, "in flight " + inflight + "/" + capacity + " · load " + fmtCount(load));
+    setText(n.rate, fmtRate(rate) + "/s");
+    n.root.hidden = visible === 0;
+  };
+
+  // ---- page -------------------------------------------------------------
+
+  const byNodeThenIndex = (a, b) => {
+    const na = a.node_id || NO_NODE, nb = b.node_id || NO_NODE;
+    if (na !== nb) {
+      if (na === NO_NODE) return 1; // policies without a node go last
+      if (nb === NO_NODE) return -1;
+      return na < nb ? -1 : 1;
+    }
+    return a.index - b.index;
+  };
+
+  const render = (s) => {
+    const now = Date.parse(s.time) || Date.now();
+    const uptime = s.uptime_seconds || 0;
+    if (uptime < lastUptime) { // the router restarted: counters start again
+      tiles.clear();
+      for (const n of nodes.values()) n.root.remove();
+      nodes.clear();
+      order = "";
+    }
+    lastUptime = uptime;
+
+    const policies = (s.policies || []).slice().sort(byNodeThenIndex);
+    const poller = s.poller || {};
+    const interval = poller.interval_ms || 100;
+    const lateMS = Math.max(5 * interval, interval + (poller.timeout_ms || 1000)) + 1500;
+
+    const groups = new Map();
+    const seen = new Set();
+    const keys = [];
+    for (const p of policies) {
+      const node = p.node_id || NO_NODE;
+      if (!groups.has(node)) {
+        groups.set(node, []);
+        keys.push("\u0000" + node);
+      }
+      groups.get(node).push(p);
+      const key = p.index + "\u0001" + p.id;
+      keys.push(key);
+      seen.add(key);
+      let t = tiles.get(key);
+      if (!t) {
+        t = newTile();
+        tiles.set(key, t);
+      }
+      updateTile(t, p, now, lateMS);
+      t.node = node;
+    }
+    for (const [key, t] of tiles) {
+      if (!seen.has(key)) {
+        t.root.remove();
+        tiles.delete(key);
+      }
+    }
+
+    const main = $("nodes");
+    for (const [id, n] of nodes) {
+      if (!groups.has(id)) {
+        n.root.remove();
+        nodes.delete(id);
+      }
+    }
+    for (const [id, list] of groups) {
+      let n = nodes.get(id);
+      if (!n) {
+        n = newNode(id);
+        nodes.set(id, n);
+      }
+      let rate = 0;
+      for (const p of list) {
+        const r = tiles.get(p.index + "\u0001" + p.id).r;
+        if (r !== null) rate += r;
+      }
+      updateNode(n, list, rate);
+    }
+    const newOrder = keys.join("\u0002");
+    if (newOrder !== order) { // registration changed: lay the page out again
+      for (const [id, list] of groups) {
+        const n = nodes.get(id);
+        for (const p of list) n.grid.append(tiles.get(p.index + "\u0001" + p.id).root);
+        main.append(n.root);
+      }
+      order = newOrder;
+    }
+
+    // header
+    const tot = s.totals || {};
+    for (const st of STATES) {
+      const v = tot[st] || 0;
+      setText($("n-" + st), fmtCount(v));
+      $("n-" + st).parentElement.classList.toggle("zero", v === 0);
+    }
+    setText($("router"), s.router ? "router: " + s.router : "");
+    $("router").hidden = !s.router;
+    setText($("f-policies"), fmtCount(tot.policies || 0));
+    const r = totalRate.add(now, (tot.selected_total || 0) + (tot.assigned_total || 0));
+    setText($("f-rate"), fmtRate(r));
+    setText($("f-inflight"), fmtCount(tot.inflight || 0));
+    setText($("f-capacity"), fmtCount(tot.capacity || 0));
+    setText($("f-load"), fmtCount(tot.load || 0));
+    setText($("f-waiters"), fmtCount(s.waiters || 0));
+    setText($("f-leases"), fmtCount(s.leases || 0));
+    setText($("f-uptime"), fmtDuration(uptime));
+    setText($("f-probes"), s.poller ? fmtCount(poller.probes_total) : "—");
+    setText($("f-failures"), s.poller ? fmtCount(poller.failures_total) : "—");
+    if (s !== lastStats) { // red while probes keep failing
+      const failures = poller.failures_total || 0;
+      $("f-failures").classList.toggle("bad", lastFailures !== null && failures > lastFailures);
+      lastFailures = failures;
+    }
+
+    $("empty").hidden = policies.length !== 0;
+    applyDensity(policies.length);
+    lastStats = s;
+  };
+
+  const applyDensity = (n) => {
+    const compact = density === "compact" || (density === "auto" && n > COMPACT_OVER);
+    document.body.classList.toggle("compact", compact);
+  };
+
+  const setFilter = (state) => {
+    filter = filter === state ? null : state;
+    for (const b of document.querySelectorAll(".count")) {
+      b.setAttribute("aria-pressed", String(b.dataset.state === filter));
+    }
+    if (lastStats) render(lastStats);
+  };
+
+  // ---- connection -------------------------------------------------------
+
+  const setConn = (status, text) => {
+    $("conn").dataset.status = status;
+    setText($("conn-text"), text);
+    document.body.classList.toggle("stale", status === "error");
+  };
+
+  const showBanner = (text) => {
+    const b = $("banner");
+    setText(b, text || "");
+    b.hidden = !text;
+  };
+
+  const showAuth = (status, message, sentToken) => {
+    $("auth").hidden = false;
+    if (status === 403) {
+      setText($("auth-title"), "This token lacks scope read");
+      setText($("auth-text"), "The router accepted the token but it does not grant scope read, which GET /stats needs. Paste a token with scope read.");
+    } else if (sentToken) {
+      setText($("auth-title"), "The token was refused");
+      setText($("auth-text"), "The router refused the stored token (expired, or signed with another key). Paste a fresh bearer token with scope read; it is kept in this browser tab only (sessionStorage) and sent as an Authorization header.");
+    } else {
+      setText($("auth-title"), "A token with scope read is needed");
+      setText($("auth-text"), "This router requires a bearer token with scope read to show its statistics (GET /stats). Paste one below; it is kept in this browser tab only (sessionStorage) and sent as an Authorization header.");
+    }
+    setText($("auth-detail"), message ? "router said: " + message : "");
+    setConn("auth", status === 403 ? "forbidden: token lacks scope read" : "token needed");
+  };
+
+  const errorMessage = async (res) => {
+    try {
+      const body = await res.json();
+      return (body && body.error && body.error.message) || "";
+    } catch {
+      return "";
+    }
+  };
+
+  const refresh = async () => {
+    const headers = { Accept: "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    const ctl = new AbortController();
+    const t = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
+    try {
+      const res = await fetch(STATS_URL, { headers, cache: "no-store", credentials: "same-origin", signal: ctl.signal });
+      if (res.status === 401 || res.status === 403) {
+        showAuth(res.status, await errorMessage(res), Boolean(token));
+        showBanner("");
+        return AUTH_RETRY_MS;
+      }
+      if (!res.ok) {
+        const msg = await errorMessage(res);
+        throw new Error("GET /stats answered " + res.status + (msg ? ": " + msg : ""));
+      }
+      const s = await res.json();
+      if (!editingToken) $("auth").hidden = true;
+      $("token-button").hidden = !token;
+      render(s);
+      setConn("live", "live");
+      setText($("updated"), "updated " + fmtClock(Date.parse(s.time) || Date.now()));
+      showBanner("");
+      return REFRESH_MS;
+    } catch (e) {
+      const why = e && e.name === "AbortError" ? "no answer within " + FETCH_TIMEOUT_MS / 1000 + " s" : String((e && e.message) || e);
+      setConn("error", "connection lost, retrying");
+      showBanner("Cannot read /stats: " + why + "." + (lastStats ? " The tiles below are from " + fmtClock(Date.parse(lastStats.time)) + "." : ""));
+      return REFRESH_MS;
+    } finally {
+      clearTimeout(t);
+    }
+  };
+
+  const schedule = (ms) => {
+    clearTimeout(timer);
+    timer = setTimeout(tick, ms);
+  };
+
+  const tick = async () => {
+    if (document.hidden || inflight) return; // resumed by visibilitychange
+    inflight = true;
+    const start = performance.now();
+    let next = REFRESH_MS;
+    try {
+      next = await refresh();
+    } finally {
+      inflight = false;
+    }
+    schedule(Math.max(0, next - (performance.now() - start)));
+  };
+
+  // ---- wiring -----------------------------------------------------------
+
+  const init = () => {
+    for (const b of document.querySelectorAll(".count")) {
+      b.addEventListener("click", () => setFilter(b.dataset.state));
+    }
+    const sel = $("density");
+    sel.value = density;
+    sel.addEventListener("change", () => {
+      density = sel.value;
+      sessionStorage.setItem(DENSITY_KEY, density);
+      applyDensity(lastStats ? (lastStats.policies || []).length : 0);
+    });
+    $("auth-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const v = $("token").value.trim().replace(/^bearer\s+/i, "");
+      $("token").value = "";
+      if (v) sessionStorage.setItem(TOKEN_KEY, v);
+      editingToken = false;
+      schedule(0);
+    });
+    $("forget").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      $("token-button").hidden = true;
+      editingToken = false;
+      schedule(0);
+    });
+    $("token-button").addEventListener("click", () => {
+      editingToken = true;
+      $("auth").hidden = false;
+      setText($("auth-title"), "Change the bearer token");
+      setText($("auth-detail"), "");
+      $("token").focus();
+    });
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) schedule(0);
+    });
+    schedule(0);
+  };
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

@@ -1,0 +1,140 @@
+package dashboard_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/policyrouter/policyrouter/dashboard"
+)
+
+func get(tb testing.TB, h http.Handler, method, path string, hdr map[string]string) (*http.Response, string) {
+	tb.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	res := rec.Result()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return res, string(body)
+}
+
+func TestServesAssets(t *testing.T) {
+	h := dashboard.Handler()
+	tests := []struct {
+		path        string
+		contentType string
+		contains    []string
+	}{
+		{"/", "text/html; charset=utf-8", []string{`<script src="dashboard.js"`, `href="dashboard.css"`, `id="nodes"`, "scope <code>read</code>"}},
+		{"/dashboard.js", "text/javascript; charset=utf-8", []string{`"/stats"`, "fetch(STATS_URL", "Authorization", "sessionStorage", "401"}},
+		{"/dashboard.css", "text/css; charset=utf-8", []string{".tile", ".s-unhealthy"}},
+		{"/ui/", "text/html; charset=utf-8", []string{"<title>policyrouter</title>"}}, // mounted under a prefix
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			res, body := get(t, h, http.MethodGet, tt.path, nil)
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status = %d, want 200", res.StatusCode)
+			}
+			if got := res.Header.Get("Content-Type"); got != tt.contentType {
+				t.Errorf("Content-Type = %q, want %q", got, tt.contentType)
+			}
+			if got := res.Header.Get("Content-Security-Policy"); got != dashboard.ContentSecurityPolicy {
+				t.Errorf("Content-Security-Policy = %q, want %q", got, dashboard.ContentSecurityPolicy)
+			}
+			if got := res.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+				t.Errorf("X-Content-Type-Options = %q, want nosniff", got)
+			}
+			for _, s := range tt.contains {
+				if !strings.Contains(body, s) {
+					t.Errorf("body lacks %q", s)
+				}
+			}
+		})
+	}
+}
+
+// TestPolicyIsStrict checks the CSP forbids what the page must never need:
+// inline or remote script, remote styles and fetches, framing.
+func TestPolicyIsStrict(t *testing.T) {
+	directives := map[string]string{}
+	for _, d := range strings.Split(dashboard.ContentSecurityPolicy, ";") {
+		name, value, _ := strings.Cut(strings.TrimSpace(d), " ")
+		directives[name] = value
+	}
+	want := map[string]string{
+		"default-src":     "'self'",
+		"script-src":      "'self'",
+		"style-src":       "'self'",
+		"connect-src":     "'self'",
+		"object-src":      "'none'",
+		"base-uri":        "'none'",
+		"frame-ancestors": "'none'",
+	}
+	for name, value := range want {
+		if got := directives[name]; got != value {
+			t.Errorf("%s = %q, want %q", name, got, value)
+		}
+	}
+	for name, value := range directives {
+		if strings.Contains(value, "unsafe") || strings.Contains(value, "*") || strings.Contains(value, "http") {
+			t.Errorf("%s allows %q", name, value)
+		}
+	}
+}
+
+// TestNoInlineCode checks the page holds no inline script, style or event
+// handler, which the CSP would block, and loads nothing from elsewhere.
+func TestNoInlineCode(t *testing.T) {
+	_, page := get(t, dashboard.Handler(), http.MethodGet, "/", nil)
+	lower := strings.ToLower(page)
+	for _, bad := range []string{"<script>", "<style", " style=", " onclick=", " onload=", " onsubmit=", "http://", "https://", "javascript:"} {
+		if strings.Contains(lower, bad) {
+			t.Errorf("page contains %q", bad)
+		}
+	}
+	if n := strings.Count(lower, "<script"); n != 1 {
+		t.Errorf("page has %d script elements, want 1 (dashboard.js)", n)
+	}
+}
+
+func TestConditionalAndErrors(t *testing.T) {
+	h := dashboard.Handler()
+	res, _ := get(t, h, http.MethodGet, "/dashboard.js", nil)
+	etag := res.Header.Get("ETag")
+	if etag == "" {
+		t.Fatal("no ETag")
+	}
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		hdr    map[string]string
+		status int
+	}{
+		{"revalidate", http.MethodGet, "/dashboard.js", map[string]string{"If-None-Match": etag}, http.StatusNotModified},
+		{"stale etag", http.MethodGet, "/dashboard.js", map[string]string{"If-None-Match": `"other"`}, http.StatusOK},
+		{"head", http.MethodHead, "/", nil, http.StatusOK},
+		{"post", http.MethodPost, "/", nil, http.StatusMethodNotAllowed},
+		{"unknown file", http.MethodGet, "/secret.txt", nil, http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, _ := get(t, h, tt.method, tt.path, tt.hdr)
+			if res.StatusCode != tt.status {
+				t.Errorf("status = %d, want %d", res.StatusCode, tt.status)
+			}
+			if res.Header.Get("Content-Security-Policy") == "" {
+				t.Error("no Content-Security-Policy")
+			}
+		})
+	}
+}
