@@ -2,6 +2,7 @@ package routing
 
 import (
 	"errors"
+	"slices"
 	"sync"
 )
 
@@ -31,64 +32,98 @@ func keyIndex(k uint64) int { return int(uint32(k)) }
 // keyInc is the packed form of load+1.
 const keyInc = 1 << 32
 
-// groupHeap is an indexed binary min-heap over policy positions, ordered by
-// keys[pos]. Several groupHeaps may share one keys and one at slice when each
-// position belongs to at most one of them.
-type groupHeap struct {
-	items []int32 // heap of positions
-}
-
-func (h *groupHeap) less(keys []uint64, i, j int) bool {
-	return keys[h.items[i]] < keys[h.items[j]]
-}
-
-func (h *groupHeap) swap(at []int32, i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	at[h.items[i]] = int32(i)
-	at[h.items[j]] = int32(j)
-}
-
-func (h *groupHeap) init(keys []uint64, at []int32) {
-	for i, p := range h.items {
-		at[p] = int32(i)
+// leastLoaded is the seed's SimpleRouter over packed (load, position)
+// keys, one per position in position order (keys is consumed): each of n
+// tasks goes to the minimum key, whose load then grows by one. It appends
+// the chosen positions to dst.
+//
+// The answer is the n smallest of all keys (load+j, position), j >= 0: the
+// seed's heap pops them in order. So a policy at least n above the least
+// loaded one is never chosen (the least loaded one alone has n smaller
+// keys) and is dropped; with fewer tasks than candidates the heap is
+// cheapest, otherwise the answer is read off level by level.
+func leastLoaded(s *scratch, dst []int, keys []uint64, n int) []int {
+	if n == 0 {
+		return dst
 	}
-	for i := len(h.items)/2 - 1; i >= 0; i-- {
-		h.down(keys, at, i)
+	lo := keys[0]
+	for _, k := range keys {
+		lo = min(lo, k)
 	}
+	cut := (lo>>32 + uint64(n)) << 32 // loads are below 1<<31: no overflow
+	m := 0
+	for _, k := range keys {
+		if k < cut {
+			keys[m] = k
+			m++
+		}
+	}
+	keys = keys[:m]
+	if n < m {
+		return leastLoadedHeap(dst, keys, n)
+	}
+	return leastLoadedLevels(s, dst, keys, n)
 }
 
-// down restores the heap property below i after keys[items[i]] grew.
-func (h *groupHeap) down(keys []uint64, at []int32, i int) {
-	n := len(h.items)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && h.less(keys, r, l) {
-			m = r
-		}
-		if !h.less(keys, m, i) {
-			return
-		}
-		h.swap(at, i, m)
-		i = m
-	}
-}
-
-// leastLoaded is the seed's SimpleRouter on a packed heap: each of n tasks
-// goes to the minimum (load, index), whose load then grows by one. keys is
-// consumed. Replacing the root and sifting it down is the seed's
-// heappop+heappush in one step, with the same result because keys are
-// unique.
-func leastLoaded(dst []int, keys []uint64, n int) []int {
-	h := keys
+// leastLoadedHeap is the seed's algorithm: a min-heap of keys, whose root
+// is taken, grown and sifted down n times. Replacing the root and sifting
+// it down is the seed's heappop+heappush in one step, with the same result
+// because keys are unique.
+func leastLoadedHeap(dst []int, h []uint64, n int) []int {
 	heapify(h)
 	for range n {
 		dst = append(dst, keyIndex(h[0]))
 		h[0] += keyInc
 		siftDown(h, 0)
+	}
+	return dst
+}
+
+// leastLoadedLevels lists the smallest keys level by level: at load level
+// L every policy whose load is at most L has exactly one key, and they
+// come in position order. Sorting the keys once finds when each policy
+// joins; then every task costs O(1).
+func leastLoadedLevels(s *scratch, dst []int, keys []uint64, n int) []int {
+	slices.Sort(keys)
+	active, spare := s.active[:0], s.spare[:0] // positions at the level, ascending
+	defer func() { s.active, s.spare = active, spare }()
+	next := 0 // keys[next:] have not joined yet
+	for level := keys[0] >> 32; ; level++ {
+		if next < len(keys) && keys[next]>>32 == level {
+			j := next
+			for j < len(keys) && keys[j]>>32 == level {
+				j++
+			}
+			spare = mergePositions(spare[:0], active, keys[next:j])
+			active, spare = spare, active
+			next = j
+		}
+		take := min(n-len(dst), len(active))
+		for _, p := range active[:take] {
+			dst = append(dst, int(p))
+		}
+		if len(dst) == n {
+			return dst
+		}
+	}
+}
+
+// mergePositions appends to dst the positions of a and of keys, both
+// ascending, in ascending order.
+func mergePositions(dst, a []int32, keys []uint64) []int32 {
+	i, j := 0, 0
+	for i < len(a) && j < len(keys) {
+		if p := int32(keyIndex(keys[j])); p < a[i] {
+			dst = append(dst, p)
+			j++
+		} else {
+			dst = append(dst, a[i])
+			i++
+		}
+	}
+	dst = append(dst, a[i:]...)
+	for _, k := range keys[j:] {
+		dst = append(dst, int32(keyIndex(k)))
 	}
 	return dst
 }
@@ -123,9 +158,16 @@ func siftDown(h []uint64, i int) {
 // scratch holds the reusable buffers of one assignment.
 type scratch struct {
 	keys   []uint64
-	at     []int32
-	global groupHeap
-	groups []groupHeap
+	active []int32 // least loaded by levels
+	spare  []int32
+	// Node affinity: one heap of packed keys per node group, each
+	// position's group, and a tournament tree over the groups' roots.
+	groups  [][]uint64
+	groupAt []int32
+	tree    []uint64
+	dirty   []int32 // groups whose root changed since the tree was updated
+	isDirty []bool
+	workers []int32 // group by env worker number
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -151,7 +193,7 @@ func grow[T any](s []T, n int) []T {
 // It returns ErrNoPolicies for an empty loads and an *InputError for n or a
 // load outside the limits.
 func LeastLoaded(loads []int64, n int) ([]int, error) {
-	return leastLoadedOver(nil, loads, n)
+	return leastLoadedPositions(loads, n)
 }
 
 func checkAssignInput(loads []int64, n int) error {
@@ -198,65 +240,134 @@ func NodeAffinity(in AffinityInput) ([]int, error) {
 	if len(in.Loads) != len(in.Indices) || len(in.Nodes) != len(in.Indices) {
 		return nil, inputErr("current_loads", "has %d entries for %d policies", len(in.Loads), len(in.Indices))
 	}
+	out, err := nodeAffinityPositions(in)
+	if err != nil {
+		return nil, err
+	}
+	for i, pos := range out {
+		out[i] = in.Indices[pos]
+	}
+	return out, nil
+}
+
+// nodeAffinityPositions is NodeAffinity answering positions in in rather
+// than indices. in.Indices is not used.
+func nodeAffinityPositions(in AffinityInput) ([]int, error) {
 	if err := checkAssignInput(in.Loads, len(in.EnvIDs)); err != nil {
 		return nil, err
 	}
-	s := getScratch(len(in.Indices))
+	s := getScratch(0)
 	defer putScratch(s)
-	s.at = grow(s.at, len(in.Indices))
-	for pos, l := range in.Loads {
-		// The index is the tie-break; positions are in index order, so the
-		// position orders the same and maps back to the index at the end.
-		s.keys[pos] = packKey(l, pos)
-	}
+	return nodeAffinityPos(s, in), nil
+}
 
-	// One heap per node, one over everything. Each position is in exactly
-	// one node heap, so the node heaps share one position table; the global
-	// heap keeps its own.
-	groupOf := make(map[string]int)
-	nodeAt := make([]int32, len(in.Indices))
+// nodeAffinityPos is NodeAffinity on checked input, answering positions.
+//
+// Each node's candidates form one min-heap of packed (load, position) keys
+// ("" for the candidates with no node). Every position is in exactly one
+// heap, so the least loaded candidate of all is the least of the heap
+// roots, which a tournament tree over the groups' roots gives. A pick
+// always takes the root of one group: it grows and sinks in its group. The
+// tree is brought up to date only when a task falls back to the least
+// loaded of all, replaying the paths of the groups changed since.
+func nodeAffinityPos(s *scratch, in AffinityInput) []int {
+	groupOf := make(map[string]int32)
 	s.groups = s.groups[:0]
-	memberOf := make([]int32, len(in.Indices))
+	s.groupAt = grow(s.groupAt, len(in.Nodes))
+	lastNode, lastGroup := "", int32(-1)
 	for pos, node := range in.Nodes {
-		g, ok := groupOf[node]
-		if !ok {
-			g = len(s.groups)
-			groupOf[node] = g
-			if len(s.groups) < cap(s.groups) {
-				s.groups = s.groups[:g+1]
-				s.groups[g].items = s.groups[g].items[:0]
-			} else {
-				s.groups = append(s.groups, groupHeap{})
+		g := lastGroup
+		if g < 0 || node != lastNode {
+			var ok bool
+			if g, ok = groupOf[node]; !ok {
+				g = int32(len(s.groups))
+				groupOf[node] = g
+				if len(s.groups) < cap(s.groups) {
+					s.groups = s.groups[:g+1]
+					s.groups[g] = s.groups[g][:0]
+				} else {
+					s.groups = append(s.groups, nil)
+				}
 			}
+			lastNode, lastGroup = node, g
 		}
-		memberOf[pos] = int32(g)
-		s.groups[g].items = append(s.groups[g].items, int32(pos))
+		s.groups[g] = append(s.groups[g], packKey(in.Loads[pos], pos))
+		s.groupAt[pos] = g
 	}
-	for g := range s.groups {
-		s.groups[g].init(s.keys, nodeAt)
+	leaves := 1
+	for leaves < len(s.groups) {
+		leaves *= 2
 	}
-	s.global.items = grow(s.global.items, len(in.Indices))
-	for i := range s.global.items {
-		s.global.items[i] = int32(i)
+	tree := grow(s.tree, 2*leaves)
+	s.tree = tree
+	for g := range leaves {
+		tree[leaves+g] = ^uint64(0)
+		if g < len(s.groups) {
+			heapify(s.groups[g])
+			tree[leaves+g] = s.groups[g][0]
+		}
 	}
-	s.global.init(s.keys, s.at)
+	for i := leaves - 1; i >= 1; i-- {
+		tree[i] = min(tree[2*i], tree[2*i+1])
+	}
+	s.dirty = s.dirty[:0]
+	s.isDirty = grow(s.isDirty, len(s.groups))
+	clear(s.isDirty)
+
+	// The group serving an env worker, -1 when its node has no candidate
+	// (then the least loaded of all serves it). Workers with small numbers
+	// are looked up once and remembered in s.workers (-2: not yet).
+	group := func(node string) int32 {
+		if g, ok := groupOf[node]; ok {
+			return g
+		}
+		return -1
+	}
+	noNode := group("")
+	limit := 2*len(in.EnvIDs) + 64
+	s.workers = s.workers[:0]
 
 	out := make([]int, 0, len(in.EnvIDs))
 	for _, env := range in.EnvIDs {
-		node := ""
+		g := noNode
 		if w, ok := ParseEnvWorker(env); ok {
-			node = in.EnvNode[w]
+			switch {
+			case w >= limit:
+				g = group(in.EnvNode[w])
+			case w < len(s.workers) && s.workers[w] != -2:
+				g = s.workers[w]
+			default:
+				for len(s.workers) <= w {
+					s.workers = append(s.workers, -2)
+				}
+				g = group(in.EnvNode[w])
+				s.workers[w] = g
+			}
 		}
-		var pos int32
-		if g, ok := groupOf[node]; ok {
-			pos = s.groups[g].items[0]
-		} else {
-			pos = s.global.items[0]
+		if g < 0 {
+			// Bring the tree up to date, then take the least root.
+			for _, d := range s.dirty {
+				i := leaves + int(d)
+				tree[i] = s.groups[d][0]
+				for i > 1 {
+					i /= 2
+					tree[i] = min(tree[2*i], tree[2*i+1])
+				}
+				s.isDirty[d] = false
+			}
+			s.dirty = s.dirty[:0]
+			g = s.groupAt[keyIndex(tree[1])]
 		}
-		out = append(out, in.Indices[pos])
-		s.keys[pos] += keyInc
-		s.groups[memberOf[pos]].down(s.keys, nodeAt, int(nodeAt[pos]))
-		s.global.down(s.keys, s.at, int(s.at[pos]))
+		h := s.groups[g]
+		out = append(out, keyIndex(h[0]))
+		h[0] += keyInc
+		siftDown(h, 0)
+		// The tree is only read by fallbacks: note the change for the next
+		// one instead of replaying the path now.
+		if !s.isDirty[g] {
+			s.isDirty[g] = true
+			s.dirty = append(s.dirty, g)
+		}
 	}
-	return out, nil
+	return out
 }

@@ -46,30 +46,47 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	snap := st.snap.Load()
 	if req.Loads != nil {
 		in := stateless(snap, req.Loads)
-		idx, err := st.assignOver(snap, req, in)
-		return Assignment{Indices: idx, Snapshot: snap}, err
+		out, err := st.assignOver(snap, req, in)
+		if err != nil {
+			return Assignment{Snapshot: snap}, err
+		}
+		for i, pos := range out {
+			out[i] = in.Indices[pos]
+		}
+		return Assignment{Indices: out, Snapshot: snap}, nil
 	}
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	var in AffinityInput
+	n := len(snap.rts)
+	in := AffinityInput{Indices: make([]int, 0, n), Loads: make([]int64, 0, n), Nodes: make([]string, 0, n)}
+	rts := make([]*policyRuntime, 0, n)
 	for pos, rt := range snap.rts {
 		if rt.available() {
 			in.Indices = append(in.Indices, rt.policy.Index)
 			in.Loads = append(in.Loads, min(max(rt.load, -MaxLoad), MaxLoad))
 			in.Nodes = append(in.Nodes, snap.nodes[pos])
+			rts = append(rts, rt)
 		}
 	}
-	idx, err := st.assignOver(snap, req, in)
+	out, err := st.assignOver(snap, req, in)
 	if err != nil {
 		return Assignment{}, err
 	}
-	for _, i := range idx {
-		rt := snap.rts[snap.posOf[i]]
-		rt.load = min(rt.load+1, MaxLoad)
-		rt.assigned.Add(1)
+	// Raise each chosen policy's load once by its number of tasks.
+	counts := make([]int64, len(rts))
+	for i, pos := range out {
+		counts[pos]++
+		out[i] = in.Indices[pos]
 	}
-	return Assignment{Indices: idx, Snapshot: snap}, nil
+	for pos, c := range counts {
+		if c > 0 {
+			rt := rts[pos]
+			rt.load = min(rt.load+c, MaxLoad)
+			rt.assigned.Add(uint64(c))
+		}
+	}
+	return Assignment{Indices: out, Snapshot: snap}, nil
 }
 
 // stateless returns the candidates of a stateless assignment: every index
@@ -91,6 +108,7 @@ func stateless(snap *Snapshot, loads []int64) AffinityInput {
 	return in
 }
 
+// assignOver answers req over the candidates in, as positions in in.
 func (st *State) assignOver(snap *Snapshot, req AssignRequest, in AffinityInput) ([]int, error) {
 	switch req.Kind {
 	case AssignLeastLoaded:
@@ -98,17 +116,17 @@ func (st *State) assignOver(snap *Snapshot, req AssignRequest, in AffinityInput)
 		if len(req.EnvIDs) > 0 {
 			in.EnvNode = snap.envNode
 			in.EnvIDs = req.EnvIDs
-			return NodeAffinity(in)
+			return nodeAffinityPositions(in)
 		}
 	default:
 		return nil, fmt.Errorf("assign: unknown kind %d", req.Kind)
 	}
-	return leastLoadedOver(in.Indices, in.Loads, req.NumTasks)
+	return leastLoadedPositions(in.Loads, req.NumTasks)
 }
 
-// leastLoadedOver is LeastLoaded over the policies with the given ascending
-// indices; nil indices mean 0..len(loads)-1.
-func leastLoadedOver(indices []int, loads []int64, n int) ([]int, error) {
+// leastLoadedPositions is LeastLoaded: positions in loads are the seed's
+// policy indices.
+func leastLoadedPositions(loads []int64, n int) ([]int, error) {
 	if err := checkAssignInput(loads, n); err != nil {
 		return nil, err
 	}
@@ -117,12 +135,5 @@ func leastLoadedOver(indices []int, loads []int64, n int) ([]int, error) {
 	for pos, l := range loads {
 		s.keys[pos] = packKey(l, pos)
 	}
-	out := leastLoaded(make([]int, 0, n), s.keys, n)
-	if indices == nil {
-		return out, nil
-	}
-	for i, pos := range out {
-		out[i] = indices[pos]
-	}
-	return out, nil
+	return leastLoaded(s, make([]int, 0, n), s.keys, n), nil
 }

@@ -21,6 +21,11 @@ func TestLeastLoaded(t *testing.T) {
 		{"far behind takes everything", []int64{100, 0}, 3, ints(1, 1, 1)},
 		{"no tasks", []int64{1, 2}, 0, ints()},
 		{"limits", []int64{MaxLoad, -MaxLoad}, 2, ints(1, 1)},
+		{"fewer tasks than policies", []int64{5, 1, 1, 0, 9}, 3, ints(3, 1, 2)},
+		{"policies join level by level", []int64{2, 0, 1}, 7, ints(1, 1, 2, 0, 1, 2, 0)},
+		{"late joiner", []int64{0, 3}, 10, ints(0, 0, 0, 0, 1, 0, 1, 0, 1, 0)},
+		{"gap wider than the tasks", []int64{0, 1000000}, 5, ints(0, 0, 0, 0, 0)},
+		{"joiners between actives", []int64{1, 0, 1, 0}, 6, ints(1, 3, 0, 1, 2, 3)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

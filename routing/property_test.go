@@ -23,6 +23,9 @@ func TestLeastLoadedMatchesReference(t *testing.T) {
 	r := propertyRand(t)
 	for i := range propertyCases {
 		p := 1 + r.IntN(20)
+		if r.IntN(20) == 0 {
+			p = 100 + r.IntN(300)
+		}
 		loads := genLoads(r, p)
 		n := r.IntN(4 * p)
 		got, err := LeastLoaded(loads, n)

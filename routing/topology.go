@@ -123,6 +123,9 @@ func ParseEnvWorker(envID string) (worker int, ok bool) {
 			break
 		}
 	}
+	if w, ok, plain := parsePlainDigits(s); plain {
+		return w, ok
+	}
 	rs := []rune(s)
 	lo, hi := 0, len(rs)
 	for lo < hi && isPySpace(rs[lo]) {
@@ -165,6 +168,24 @@ func ParseEnvWorker(envID string) (worker int, ok bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// parsePlainDigits reads s when it is one to seven ASCII digits, the usual
+// case, without the general path's conversion to runes. plain is false for
+// anything else.
+func parsePlainDigits(s string) (worker int, ok, plain bool) {
+	if len(s) == 0 || len(s) > 7 { // MaxIndex has 7 digits
+		return 0, false, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, n < MaxIndex, true
 }
 
 // isPySpace reports whether Python's int() skips r as whitespace: among
