@@ -273,7 +273,8 @@ func TestCapacity(t *testing.T) {
 	})
 }
 
-// unavailable makes the policy p1 unavailable one way and back.
+// An unavailability takes policy p1 out of routing one way (off) and
+// brings it back (on).
 type unavailability struct {
 	name      string
 	off, on   func(tb testing.TB, st *State)
