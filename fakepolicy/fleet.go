@@ -43,6 +43,10 @@ type Options struct {
 	// Host is the address the listeners bind, with port 0. Default
 	// "127.0.0.1".
 	Host string
+	// Addr, when set, is the host:port of the shared listener instead of
+	// Host with a free port (e.g. for a fixed address in a walk-through or
+	// a container). Not used with PerPolicyListeners.
+	Addr string
 	// Now is the clock that decides when work is done; default time.Now.
 	// POST /generate still waits in real time.
 	Now func() time.Time
@@ -103,7 +107,7 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 	}
 
 	if !opts.PerPolicyListeners {
-		base, err := f.listen(f.sharedHandler())
+		base, err := f.listen(f.sharedHandler(), opts.Addr)
 		if err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
@@ -113,7 +117,7 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 		return f, nil
 	}
 	for i, p := range f.policies {
-		base, err := f.listen(p.handler())
+		base, err := f.listen(p.handler(), "")
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("policy %d: %w", i, err), f.Close())
 		}
@@ -122,10 +126,13 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 	return f, nil
 }
 
-// listen starts one server of h on a fresh loopback port and returns its
-// base URL.
-func (f *Fleet) listen(h http.Handler) (string, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(f.opts.Host, "0"))
+// listen starts one server of h on addr, or a free port of Host when addr
+// is empty, and returns its base URL.
+func (f *Fleet) listen(h http.Handler, addr string) (string, error) {
+	if addr == "" {
+		addr = net.JoinHostPort(f.opts.Host, "0")
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("fakepolicy: listen: %w", err)
 	}

@@ -249,6 +249,15 @@ func TestRegisterPolicy(t *testing.T) {
 		t.Errorf("get = %+v", got)
 	}
 	wantError(t, ts.do(t, "GET", "/policies/none", ""), http.StatusNotFound, api.CodeNotFound, "")
+
+	// Ids are found however the client escaped them.
+	want(t, ts.do(t, "POST", "/policies", `{"url":"http://127.0.0.1:9004","id":"a b:c"}`), http.StatusCreated, nil)
+	for _, path := range []string{"/policies/a%20b:c", "/policies/a%20b%3Ac"} {
+		want(t, ts.do(t, "GET", path, ""), http.StatusOK, &got)
+		if got.ID != "a b:c" {
+			t.Errorf("GET %s = %+v", path, got)
+		}
+	}
 }
 
 func TestRegisterPolicyInvalid(t *testing.T) {

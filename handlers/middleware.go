@@ -66,7 +66,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		dur := time.Since(start)
 		s.observe(pattern, r.Method, status, dur)
-		level := slog.LevelInfo
+		level := s.RequestLogLevel
 		if status >= 500 {
 			level = slog.LevelError
 		}

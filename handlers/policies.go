@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/go-chi/chi/v5"
@@ -97,7 +98,7 @@ func (s *Server) listPolicies(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
-	p, err := s.Registry.Get(chi.URLParam(r, "id"))
+	p, err := s.Registry.Get(policyID(r))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -106,7 +107,7 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deletePolicy(w http.ResponseWriter, r *http.Request) {
-	if err := s.Registry.Delete(r.Context(), chi.URLParam(r, "id")); err != nil {
+	if err := s.Registry.Delete(r.Context(), policyID(r)); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -117,7 +118,7 @@ func (s *Server) drainPolicy(w http.ResponseWriter, r *http.Request)  { s.setDra
 func (s *Server) resumePolicy(w http.ResponseWriter, r *http.Request) { s.setDraining(w, r, false) }
 
 func (s *Server) setDraining(w http.ResponseWriter, r *http.Request, draining bool) {
-	p, err := s.Registry.SetDraining(r.Context(), chi.URLParam(r, "id"), draining)
+	p, err := s.Registry.SetDraining(r.Context(), policyID(r), draining)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -173,4 +174,15 @@ func topologyToAPI(t store.Topology) api.Topology {
 		}
 	}
 	return out
+}
+
+// policyID returns the {id} path parameter, unescaped: chi matches on the
+// raw path when the client escaped characters Go would not have, and then
+// hands back the escaped form.
+func policyID(r *http.Request) string {
+	raw := chi.URLParam(r, "id")
+	if id, err := url.PathUnescape(raw); err == nil {
+		return id
+	}
+	return raw
 }

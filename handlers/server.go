@@ -16,6 +16,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/auth"
+	"github.com/policyrouter/policyrouter/dashboard"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
@@ -39,6 +40,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// PollerStats, when set, reports the idle poller for /stats.
 	PollerStats func() *api.PollerStats
+	// RequestLogLevel is the level of the one log line per request;
+	// default Info. 5xx answers are always logged at Error.
+	RequestLogLevel slog.Level
 	// Ready reports readiness for /readyz; nil means always ready.
 	Ready func() bool
 	// Metrics, when set, records request, decision and affinity metrics
@@ -119,6 +123,13 @@ func (s *Server) Handler() http.Handler {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
+	// The dashboard's files are public; the data they show comes from
+	// /stats, which needs a read token when auth is on.
+	page := dashboard.Handler()
+	for _, p := range []string{dashboard.PagePath, dashboard.ScriptPath, dashboard.StylePath} {
+		r.Method(http.MethodGet, p, page)
+		r.Method(http.MethodHead, p, page)
+	}
 
 	admin := r.With(s.require(auth.ScopeAdmin))
 	route := r.With(s.require(auth.ScopeRoute))
@@ -153,7 +164,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.Ready != nil && !s.Ready() {
-		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "not ready"})
+		s.writeError(w, r, errorf(api.CodeUnavailable, "not ready"))
 		return
 	}
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})

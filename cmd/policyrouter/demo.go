@@ -30,10 +30,6 @@ type demoConfig struct {
 
 func (c *demoConfig) register(fs *flag.FlagSet) {
 	c.serveConfig.register(fs)
-	// The simulated workers send several requests a second: log only
-	// warnings unless asked.
-	fs.Lookup("log-level").DefValue = "warn"
-	_ = fs.Set("log-level", "warn")
 	fs.IntVar(&c.Policies, "policies", 8, "simulated policies, split over two nodes")
 	fs.IntVar(&c.Workers, "workers", 6, "simulated env workers driving /select and /release (0 for none)")
 	fs.DurationVar(&c.MinWork, "min-work", 200*time.Millisecond, "shortest simulated rollout step")
@@ -53,6 +49,9 @@ func demoCommand(ctx context.Context, args []string) error {
 	if err := cfg.check(); err != nil {
 		return err
 	}
+	// The simulated workers send several requests a second: their request
+	// lines show at --log-level debug only.
+	cfg.requestLogLevel = slog.LevelDebug
 	if cfg.Policies < 2 || cfg.Policies > 10000 {
 		return fmt.Errorf("--policies must be between 2 and 10000, not %d", cfg.Policies)
 	}
@@ -91,7 +90,7 @@ policyrouter demo: %d simulated policies on node-a and node-b, %d simulated env 
   stats      curl -s %[3]s/stats
   select     curl -s -XPOST %[3]s/select -H 'Content-Type: application/json' -d '{"env_id": "env-0"}'
   assign     curl -s -XPOST %[3]s/assign -H 'Content-Type: application/json' -d '{"num_tasks": 4}'
-Requests are logged at --log-level info; Ctrl-C stops.
+Requests are logged at --log-level debug; Ctrl-C stops.
 
 `, cfg.Policies, cfg.Workers, base)
 

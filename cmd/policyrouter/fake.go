@@ -14,14 +14,14 @@ import (
 
 // fakePolicyConfig is the configuration of `fake-policy`.
 type fakePolicyConfig struct {
-	Host    string
+	Addr    string
 	N       int
 	MinWork time.Duration
 	MaxWork time.Duration
 }
 
 func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Host, "host", "127.0.0.1", "address to listen on (a free port is chosen)")
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:0", "address to listen on; policy i is served at http://ADDR/p/i")
 	fs.IntVar(&c.N, "n", 1, "number of simulated policies")
 	fs.DurationVar(&c.MinWork, "min-work", 200*time.Millisecond, "shortest simulated work item")
 	fs.DurationVar(&c.MaxWork, "max-work", 1500*time.Millisecond, "longest simulated work item")
@@ -40,7 +40,7 @@ func fakePolicyCommand(ctx context.Context, args []string) error {
 		return errors.New("--n must be at least 1")
 	}
 	fleet, err := fakepolicy.New(cfg.N, rand.NewPCG(uint64(time.Now().UnixNano()), 11), fakepolicy.Options{
-		Host: cfg.Host, MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
+		Addr: cfg.Addr, MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
 	})
 	if err != nil {
 		return err

@@ -44,6 +44,10 @@ type serveConfig struct {
 	Insecure      bool
 	LogFormat     string
 	LogLevel      string
+
+	// requestLogLevel is the level of per-request log lines (the demo
+	// lowers it to keep its simulated traffic quiet).
+	requestLogLevel slog.Level
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -199,15 +203,16 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 		pollerStatsFunc = func() *api.PollerStats { return pollerStats(pl.Stats()) }
 	}
 	srv := handlers.New(handlers.Config{
-		PollerStats:   pollerStatsFunc,
-		Metrics:       m,
-		Auth:          verifier,
-		Registry:      reg,
-		State:         state,
-		Logger:        logger,
-		DefaultRouter: cfg.Router,
-		MaxSelectWait: cfg.MaxSelectWait,
-		OpenAPI:       policyrouter.OpenAPI,
+		PollerStats:     pollerStatsFunc,
+		Metrics:         m,
+		Auth:            verifier,
+		RequestLogLevel: cfg.requestLogLevel,
+		Registry:        reg,
+		State:           state,
+		Logger:          logger,
+		DefaultRouter:   cfg.Router,
+		MaxSelectWait:   cfg.MaxSelectWait,
+		OpenAPI:         policyrouter.OpenAPI,
 	})
 
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary is the policyrouter binary built once for the end-to-end tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "policyrouter-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "policyrouter")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build policyrouter: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is a running policyrouter process.
+type proc struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *syncBuffer
+	done   chan error
+}
+
+// start runs the binary with args (JSON logs) and waits for its listening
+// line. The process is killed at the end of the test if still running.
+func start(tb testing.TB, env []string, args ...string) *proc {
+	tb.Helper()
+	cmd := exec.Command(binary, append(args, "--log-format", "json")...)
+	cmd.Env = append(os.Environ(), env...)
+	pr, pw := io.Pipe()
+	p := &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stderr = io.MultiWriter(pw, p.stderr)
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait(); pw.Close() }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "policyrouter listening" {
+				addr <- line.Addr
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	select {
+	case p.addr = <-addr:
+	case err := <-p.done:
+		tb.Fatalf("policyrouter %v exited before listening: %v\n%s", args, err, p.stderr)
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("policyrouter %v did not start:\n%s", args, p.stderr)
+	}
+	return p
+}
+
+// stop sends SIGTERM and returns the exit error (nil for exit 0).
+func (p *proc) stop(tb testing.TB) error {
+	tb.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		tb.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		return err
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("no exit within 30s of SIGTERM:\n%s", p.stderr)
+		return nil
+	}
+}
+
+func post(tb testing.TB, url, token, body string) (int, string) {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago (all held open together, so no two are the same port).
+func freeAddrs(tb testing.TB, n int) []string {
+	tb.Helper()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs
+}
+
+// TestREADMEWalkthrough runs the README's curl walk-through as written, on
+// free ports, and checks what it prints.
+func TestREADMEWalkthrough(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	i := strings.Index(section, "## Walk-through with curl")
+	if i < 0 {
+		t.Fatal("README has no walk-through section")
+	}
+	section = section[i:]
+	if j := strings.Index(section[3:], "\n## "); j >= 0 {
+		section = section[:j+3]
+	}
+	var script strings.Builder
+	for _, block := range strings.Split(section, "```sh\n")[1:] {
+		script.WriteString(block[:strings.Index(block, "```")])
+	}
+	addrs := freeAddrs(t, 2)
+	routerAddr, policyAddr := addrs[0], addrs[1]
+	s := script.String()
+	for _, want := range []string{"go build -o policyrouter ./cmd/policyrouter\n", "127.0.0.1:8080", "127.0.0.1:9100", "./policyrouter serve &"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("walk-through no longer contains %q; update this test with it", want)
+		}
+	}
+	// The binary is built already; ports are free ones.
+	s = strings.Replace(s, "go build -o policyrouter ./cmd/policyrouter\n", "", 1)
+	s = strings.ReplaceAll(s, "127.0.0.1:8080", routerAddr)
+	s = strings.ReplaceAll(s, "127.0.0.1:9100", policyAddr)
+	s = "set -euo pipefail\n" + s + "\nkill %1 %2\nwait\n"
+
+	dir := t.TempDir()
+	if err := os.Symlink(binary, filepath.Join(dir, "policyrouter")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", s)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "POLICYROUTER_ADDR="+routerAddr, "POLICYROUTER_LOG_FORMAT=json")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The script's background processes share its output pipes: on a
+	// timeout kill the whole group, and do not wait on the pipes forever.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if err != nil {
+		t.Fatalf("walk-through failed: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		`"assignments":[3,1,3,1]`,
+		`"assignments":[0,2]`,
+		`"node_id":"node-b","lease_id":`,
+		`"released":true`,
+		`"state":"idle"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("walk-through output lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+func TestSIGTERMDrainsWaitingSelect(t *testing.T) {
+	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--poll-interval", "0")
+	base := "http://" + p.addr
+	if code, body := post(t, base+"/policies", "", `{"url":"http://127.0.0.1:9/"}`); code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	if code, body := post(t, base+"/select", "", `{}`); code != 200 {
+		t.Fatalf("select: %d %s", code, body)
+	}
+	type result struct {
+		code int
+		body string
+	}
+	waiting := make(chan result, 1)
+	go func() {
+		code, body := post(t, base+"/select", "", `{"timeout_ms":60000}`)
+		waiting <- result{code, body}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(base + "/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct{ Waiters int }
+		_ = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if st.Waiters == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second select never waited")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr)
+	}
+	r := <-waiting
+	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "shutting down") {
+		t.Errorf("waiting select at shutdown answered %d %s", r.code, r.body)
+	}
+	if !strings.Contains(p.stderr.String(), `"msg":"stopped"`) {
+		t.Errorf("no clean stop logged:\n%s", p.stderr)
+	}
+}
+
+func TestNonLoopbackNeedsKeyOrInsecure(t *testing.T) {
+	out, err := exec.Command(binary, "serve", "--addr", "0.0.0.0:0").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || !strings.Contains(string(out), "refusing to serve without authentication") {
+		t.Fatalf("non-loopback bind without a key: err=%v output=%s", err, out)
+	}
+	p := start(t, nil, "serve", "--addr", "0.0.0.0:0", "--insecure")
+	if !strings.Contains(p.stderr.String(), "WITHOUT authentication") {
+		t.Errorf("--insecure start not warned about:\n%s", p.stderr)
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	// With a key a non-loopback bind is fine.
+	p = start(t, []string{"POLICYROUTER_JWT_SECRET=" + strings.Repeat("k", 40)}, "serve", "--addr", "0.0.0.0:0")
+	if err := p.stop(t); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+}
+
+func TestTokensAndSecretsStayOutOfLogs(t *testing.T) {
+	secret := "s3cr3t-" + strings.Repeat("x", 40)
+	p := start(t, []string{"POLICYROUTER_JWT_SECRET=" + secret}, "serve", "--addr", "127.0.0.1:0", "--log-level", "debug")
+	mint := func(scope string) string {
+		out, err := exec.Command(binary, "token", "--jwt-secret", secret, "--scope", scope, "--ttl", "1h").Output()
+		if err != nil {
+			t.Fatalf("token: %v", err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	admin, route := mint("admin"), mint("route")
+	base := "http://" + p.addr
+	tests := []struct {
+		name, path, token string
+		want              int
+	}{
+		{"no token", "/select", "", 401},
+		{"garbage token", "/select", "garbage.token.here", 401},
+		{"token signed with another secret", "/select", forge(t), 401},
+		{"admin token on a route endpoint", "/select", admin, 403},
+		{"route token", "/assign", route, 503},
+		{"admin registers", "/policies", admin, 201},
+	}
+	for _, tt := range tests {
+		body := `{"num_tasks":1}`
+		if tt.path == "/policies" {
+			body = `{"url":"http://127.0.0.1:9/"}`
+		} else if tt.path == "/select" {
+			body = `{"timeout_ms":0}`
+		}
+		if code, b := post(t, base+tt.path, tt.token, body); code != tt.want {
+			t.Errorf("%s: %d %s, want %d", tt.name, code, b, tt.want)
+		}
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	logs := p.stderr.String()
+	for name, s := range map[string]string{"secret": secret, "admin token": admin, "route token": route} {
+		if strings.Contains(logs, s) {
+			t.Errorf("the %s appears in the logs", name)
+		}
+	}
+	if !strings.Contains(logs, `"status":401`) {
+		t.Errorf("requests not logged:\n%s", logs)
+	}
+}
+
+// forge mints a token with a secret the server does not know.
+func forge(tb testing.TB) string {
+	tb.Helper()
+	out, err := exec.Command(binary, "token", "--jwt-secret", strings.Repeat("z", 40), "--scope", "route").Output()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// runBinary runs the binary to completion and returns its combined output.
+func runBinary(args ...string) (string, error) {
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	return string(out), err
+}
