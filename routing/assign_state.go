@@ -58,6 +58,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	snap = st.snap.Load() // Update publishes under mu: no removed policy gets load
 	n := len(snap.rts)
 	in := AffinityInput{Indices: make([]int, 0, n), Loads: make([]int64, 0, n), Nodes: make([]string, 0, n)}
 	rts := make([]*policyRuntime, 0, n)

@@ -319,6 +319,9 @@ func (st *State) SetDraining(id string, draining bool) error {
 // finished, and returns the new load. It returns ErrUnknownPolicy for an
 // unknown index.
 func (st *State) Complete(index int, count int64) (int64, error) {
+	if count < 0 {
+		return 0, inputErr("count", "must be >= 0")
+	}
 	snap := st.snap.Load()
 	pos, ok := snap.ByIndex(index)
 	if !ok {
