@@ -358,3 +358,45 @@ func runBinary(args ...string) (string, error) {
 	out, err := exec.Command(binary, args...).CombinedOutput()
 	return string(out), err
 }
+
+// TestREADMEPythonExample runs the README's Python example, as printed,
+// against the demo.
+func TestREADMEPythonExample(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+	if err := exec.Command("python3", "-c", "import requests").Run(); err != nil {
+		t.Skip("python3 has no requests module")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "```python\n")
+	if !ok {
+		t.Fatal("README has no python example")
+	}
+	example, _, _ := strings.Cut(after, "```")
+	p := start(t, nil, "demo", "--addr", "127.0.0.1:0", "--workers", "2")
+	example = strings.ReplaceAll(example, "127.0.0.1:8080", p.addr)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "example.py"), []byte(example), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := filepath.Abs("../..")
+	cmd := exec.Command("python3", "example.py")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients/python"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("example failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"assign: [1, 3, 4]", "select: policy ", "policies by state:"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("example output lacks %q:\n%s", want, out)
+		}
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

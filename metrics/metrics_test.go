@@ -1,0 +1,126 @@
+package metrics
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// scrape serves /metrics once and parses it with the Prometheus text
+// parser.
+func scrape(tb testing.TB, m *Metrics) map[string]*dto.MetricFamily {
+	tb.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req.Header.Set("Accept", "text/plain")
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		tb.Fatalf("/metrics: %d %s", rec.Code, rec.Body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(rec.Body)
+	if err != nil {
+		tb.Fatalf("parse /metrics: %v", err)
+	}
+	return families
+}
+
+// value returns the value of the family's sample whose labels include
+// want, or fails.
+func value(tb testing.TB, families map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	tb.Helper()
+	f, ok := families[name]
+	if !ok {
+		tb.Fatalf("family %s missing", name)
+	}
+	for _, m := range f.GetMetric() {
+		match := true
+		for k, v := range want {
+			found := false
+			for _, l := range m.GetLabel() {
+				found = found || (l.GetName() == k && l.GetValue() == v)
+			}
+			match = match && found
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	tb.Fatalf("%s has no sample with labels %v", name, want)
+	return 0
+}
+
+func TestMetricsFamilies(t *testing.T) {
+	st := routing.New(routing.Options{FailThreshold: 1})
+	topo := routing.Topology{Nodes: map[string]routing.Components{
+		"a": {Env: []int{0}, Eval: []int{0}},
+		"b": {Env: []int{1}, Eval: []int{1, 2}},
+	}}
+	if err := st.Update([]routing.Policy{{Index: 0, ID: "p0"}, {Index: 1, ID: "p1"}, {Index: 2, ID: "p2"}}, topo); err != nil {
+		t.Fatal(err)
+	}
+	m := New(st)
+	if _, err := st.Select(t.Context(), routing.SelectIdle, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetDraining("p1", true); err != nil {
+		t.Fatal(err)
+	}
+	probe := routing.Probe{SentAt: time.Now(), Latency: 2 * time.Millisecond, OK: false}
+	m.ObserveProbe(probe, st.ObserveProbe("p2", probe))
+	m.ObserveProbe(routing.Probe{OK: true, Idle: true, Latency: time.Millisecond}, routing.NoTransition)
+	m.ObserveRequest("/select", "POST", 200, 3*time.Millisecond)
+	m.ObserveRequest("/assign", "POST", 422, time.Millisecond)
+	m.ObserveDecision("select", "simple", 5*time.Microsecond)
+	m.ObserveAffinity("assign", "node_affinity", 3, 1)
+
+	fams := scrape(t, m)
+	tests := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"policyrouter_http_requests_total", map[string]string{"route": "/select", "method": "POST", "code": "200"}, 1},
+		{"policyrouter_http_requests_total", map[string]string{"route": "/assign", "code": "422"}, 1},
+		{"policyrouter_http_request_duration_seconds", map[string]string{"route": "/select"}, 1},
+		{"policyrouter_decision_duration_seconds", map[string]string{"endpoint": "select", "router": "simple"}, 1},
+		{"policyrouter_affinity_decisions_total", map[string]string{"outcome": "hit"}, 3},
+		{"policyrouter_affinity_decisions_total", map[string]string{"outcome": "fallback"}, 1},
+		{"policyrouter_poll_probes_total", map[string]string{"result": "ok"}, 1},
+		{"policyrouter_poll_probes_total", map[string]string{"result": "failed"}, 1},
+		{"policyrouter_poll_probe_duration_seconds", nil, 2},
+		{"policyrouter_health_transitions_total", map[string]string{"to": "unhealthy"}, 1},
+		{"policyrouter_policies", map[string]string{"node": "a", "state": "busy"}, 1},
+		{"policyrouter_policies", map[string]string{"node": "a", "state": "idle"}, 0},
+		{"policyrouter_policies", map[string]string{"node": "b", "state": "draining"}, 1},
+		{"policyrouter_policies", map[string]string{"node": "b", "state": "unhealthy"}, 1},
+		{"policyrouter_select_waiters", nil, 0},
+		{"policyrouter_leases", nil, 1},
+		{"policyrouter_node_load", map[string]string{"node": "a"}, 0},
+	}
+	for _, tt := range tests {
+		if got := value(t, fams, tt.name, tt.labels); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("runtime family %s missing", name)
+		}
+	}
+}
