@@ -4,13 +4,15 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fuzzBody sends body to method path on a server with two policies and a
 // topology, and fails on a panic (the recoverer would turn it into a 500)
 // or any 5xx other than the 503 of an empty pool.
 func fuzzBody(f *testing.F, method, path string, seeds ...string) {
-	ts := newTestServer(f, Config{MaxBodyBytes: 64 << 10})
+	// Waits are capped at 1ms: a fuzzed /select must never block the run.
+	ts := newTestServer(f, Config{MaxBodyBytes: 64 << 10, MaxSelectWait: time.Millisecond})
 	ts.register(f, 2)
 	ts.do(f, "PUT", "/topology", `{"n0":{"env":{"ids":[0,1]},"eval":{"ids":[0,1]}}}`)
 	for _, s := range seeds {
