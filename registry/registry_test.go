@@ -1,0 +1,153 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
+)
+
+// failingStore fails every write while fail is set.
+type failingStore struct {
+	*store.Memory
+	fail bool
+}
+
+var errDisk = errors.New("disk full")
+
+func (f *failingStore) PutPolicy(ctx context.Context, p store.Policy) error {
+	if f.fail {
+		return errDisk
+	}
+	return f.Memory.PutPolicy(ctx, p)
+}
+
+func (f *failingStore) DeletePolicy(ctx context.Context, id string) error {
+	if f.fail {
+		return errDisk
+	}
+	return f.Memory.DeletePolicy(ctx, id)
+}
+
+func (f *failingStore) ReplacePolicies(ctx context.Context, ps []store.Policy) error {
+	if f.fail {
+		return errDisk
+	}
+	return f.Memory.ReplacePolicies(ctx, ps)
+}
+
+func (f *failingStore) PutTopology(ctx context.Context, t store.Topology) error {
+	if f.fail {
+		return errDisk
+	}
+	return f.Memory.PutTopology(ctx, t)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func open(tb testing.TB) (*Registry, *failingStore, *routing.State) {
+	tb.Helper()
+	st := &failingStore{Memory: store.NewMemory()}
+	state := routing.New(routing.Options{})
+	r, err := Open(context.Background(), st, state)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r, st, state
+}
+
+// A write the store refuses is neither published to the routers nor
+// remembered: the registry, the store and the routing state agree.
+func TestFailedWriteChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	r, st, state := open(t)
+	if _, _, err := r.Register(ctx, Spec{URL: "http://a:1", ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	topo := store.Topology{"n": {"env": {0}, "eval": {0}}}
+	st.fail = true
+	steps := map[string]func() error{
+		"register": func() error { _, _, err := r.Register(ctx, Spec{URL: "http://b:1", ID: "b"}); return err },
+		"replace":  func() error { _, err := r.Replace(ctx, []Spec{{URL: "http://c:1"}}); return err },
+		"delete":   func() error { return r.Delete(ctx, "a") },
+		"drain":    func() error { _, err := r.SetDraining(ctx, "a", true); return err },
+		"topology": func() error { return r.SetTopology(ctx, topo) },
+	}
+	for name, step := range steps {
+		if err := step(); !errors.Is(err, errDisk) {
+			t.Errorf("%s with a failing store: err = %v, want the store's error", name, err)
+		}
+	}
+	cur := r.Current()
+	if len(cur.Policies) != 1 || cur.Policies[0].ID != "a" || cur.Policies[0].Draining || cur.Topology != nil {
+		t.Errorf("registry changed by failed writes: %+v", cur)
+	}
+	if ps := state.Snapshot().Policies(); len(ps) != 1 || ps[0].ID != "a" {
+		t.Errorf("routing state changed by failed writes: %+v", ps)
+	}
+	if s := state.Stats(); s.Policies[0].Draining {
+		t.Error("drain published although the store refused it")
+	}
+	stored, _ := st.Load(ctx)
+	if len(stored.Policies) != 1 || stored.Topology != nil {
+		t.Errorf("store changed: %+v", stored)
+	}
+}
+
+func TestOpenRestoresDrainAndTopology(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	_ = mem.PutPolicy(ctx, store.Policy{Index: 0, ID: "a", URL: "http://a:1", Capacity: 1, Draining: true})
+	_ = mem.PutPolicy(ctx, store.Policy{Index: 1, ID: "b", URL: "http://b:1", Capacity: 2})
+	_ = mem.PutTopology(ctx, store.Topology{"n": {"env": {0}, "eval": {1}}})
+	state := routing.New(routing.Options{})
+	if _, err := Open(ctx, mem, state); err != nil {
+		t.Fatal(err)
+	}
+	st := state.Stats()
+	if !st.Policies[0].Draining || st.Policies[1].Draining || st.Policies[1].Capacity != 2 || st.Policies[1].Node != "n" {
+		t.Errorf("restored state: %+v", st.Policies)
+	}
+
+	// A stored registration the routers reject is reported, not half-used.
+	bad := store.NewMemory()
+	_ = bad.PutTopology(ctx, store.Topology{"n": {"env": {0}, "eval": {7}}})
+	if _, err := Open(ctx, bad, routing.New(routing.Options{})); err == nil {
+		t.Error("Open accepted a topology naming an unregistered eval index")
+	}
+}
+
+func TestRegisterIndicesAndConflicts(t *testing.T) {
+	ctx := context.Background()
+	r, _, _ := open(t)
+	tests := []struct {
+		name        string
+		spec        Spec
+		wantIndex   int
+		wantCreated bool
+		wantErr     error
+	}{
+		{"first takes 0", Spec{URL: "http://a:1", ID: "a"}, 0, true, nil},
+		{"explicit index", Spec{URL: "http://c:1", ID: "c", Index: ptr(2)}, 2, true, nil},
+		{"lowest free is 1", Spec{URL: "http://b:1", ID: "b"}, 1, true, nil},
+		{"same body by id", Spec{URL: "http://b:1", ID: "b"}, 1, false, nil},
+		{"same body by index", Spec{URL: "http://c:1", Index: ptr(2)}, 2, false, nil},
+		{"index taken", Spec{URL: "http://x:1", Index: ptr(2)}, 0, false, ErrConflict},
+		{"id taken", Spec{URL: "http://x:1", ID: "a"}, 0, false, ErrConflict},
+		{"capacity differs", Spec{URL: "http://a:1", ID: "a", Capacity: ptr(2)}, 0, false, ErrConflict},
+		{"id and index disagree", Spec{URL: "http://a:1", ID: "a", Index: ptr(1)}, 0, false, ErrConflict},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, created, err := r.Register(ctx, tt.spec)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if err == nil && (p.Index != tt.wantIndex || created != tt.wantCreated) {
+				t.Errorf("got index %d created %v, want %d %v", p.Index, created, tt.wantIndex, tt.wantCreated)
+			}
+		})
+	}
+}
