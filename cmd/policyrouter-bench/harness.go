@@ -69,9 +69,14 @@ type workloadResult struct {
 	// time is service time without queueing (big /assign workloads only).
 	Unloaded *unloadedRun `json:"unloaded,omitempty"`
 
-	FloorErrors  int    `json:"floor_errors"`
-	RouterErrors int    `json:"router_errors"`
-	FirstError   string `json:"first_error,omitempty"`
+	FloorErrors  int `json:"floor_errors"`
+	RouterErrors int `json:"router_errors"`
+	// Cut counts operations of both sides cancelled at the end of a phase.
+	Cut int `json:"cut"`
+	// LeaseGone counts router select+release operations whose lease the
+	// poller freed before the release.
+	LeaseGone  int    `json:"lease_gone"`
+	FirstError string `json:"first_error,omitempty"`
 }
 
 // unloadedRun is one router phase at concurrency 1.
@@ -146,7 +151,7 @@ func runWorkload(ctx context.Context, cfg config, w workload, client *http.Clien
 	polling := cfg.PollInterval > 0
 
 	// Warm both up (connections, pools, caches); not measured.
-	warm := min(max(cfg.Duration/10, 50*time.Millisecond), 200*time.Millisecond)
+	warm := min(max(cfg.Duration/20, 50*time.Millisecond), 150*time.Millisecond)
 	rt.stopPolling()
 	drive(ctx, client, floor.URL, w.op, cfg.Concurrency, warm)
 	if polling {
@@ -184,7 +189,7 @@ func runWorkload(ctx context.Context, cfg config, w workload, client *http.Clien
 	summarize(&res)
 
 	if w.Unloaded {
-		d := min(cfg.Duration/3, time.Second)
+		d := min(cfg.Duration/4, 750*time.Millisecond)
 		before, err := sampleServer(rt, w.Endpoint)
 		if err != nil {
 			return res, err
@@ -267,6 +272,8 @@ func summarize(res *workloadResult) {
 	for _, r := range res.Rounds {
 		res.FloorErrors += r.Floor.Errors
 		res.RouterErrors += r.Router.Errors
+		res.Cut += r.Floor.Cut + r.Router.Cut
+		res.LeaseGone += r.Router.LeaseGone
 		for _, e := range []string{r.Floor.FirstError, r.Router.FirstError} {
 			if res.FirstError == "" && e != "" {
 				res.FirstError = e

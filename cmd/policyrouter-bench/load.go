@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"slices"
@@ -15,6 +16,10 @@ const (
 	maxOpsPerPhase = 50_000_000
 	// requestTimeout bounds one request.
 	requestTimeout = 10 * time.Second
+	// drainGrace is how long operations in flight at the end of a phase
+	// may take to finish; those still running then are cancelled and
+	// counted as cut, neither done nor failed.
+	drainGrace = 500 * time.Millisecond
 )
 
 // newClient returns the one client of the harness: keep-alive, HTTP/1.1,
@@ -44,37 +49,54 @@ type phase struct {
 	// P50MS and P99MS are the latencies of successful operations.
 	P50MS float64 `json:"p50_ms"`
 	P99MS float64 `json:"p99_ms"`
+	// LeaseGone counts select+release operations whose lease the poller
+	// had freed before the release came (counted as done too).
+	LeaseGone int `json:"lease_gone"`
+	// Cut counts operations cancelled because they were still running
+	// drainGrace after the end of the phase.
+	Cut int `json:"cut"`
 	// FirstError is the first error seen, if any.
 	FirstError string `json:"first_error,omitempty"`
 }
 
 // drive runs op from concurrency goroutines against base until d has
 // passed (or maxOpsPerPhase operations are done, or ctx is done) and
-// measures each operation.
+// measures each operation. Operations still in flight drainGrace after d
+// are cancelled.
 func drive(ctx context.Context, c *http.Client, base string, op opFunc, concurrency int, d time.Duration) phase {
 	type result struct {
 		lat    []time.Duration
 		errors int
+		cut    int
+		gone   int
 		first  error
 	}
 	results := make([]result, concurrency)
 	perWorker := maxOpsPerPhase / concurrency
-	ctx, cancel := context.WithTimeout(ctx, d+requestTimeout)
+	start := time.Now()
+	deadline := start.Add(d)
+	opCtx, cancel := context.WithDeadline(ctx, deadline.Add(drainGrace))
 	defer cancel()
 
 	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
 	for w := range concurrency {
 		goLabelled(&wg, sideClient, func() {
 			res := &results[w]
 			res.lat = make([]time.Duration, 0, 1024)
-			for seq := 0; seq < perWorker && ctx.Err() == nil; seq++ {
+			for seq := 0; seq < perWorker && opCtx.Err() == nil; seq++ {
 				t0 := time.Now()
 				if !t0.Before(deadline) {
 					break
 				}
-				err := op(ctx, c, base, w, seq)
+				err := op(opCtx, c, base, w, seq)
+				if err != nil && opCtx.Err() != nil && ctx.Err() == nil {
+					res.cut++
+					continue
+				}
+				if errors.Is(err, errLeaseGone) {
+					res.gone++
+					err = nil
+				}
 				if err != nil {
 					res.errors++
 					if res.first == nil {
@@ -94,6 +116,8 @@ func drive(ctx context.Context, c *http.Client, base string, op opFunc, concurre
 	for _, r := range results {
 		lat = append(lat, r.lat...)
 		p.Errors += r.errors
+		p.Cut += r.cut
+		p.LeaseGone += r.gone
 		if r.first != nil && p.FirstError == "" {
 			p.FirstError = r.first.Error()
 		}

@@ -34,17 +34,20 @@ func writeTable(w io.Writer, rep *report) {
 	if len(rep.Workloads) > 0 {
 		fmt.Fprintln(w, "HTTP workloads: medians over rounds; ratios are router/floor per round, then the median")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "workload\tpolicies\treq/op\tfloor op/s\trouter op/s\tthroughput ratio\tfloor p50/p99 ms\trouter p50/p99 ms\tp99 ratio\thandler ms/req\tdecision ms\tprobes/s\terrors\t")
+		fmt.Fprintln(tw, "workload\tpolicies\treq/op\tfloor op/s\trouter op/s\tthroughput ratio\tfloor p50/p99 ms\trouter p50/p99 ms\tp99 ratio\thandler ms/req\tdecision ms\tprobes/s\terrors\tcut\t")
 		for _, r := range rep.Workloads {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.3f / %.3f\t%.3f / %.3f\t%.2f\t%.4f\t%.4f\t%.0f\t%d/%d\t\n",
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.3f / %.3f\t%.3f / %.3f\t%.2f\t%.4f\t%.4f\t%.0f\t%d/%d\t%d\t\n",
 				r.Name, r.Policies, r.Requests, r.Floor.Throughput, r.Router.Throughput, r.ThroughputRatio,
 				r.Floor.P50MS, r.Floor.P99MS, r.Router.P50MS, r.Router.P99MS, r.P99Ratio,
-				r.Server.HandlerMeanMS, r.Server.DecisionMeanMS, r.Server.ProbesPerSecond, r.FloorErrors, r.RouterErrors)
+				r.Server.HandlerMeanMS, r.Server.DecisionMeanMS, r.Server.ProbesPerSecond, r.FloorErrors, r.RouterErrors, r.Cut)
 		}
 		tw.Flush()
 		for _, r := range rep.Workloads {
 			if r.FirstError != "" {
 				fmt.Fprintf(w, "  %s: first error: %s\n", r.Name, r.FirstError)
+			}
+			if r.LeaseGone > 0 {
+				fmt.Fprintf(w, "  %s: %d releases found their lease already freed by the poller (op stalled past the 250ms grace)\n", r.Name, r.LeaseGone)
 			}
 		}
 		fmt.Fprintln(w)

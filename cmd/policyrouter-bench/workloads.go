@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -111,6 +112,19 @@ func newWorkload(name string, cfg config) workload {
 	panic("unknown workload " + name)
 }
 
+// errLeaseGone: the op's /release found its lease already freed by the
+// poller. The op counts as done, and is counted apart.
+var errLeaseGone = errors.New("lease already freed by the poller")
+
+// statusError is an answer other than 200.
+type statusError struct {
+	URL  string
+	Code int
+	Body string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("POST %s: %d %s", e.URL, e.Code, e.Body) }
+
 // selectRelease is a workload whose op selects a policy and releases it.
 func selectRelease(name, router string, cfg config, desc string) workload {
 	bodies := selectBodies(cfg.Policies, router)
@@ -124,7 +138,15 @@ func selectRelease(name, router string, cfg config, desc string) workload {
 			if sel.LeaseID == "" {
 				return fmt.Errorf("%s/select: no lease_id in the answer", base)
 			}
-			return post(ctx, c, base+"/release", []byte(`{"lease_id":"`+sel.LeaseID+`"}`), nil)
+			err := post(ctx, c, base+"/release", []byte(`{"lease_id":"`+sel.LeaseID+`"}`), nil)
+			var se *statusError
+			if errors.As(err, &se) && se.Code == http.StatusNotFound {
+				// The poller saw the policy idle more than the grace period
+				// after the selection and freed it first: the design's
+				// answer to a stalled client, not a failure.
+				return errLeaseGone
+			}
+			return err
 		},
 	}
 }
@@ -161,7 +183,7 @@ func post(ctx context.Context, c *http.Client, url string, body []byte, out any)
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return fmt.Errorf("POST %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(msg))
+		return &statusError{URL: url, Code: resp.StatusCode, Body: string(bytes.TrimSpace(msg))}
 	}
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {

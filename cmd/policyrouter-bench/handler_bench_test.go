@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// BenchmarkHandler times one request through each server's handler, in
+// process and without the network, so that the router's cost above the
+// floor's shows without the kernel's and the client's share:
+//
+//	go test -run '^$' -bench Handler -benchmem ./cmd/policyrouter-bench/
+//	go test -run '^$' -bench 'Handler/select_node_affinity/router' -cpuprofile cpu.out ./cmd/policyrouter-bench/
+func BenchmarkHandler(b *testing.B) {
+	cfg, err := parseConfig([]string{"-poll-interval", "0"}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := newClient(1)
+	defer client.CloseIdleConnections()
+	var loads strings.Builder
+	for i, l := range seedLoads(cfg.AssignPolicies) {
+		if i > 0 {
+			loads.WriteByte(',')
+		}
+		loads.WriteString(strconv.FormatInt(l, 10))
+	}
+	cases := []struct {
+		name, path, body string
+		big              bool
+	}{
+		{wSelectNodeAffinity, "/select", `{"env_id":"env-5","router":"node_affinity"}`, false},
+		{"select_simple_only", "/select", `{"env_id":"env-5","router":"simple"}`, false},
+		{wAssign1, "/assign", `{"num_tasks":1}`, false},
+		{wAssignBigStateless, "/assign", fmt.Sprintf(`{"num_tasks":%d,"current_loads":[%s]}`, cfg.AssignTasks, loads.String()), true},
+		{wAssignBigTracked, "/assign", fmt.Sprintf(`{"num_tasks":%d}`, cfg.AssignTasks), true},
+	}
+	rt, err := startRouter(context.Background(), routerConfig{Policies: cfg.Policies, Nodes: cfg.Nodes, LogLevel: "warn"}, client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close()
+	floor, err := startFloor(cfg.Policies, cfg.Nodes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer floor.Close()
+	bigRT, err := startRouter(context.Background(), routerConfig{Policies: cfg.AssignPolicies, Nodes: cfg.AssignNodes, LogLevel: "warn"}, client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bigRT.Close()
+	bigFloor, err := startFloor(cfg.AssignPolicies, cfg.AssignNodes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bigFloor.Close()
+	for _, c := range cases {
+		for _, side := range []struct {
+			name string
+			h    http.Handler
+		}{{"floor", floor.srv.Handler}, {"router", rt.srv.Handler}} {
+			if c.big {
+				side.h = map[string]http.Handler{"floor": bigFloor.srv.Handler, "router": bigRT.srv.Handler}[side.name]
+			}
+			b.Run(c.name+"/"+side.name, func(b *testing.B) {
+				body := []byte(c.body)
+				b.ReportAllocs()
+				for b.Loop() {
+					req := httptest.NewRequest(http.MethodPost, c.path, bytes.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					rec := httptest.NewRecorder()
+					side.h.ServeHTTP(rec, req)
+					if rec.Code != http.StatusOK {
+						b.Fatalf("%d %s", rec.Code, rec.Body)
+					}
+					if c.name == "select_simple_only" && side.name == "router" {
+						// Give the lease back, off the clock, so that the
+						// deque never runs dry.
+						b.StopTimer()
+						idx := bytes.Index(rec.Body.Bytes(), []byte(`"lease_id":"`))
+						lease := rec.Body.Bytes()[idx+12 : idx+12+36]
+						rel := httptest.NewRequest(http.MethodPost, "/release", bytes.NewReader([]byte(`{"lease_id":"`+string(lease)+`"}`)))
+						rel.Header.Set("Content-Type", "application/json")
+						side.h.ServeHTTP(httptest.NewRecorder(), rel)
+						b.StartTimer()
+					}
+				}
+			})
+		}
+	}
+}
