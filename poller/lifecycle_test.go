@@ -71,14 +71,18 @@ func TestRunStopsAndRestarts(t *testing.T) {
 	register(t, st, hung.URL, ok.URL)
 	p := New(st, Config{Interval: 10 * time.Millisecond, Timeout: 100 * time.Millisecond, Logger: discard()})
 
+	stopped, cancelStopped := context.WithCancel(context.Background())
+	cancelStopped()
 	for round := range 2 {
+		hungBefore, okBefore := hung.hits.Load(), ok.hits.Load()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()
-		eventually(t, "a probe in flight to the hung policy, one more of the other", func() bool {
-			return hung.inflight.Load() == 1 && ok.hits.Load() > int64(round)
+		eventually(t, "probes of both policies by this Run", func() bool {
+			return hung.hits.Load() > hungBefore && ok.hits.Load() > okBefore
 		})
-		if err := p.Run(ctx); !errors.Is(err, ErrRunning) {
+		// With a done context, a Run that wrongly started would return at once.
+		if err := p.Run(stopped); !errors.Is(err, ErrRunning) {
 			t.Errorf("round %d: second Run = %v, want ErrRunning", round, err)
 		}
 		cancel()

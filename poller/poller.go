@@ -190,7 +190,9 @@ func New(target Target, cfg Config) *Poller {
 		p.client = &c
 	} else {
 		p.own = newTransport(conc, p.timeout)
-		p.client = &http.Client{Transport: p.own, CheckRedirect: noRedirect, Timeout: p.timeout}
+		// No Client.Timeout: each probe's context carries the timeout, and a
+		// client timeout would cost a timer and a goroutine per request.
+		p.client = &http.Client{Transport: p.own, CheckRedirect: noRedirect}
 	}
 	return p
 }

@@ -171,8 +171,9 @@ func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastRe
 // newTransport returns the transport of the default client: keep-alive
 // connections for many policies (each policy holds at most one, since it is
 // never probed twice at once; policies behind one host:port share up to
-// concurrency), dial and header timeouts of one probe, no proxy from the
-// environment (policies are reached directly), no compression, HTTP/1.1.
+// concurrency), no proxy from the environment (policies are reached
+// directly), no compression, HTTP/1.1. The probe's context bounds each
+// request; the dial and TLS timeouts only repeat it.
 func newTransport(concurrency int, timeout time.Duration) *http.Transport {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
@@ -181,7 +182,6 @@ func newTransport(concurrency int, timeout time.Duration) *http.Transport {
 		MaxIdleConnsPerHost:    concurrency,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    timeout,
-		ResponseHeaderTimeout:  timeout,
 		MaxResponseHeaderBytes: 64 << 10,
 		DisableCompression:     true,
 	}

@@ -100,7 +100,7 @@ func TestProbe(t *testing.T) {
 			fmt.Fprint(w, "true")
 		}, want: answer{idle: true}},
 	}
-	p := New(nil, Config{Interval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Logger: discard()})
+	p := New(nil, Config{Interval: time.Second, Timeout: 10 * time.Second, Logger: discard()})
 	defer p.closeIdle()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,7 +152,7 @@ func TestProbeBadURL(t *testing.T) {
 // TestConnectionReuse checks that answers are read to the end, failed
 // ones included, so that each policy keeps one connection.
 func TestConnectionReuse(t *testing.T) {
-	p := New(nil, Config{Logger: discard()})
+	p := New(nil, Config{Interval: time.Second, Timeout: 10 * time.Second, Logger: discard()})
 	defer p.closeIdle()
 	for _, tt := range []struct {
 		name string
@@ -178,14 +178,13 @@ func TestConnectionReuse(t *testing.T) {
 }
 
 // fake is a fake policy server: an httptest server that counts requests,
-// connections and concurrent requests, then runs its handler.
+// connections and requests in flight, then runs its handler.
 type fake struct {
 	*httptest.Server
-	hits        atomic.Int64
-	conns       atomic.Int64
-	inflight    atomic.Int64
-	maxInflight atomic.Int64
-	lastPath    atomic.Pointer[string]
+	hits     atomic.Int64
+	conns    atomic.Int64
+	inflight atomic.Int64
+	lastPath atomic.Pointer[string]
 }
 
 func newFake(tb testing.TB, h handlerFunc) *fake {
@@ -195,14 +194,8 @@ func newFake(tb testing.TB, h handlerFunc) *fake {
 		f.hits.Add(1)
 		path := r.URL.Path
 		f.lastPath.Store(&path)
-		n := f.inflight.Add(1)
+		f.inflight.Add(1)
 		defer f.inflight.Add(-1)
-		for {
-			m := f.maxInflight.Load()
-			if n <= m || f.maxInflight.CompareAndSwap(m, n) {
-				break
-			}
-		}
 		h(w, r)
 	}))
 	f.Config.ConnState = func(_ net.Conn, s http.ConnState) {
