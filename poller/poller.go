@@ -102,7 +102,8 @@ type Poller struct {
 	target   Target
 	interval time.Duration
 	timeout  time.Duration
-	sem      chan struct{}
+	conc     int
+	jobs     chan *member // unbuffered: a send succeeds only when a worker is idle
 	client   *http.Client
 	own      *http.Transport // made by New: its idle connections close when Run ends
 	log      *slog.Logger
@@ -110,7 +111,7 @@ type Poller struct {
 	onProbe  func(id string, p routing.Probe, tr routing.Transition)
 
 	running  atomic.Bool
-	wg       sync.WaitGroup // probe goroutines
+	wg       sync.WaitGroup // probe workers
 	sweeps   atomic.Uint64
 	probes   atomic.Uint64
 	failures atomic.Uint64
@@ -119,6 +120,7 @@ type Poller struct {
 	npol     atomic.Int64
 
 	// Owned by the Run goroutine.
+	workers int // started in this Run, at most conc
 	snap    *routing.Snapshot
 	members []*member
 	byID    map[string]*member
@@ -183,7 +185,8 @@ func New(target Target, cfg Config) *Poller {
 	if conc <= 0 {
 		conc = DefaultConcurrency
 	}
-	p.sem = make(chan struct{}, conc)
+	p.conc = conc
+	p.jobs = make(chan *member)
 	if cfg.Client != nil {
 		c := *cfg.Client
 		c.CheckRedirect = noRedirect
@@ -225,7 +228,7 @@ func (p *Poller) Stats() Stats {
 	return Stats{
 		Interval:      p.interval,
 		Timeout:       p.timeout,
-		Concurrency:   cap(p.sem),
+		Concurrency:   p.conc,
 		Policies:      int(p.npol.Load()),
 		Sweeps:        p.sweeps.Load(),
 		ProbesTotal:   p.probes.Load(),
@@ -252,6 +255,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	defer p.running.Store(false)
 	defer p.closeIdle()
 	defer p.wg.Wait()
+	p.workers = 0
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -345,35 +349,45 @@ func (p *Poller) refresh() []*member {
 }
 
 // dispatch starts a probe of m unless its previous probe is still in
-// flight or all probe slots are taken, in which case m is skipped this
-// period.
-func (p *Poller) dispatch(ctx context.Context, m *member) {
+// flight or Concurrency probes are, in which case m is skipped this period.
+// The probe runs on an idle worker, or on a new one while there are fewer
+// than Concurrency: workers live until ctx is done, so that a probe costs
+// neither a goroutine start nor the growth of a fresh stack. It reports
+// whether the probe started.
+func (p *Poller) dispatch(ctx context.Context, m *member) bool {
 	if !m.busy.CompareAndSwap(false, true) {
 		p.skipped.Add(1)
-		return
+		return false
 	}
+	p.inflight.Add(1)
 	select {
-	case p.sem <- struct{}{}:
+	case p.jobs <- m:
+		return true
 	default:
-		m.busy.Store(false)
-		p.skipped.Add(1)
-		return
 	}
-	p.launch(ctx, m)
+	if p.workers < p.conc {
+		p.workers++
+		p.wg.Go(func() { p.work(ctx, m) })
+		return true
+	}
+	p.inflight.Add(-1)
+	m.busy.Store(false)
+	p.skipped.Add(1)
+	return false
 }
 
-// launch starts a probe of m in a new goroutine. The caller has set m.busy
-// and taken a slot of sem; both are given back when the probe is reported.
-func (p *Poller) launch(ctx context.Context, m *member) {
-	p.inflight.Add(1)
-	p.wg.Go(func() {
-		defer func() {
-			p.inflight.Add(-1)
-			<-p.sem
-			m.busy.Store(false) // after reporting: a policy's probes are reported in order
-		}()
+// work probes m, then every member it is handed, until ctx is done.
+func (p *Poller) work(ctx context.Context, m *member) {
+	for {
 		p.probeAndReport(ctx, m)
-	})
+		p.inflight.Add(-1)
+		m.busy.Store(false) // after reporting: a policy's probes are reported in order
+		select {
+		case m = <-p.jobs:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (p *Poller) closeIdle() {

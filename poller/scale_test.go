@@ -184,15 +184,19 @@ func BenchmarkSweep(b *testing.B) {
 			p := New(st, Config{Concurrency: 64, Logger: discard()})
 			defer p.closeIdle()
 			members := p.refresh()
-			ctx := context.Background()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer p.wg.Wait()
+			defer cancel()
 			b.ReportAllocs()
 			for b.Loop() {
 				for _, m := range members {
-					m.busy.Store(true)
-					p.sem <- struct{}{} // wait for a free slot
-					p.launch(ctx, m)
+					for !p.dispatch(ctx, m) {
+						time.Sleep(20 * time.Microsecond) // all workers busy
+					}
 				}
-				p.wg.Wait()
+				for p.inflight.Load() > 0 {
+					time.Sleep(20 * time.Microsecond)
+				}
 			}
 			b.ReportMetric(float64(b.Elapsed())/float64(int64(b.N)*int64(n)), "ns/probe")
 			if f := p.Stats().FailuresTotal; f > 0 {
