@@ -131,24 +131,35 @@ type Poller struct {
 type member struct {
 	id      string
 	index   int
-	url     string // as registered, for logs
+	url     string // as registered
+	shown   string // url without its password, for logs
 	idleURL string // "" when url does not parse; err says why
+	errURL  string // idleURL without its password, for errors
 	err     error
 	busy    atomic.Bool // a probe is in flight
 	gone    atomic.Bool // no longer registered: results are dropped
 }
 
 func newMember(p routing.Policy) *member {
-	m := &member{id: p.ID, index: p.Index, url: p.URL}
+	m := &member{id: p.ID, index: p.Index, url: p.URL, shown: p.URL}
 	u, err := url.Parse(p.URL)
-	switch {
-	case err != nil:
+	if err != nil {
+		// url.Error repeats the URL, password included: keep the cause only.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		m.shown = "(unparsable)"
 		m.err = fmt.Errorf("policy %s: parse url: %w", p.ID, err)
-	case u.Scheme != "http" && u.Scheme != "https":
-		m.err = fmt.Errorf("policy %s: url %q: scheme must be http or https", p.ID, p.URL)
-	default:
-		m.idleURL = u.JoinPath("idle").String()
+		return m
 	}
+	m.shown = u.Redacted()
+	if u.Scheme != "http" && u.Scheme != "https" {
+		m.err = fmt.Errorf("policy %s: url %q: scheme must be http or https", p.ID, m.shown)
+		return m
+	}
+	idle := u.JoinPath("idle")
+	m.idleURL, m.errURL = idle.String(), idle.Redacted()
 	return m
 }
 

@@ -44,7 +44,7 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	if err != nil {
 		p.failures.Add(1)
 		if p.log.Enabled(ctx, slog.LevelDebug) {
-			p.log.Debug("probe failed", "policy_id", m.id, "index", m.index, "url", m.url, "error", err)
+			p.log.Debug("probe failed", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err)
 		}
 	}
 	if m.gone.Load() {
@@ -53,9 +53,9 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	tr := p.target.ObserveProbe(m.id, pr)
 	switch tr {
 	case routing.BecameUnhealthy:
-		p.log.Warn("policy unhealthy", "policy_id", m.id, "index", m.index, "url", m.url, "error", err)
+		p.log.Warn("policy unhealthy", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err)
 	case routing.BecameHealthy:
-		p.log.Info("policy healthy again", "policy_id", m.id, "index", m.index, "url", m.url, "latency", pr.Latency)
+		p.log.Info("policy healthy again", "policy_id", m.id, "index", m.index, "url", m.shown, "latency", pr.Latency)
 	}
 	if p.onProbe != nil {
 		p.onProbe(m.id, pr, tr)
@@ -86,17 +86,17 @@ func (p *Poller) probe(ctx context.Context, m *member) (answer, error) {
 		_ = resp.Body.Close()
 	}()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return answer{}, fmt.Errorf("policy %s: GET %s: status %d", m.id, m.idleURL, resp.StatusCode)
+		return answer{}, fmt.Errorf("policy %s: GET %s: status %d", m.id, m.errURL, resp.StatusCode)
 	}
 	buf := bodyPool.Get().(*[]byte)
 	defer bodyPool.Put(buf)
 	n, err := readBody(resp.Body, *buf)
 	if err != nil {
-		return answer{}, fmt.Errorf("policy %s: GET %s: read body: %w", m.id, m.idleURL, err)
+		return answer{}, fmt.Errorf("policy %s: GET %s: read body: %w", m.id, m.errURL, err)
 	}
 	ans, err := parseAnswer((*buf)[:n])
 	if err != nil {
-		return answer{}, fmt.Errorf("policy %s: GET %s: %w", m.id, m.idleURL, err)
+		return answer{}, fmt.Errorf("policy %s: GET %s: %w", m.id, m.errURL, err)
 	}
 	return ans, nil
 }

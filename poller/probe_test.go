@@ -149,6 +149,26 @@ func TestProbeBadURL(t *testing.T) {
 	}
 }
 
+// TestProbeHidesPassword: a password in a policy URL stays out of probe
+// errors and logs.
+func TestProbeHidesPassword(t *testing.T) {
+	srv := newFake(t, answerWith(500, ""))
+	garbage := newFake(t, answerWith(200, "nope"))
+	withPassword := func(u string) string { return strings.Replace(u, "http://", "http://user:s3cret@", 1) }
+	p := New(nil, Config{Logger: discard()})
+	defer p.closeIdle()
+	for _, u := range []string{withPassword(srv.URL), withPassword(garbage.URL), "http://user:s3cret@127.0.0.1:1", "ftp://user:s3cret@example.com", "http://user:s3cret@[::1"} {
+		m := newMember(routing.Policy{ID: "p", URL: u})
+		_, err := p.probe(context.Background(), m)
+		if err == nil {
+			t.Fatalf("probe of %s succeeded", m.shown)
+		}
+		if strings.Contains(err.Error(), "s3cret") || strings.Contains(m.shown, "s3cret") {
+			t.Errorf("password shown: error %q, url %q", err, m.shown)
+		}
+	}
+}
+
 // TestConnectionReuse checks that answers are read to the end, failed
 // ones included, so that each policy keeps one connection.
 func TestConnectionReuse(t *testing.T) {
