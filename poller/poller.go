@@ -7,8 +7,11 @@
 // all at once. A slow, hung or dead policy never delays the others: at most
 // Concurrency probes are in flight, each is bounded by Timeout, and a policy
 // whose previous probe is still in flight is skipped for that period rather
-// than queued twice. Results go to Target.ObserveProbe, which decides what
-// they mean (health, idle deques, reported loads); the poller only logs the
+// than queued twice. When the poller falls behind (all Concurrency probes
+// in flight, or a starved process) the rest of the period shifts later:
+// every policy's period stretches alike, and probes never go out in a burst
+// to catch up. Results go to Target.ObserveProbe, which decides what they
+// mean (health, idle deques, reported loads); the poller only logs the
 // health transitions it reports.
 package poller
 
@@ -64,6 +67,11 @@ const (
 // wakes once a millisecond, not ten times.
 const coalesce = time.Millisecond
 
+// catchUpDiv sets how far behind its schedule a period may fall and still
+// catch up, sending the overdue probes at once: Interval/catchUpDiv.
+// Further behind, the rest of the period shifts instead.
+const catchUpDiv = 10
+
 // Config configures a Poller. Zero fields take the defaults.
 type Config struct {
 	// Interval is the period between two probes of the same policy.
@@ -74,8 +82,9 @@ type Config struct {
 	// times Interval (a larger value is lowered, with a warning).
 	Timeout time.Duration
 	// Concurrency is the most probes in flight at once. When all are taken
-	// a policy that is due is skipped for that period (Stats.SkippedTotal).
-	// Default DefaultConcurrency.
+	// the next probe waits for one to end (at most Timeout), and the period
+	// stretches. It should exceed the number of policies that may hang at
+	// once. Default DefaultConcurrency.
 	Concurrency int
 	// Client sends the probes. Default: a keep-alive client made for many
 	// policies, no proxy, no HTTP/2. A given client is copied and its
@@ -118,6 +127,7 @@ type Poller struct {
 	skipped  atomic.Uint64
 	inflight atomic.Int64
 	npol     atomic.Int64
+	period   atomic.Int64 // nanoseconds
 
 	// Owned by the Run goroutine.
 	workers int // started in this Run, at most conc
@@ -226,9 +236,12 @@ type Stats struct {
 	// ones among them.
 	ProbesTotal   uint64
 	FailuresTotal uint64
-	// SkippedTotal counts due probes not sent: the policy's previous probe
-	// was still in flight, or Concurrency probes were.
+	// SkippedTotal counts due probes not sent because the policy's previous
+	// probe was still in flight.
 	SkippedTotal uint64
+	// LastPeriod is how long the last completed period took: Interval, or
+	// more when the poller fell behind.
+	LastPeriod time.Duration
 	// InFlight is the number of probes in flight now.
 	InFlight int
 }
@@ -246,6 +259,7 @@ func (p *Poller) Stats() Stats {
 		FailuresTotal: p.failures.Load(),
 		SkippedTotal:  p.skipped.Load(),
 		InFlight:      int(p.inflight.Load()),
+		LastPeriod:    time.Duration(p.period.Load()),
 	}
 }
 
@@ -271,35 +285,44 @@ func (p *Poller) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	start := time.Now()
+	var prev time.Time
 	for {
-		if !p.sweep(ctx, timer, start) {
+		// The sweep shifts start when it falls far behind.
+		shifted, ok := p.sweep(ctx, timer, start)
+		if !ok {
 			return nil
 		}
-		next := start.Add(p.interval)
-		if !sleep(ctx, timer, time.Until(next)) {
+		if !prev.IsZero() {
+			p.period.Store(int64(shifted.Sub(prev)))
+		}
+		prev, start = shifted, shifted.Add(p.interval)
+		if !sleep(ctx, timer, time.Until(start)) {
 			return nil
 		}
-		// Fell behind by more than a period (the process was starved): start
-		// afresh rather than catch up in a burst.
-		if now := time.Now(); now.Sub(next) > p.interval {
-			next = now
-		}
-		start = next
 	}
 }
 
 // sweep dispatches one period's probes, policy i of n at start plus
-// i*interval/n. It returns false when ctx is done.
-func (p *Poller) sweep(ctx context.Context, timer *time.Timer, start time.Time) bool {
+// i*interval/n. A little behind that schedule it catches up; more than
+// Interval/catchUpDiv behind, it shifts the rest of the period (and start)
+// so as to be that far behind only, rather than send all the overdue probes
+// at once. It returns the shifted start, and false when ctx is done.
+func (p *Poller) sweep(ctx context.Context, timer *time.Timer, start time.Time) (time.Time, bool) {
 	members := p.refresh()
+	maxLag := p.interval / catchUpDiv
 	for i, m := range members {
-		if !sleep(ctx, timer, time.Until(start.Add(offset(i, len(members), p.interval)))) {
-			return false
+		wait := time.Until(start.Add(offset(i, len(members), p.interval)))
+		if wait < -maxLag {
+			start = start.Add(-wait - maxLag)
+		} else if !sleep(ctx, timer, wait) {
+			return start, false
 		}
-		p.dispatch(ctx, m)
+		if !p.dispatch(ctx, m) && ctx.Err() != nil {
+			return start, false
+		}
 	}
 	p.sweeps.Add(1)
-	return ctx.Err() == nil
+	return start, ctx.Err() == nil
 }
 
 // offset is when, within a period, the i-th of n policies is probed.
@@ -360,11 +383,11 @@ func (p *Poller) refresh() []*member {
 }
 
 // dispatch starts a probe of m unless its previous probe is still in
-// flight or Concurrency probes are, in which case m is skipped this period.
-// The probe runs on an idle worker, or on a new one while there are fewer
-// than Concurrency: workers live until ctx is done, so that a probe costs
-// neither a goroutine start nor the growth of a fresh stack. It reports
-// whether the probe started.
+// flight, in which case m is skipped this period. The probe runs on an idle
+// worker, else on a new one while there are fewer than Concurrency, else on
+// the first to become idle. Workers live until ctx is done, so that a probe
+// costs neither a goroutine start nor the growth of a fresh stack. It
+// reports whether the probe started: not when skipped or ctx is done.
 func (p *Poller) dispatch(ctx context.Context, m *member) bool {
 	if !m.busy.CompareAndSwap(false, true) {
 		p.skipped.Add(1)
@@ -381,10 +404,14 @@ func (p *Poller) dispatch(ctx context.Context, m *member) bool {
 		p.wg.Go(func() { p.work(ctx, m) })
 		return true
 	}
-	p.inflight.Add(-1)
-	m.busy.Store(false)
-	p.skipped.Add(1)
-	return false
+	select {
+	case p.jobs <- m:
+		return true
+	case <-ctx.Done():
+		p.inflight.Add(-1)
+		m.busy.Store(false)
+		return false
+	}
 }
 
 // work probes m, then every member it is handed, until ctx is done.

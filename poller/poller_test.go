@@ -303,8 +303,27 @@ func TestHealthyProbedOnSchedule(t *testing.T) {
 	for _, f := range hung {
 		checkNotQueued(t, f, time.Since(began), timeout)
 	}
-	if s := p.Stats(); s.SkippedTotal == 0 {
-		t.Errorf("no probe skipped while hung policies were in flight: %+v", s)
+	if s := p.Stats(); s.SkippedTotal == 0 || s.LastPeriod < interval {
+		t.Errorf("Stats() = %+v, want probes skipped while hung policies were in flight, periods of at least %v", s, interval)
+	}
+}
+
+// TestAllWorkersBusy: with every worker taken by a hung policy the next
+// probe waits for one, and the others are still probed.
+func TestAllWorkersBusy(t *testing.T) {
+	hung := newFake(t, hang)
+	oks := []*fake{newFake(t, answerWith(200, "true")), newFake(t, answerWith(200, "true"))}
+	st := routing.New(routing.Options{})
+	register(t, st, hung.URL, oks[0].URL, oks[1].URL)
+	const timeout = 50 * time.Millisecond
+	began := time.Now()
+	p := start(t, st, Config{Interval: 10 * time.Millisecond, Timeout: timeout, Concurrency: 1})
+	eventually(t, "three probes of each healthy policy", func() bool {
+		return oks[0].hits.Load() >= 3 && oks[1].hits.Load() >= 3
+	})
+	checkNotQueued(t, hung, time.Since(began), timeout)
+	if s := p.Stats(); s.InFlight > 1 {
+		t.Errorf("%d probes in flight with Concurrency 1", s.InFlight)
 	}
 }
 
