@@ -228,7 +228,8 @@ type Stats struct {
 	Timeout  time.Duration
 	// Concurrency is the most probes in flight at once.
 	Concurrency int
-	// Policies is the number of policies probed in the current period.
+	// Policies is the number of policies probed in the current period:
+	// those registered with a URL (a policy without one is left alone).
 	Policies int
 	// Sweeps counts completed passes over all policies (periods).
 	Sweeps uint64
