@@ -14,13 +14,11 @@ import (
 
 // report is everything one run measured.
 type report struct {
-	Machine   machineInfo      `json:"machine"`
-	Config    reportConfig     `json:"config"`
-	Workloads []workloadResult `json:"workloads"`
-	Seed      *seedResult      `json:"seed,omitempty"`
-	// Profile names the CPU profile written by -profile-select, if any.
-	Profile        string  `json:"profile,omitempty"`
-	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	Machine        machineInfo      `json:"machine"`
+	Config         reportConfig     `json:"config"`
+	Workloads      []workloadResult `json:"workloads"`
+	Seed           *seedResult      `json:"seed,omitempty"`
+	ElapsedSeconds float64          `json:"elapsed_seconds"`
 }
 
 // reportConfig is the part of the configuration the figures depend on.
@@ -65,6 +63,9 @@ type workloadResult struct {
 	// Server holds medians over rounds of the router's own timings.
 	Server serverTime `json:"server"`
 
+	// Profile is the run -profile-select recorded, when it was this
+	// workload.
+	Profile *profileRun `json:"profile,omitempty"`
 	// Unloaded is the router alone at concurrency 1, where the server
 	// time is service time without queueing (big /assign workloads only).
 	Unloaded *unloadedRun `json:"unloaded,omitempty"`
@@ -117,9 +118,6 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		if cfg.ProfileSelect != "" && name == cfg.ProfileWorkload {
-			rep.Profile = cfg.ProfileSelect
-		}
 		rep.Workloads = append(rep.Workloads, res)
 	}
 	if slices.Contains(cfg.Workloads, wSeed) {
@@ -151,7 +149,7 @@ func runWorkload(ctx context.Context, cfg config, w workload, client *http.Clien
 	polling := cfg.PollInterval > 0
 
 	// Warm both up (connections, pools, caches); not measured.
-	warm := min(max(cfg.Duration/20, 50*time.Millisecond), 150*time.Millisecond)
+	warm := min(max(cfg.Duration/60, 20*time.Millisecond), 50*time.Millisecond)
 	rt.stopPolling()
 	drive(ctx, client, floor.URL, w.op, cfg.Concurrency, warm)
 	if polling {
@@ -189,7 +187,7 @@ func runWorkload(ctx context.Context, cfg config, w workload, client *http.Clien
 	summarize(&res)
 
 	if w.Unloaded {
-		d := min(cfg.Duration/4, 750*time.Millisecond)
+		d := min(cfg.Duration/6, 500*time.Millisecond)
 		before, err := sampleServer(rt, w.Endpoint)
 		if err != nil {
 			return res, err
@@ -209,35 +207,54 @@ func runWorkload(ctx context.Context, cfg config, w workload, client *http.Clien
 	}
 
 	if cfg.ProfileSelect != "" && w.Name == cfg.ProfileWorkload {
-		fmt.Fprintf(progress, "  %-22s profiling the router side for %s into %s\n", w.Name, cfg.Duration, cfg.ProfileSelect)
-		if err := profileRouter(ctx, cfg, w, client, rt); err != nil {
+		fmt.Fprintf(progress, "  %-22s profiling a floor and a router phase of %s each into %s\n", w.Name, cfg.Duration, cfg.ProfileSelect)
+		pr, err := profile(ctx, cfg, w, client, floor, rt)
+		if err != nil {
 			return res, fmt.Errorf("profile: %w", err)
 		}
+		res.Profile = pr
 	}
 	return res, nil
 }
 
-// profileRouter runs the router side of w once more, for cfg.Duration,
-// under a CPU profile. The profile holds the whole process; its "side"
-// labels tell the router's serving from the client, poller and fleet.
-func profileRouter(ctx context.Context, cfg config, w workload, client *http.Client, rt *routerUnderTest) error {
+// profileRun is what -profile-select measured under the profile.
+type profileRun struct {
+	File     string `json:"file"`
+	Workload string `json:"workload"`
+	Floor    phase  `json:"floor"`
+	Router   phase  `json:"router"`
+}
+
+// profile runs one more floor phase and router phase of w, each for
+// cfg.Duration, under one CPU profile of the whole process. The "side"
+// labels tell the router's serving from the floor's, the client's, the
+// poller's and the fleet's, so that CPU per operation can be compared:
+// samples of side=router over Router.Ops against side=floor over Floor.Ops.
+func profile(ctx context.Context, cfg config, w workload, client *http.Client, floor *floorServer, rt *routerUnderTest) (*profileRun, error) {
 	f, err := os.Create(cfg.ProfileSelect)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
-		return err
+		return nil, err
 	}
-	p := drive(ctx, client, rt.URL, w.op, cfg.Concurrency, cfg.Duration)
+	pr := &profileRun{File: cfg.ProfileSelect, Workload: w.Name}
+	polling := rt.pollerRunning()
+	rt.stopPolling()
+	pr.Floor = drive(ctx, client, floor.URL, w.op, cfg.Concurrency, cfg.Duration)
+	if polling {
+		rt.startPolling()
+	}
+	pr.Router = drive(ctx, client, rt.URL, w.op, cfg.Concurrency, cfg.Duration)
 	pprof.StopCPUProfile()
 	if err := f.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	if p.Errors > 0 {
-		return fmt.Errorf("%d errors while profiling, first: %s", p.Errors, p.FirstError)
+	if n := pr.Floor.Errors + pr.Router.Errors; n > 0 {
+		return nil, fmt.Errorf("%d errors while profiling, first: %s%s", n, pr.Floor.FirstError, pr.Router.FirstError)
 	}
-	return nil
+	return pr, nil
 }
 
 // summarize fills the medians of res from its rounds.

@@ -104,8 +104,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.LogLevel, "log-level", "warn", "level of the router's JSON log, written to io.Discard (serve logs every request at info)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", 100*time.Millisecond, "the router's /idle poll interval, as serve's --poll-interval; 0 runs without the poller")
 	fs.StringVar(&c.SeedScript, "seed-script", "bench/seed_assign.py", "the seed timing script, relative to the module root or the working directory")
-	fs.DurationVar(&c.SeedBudget, "seed-budget", 200*time.Millisecond, "time budget of each seed case in Python")
-	fs.DurationVar(&c.CoreBudget, "core-budget", 150*time.Millisecond, "time budget of each Go routing core case")
+	fs.DurationVar(&c.SeedBudget, "seed-budget", 150*time.Millisecond, "time budget of each seed case in Python")
+	fs.DurationVar(&c.CoreBudget, "core-budget", 100*time.Millisecond, "time budget of each Go routing core case")
 	fs.StringVar(&merge, "merge", "", "comma list of -json reports: print the median of their medians, with the spread, and exit")
 	if err := fs.Parse(args); err != nil {
 		return c, err

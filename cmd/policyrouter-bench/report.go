@@ -63,8 +63,13 @@ func writeTable(w io.Writer, rep *report) {
 		fmt.Fprintln(w)
 	}
 	writeAims(w, rep)
-	if rep.Profile != "" {
-		fmt.Fprintf(w, "\nCPU profile: go tool pprof -top -nodecount=25 -tagfocus side=%s %s\n", sideRouter, rep.Profile)
+	for _, r := range rep.Workloads {
+		if p := r.Profile; p != nil {
+			fmt.Fprintf(w, "\nCPU profile of %s: %d floor ops, %d router ops (%.0f and %.0f op/s) in %s\n",
+				p.Workload, p.Floor.Ops, p.Router.Ops, p.Floor.Throughput, p.Router.Throughput, p.File)
+			fmt.Fprintf(w, "  go tool pprof -tags %s   (CPU per side; divide by the ops above for CPU per op)\n", p.File)
+			fmt.Fprintf(w, "  go tool pprof -top -nodecount=25 -tagfocus side=%s %s\n", sideRouter, p.File)
+		}
 	}
 }
 
