@@ -125,7 +125,8 @@ type Poller struct {
 	probes   atomic.Uint64
 	failures atomic.Uint64
 	skipped  atomic.Uint64
-	inflight atomic.Int64
+	inflight atomic.Int64 // probes a worker is running
+	pending  atomic.Int64 // probes dispatched and not yet reported
 	npol     atomic.Int64
 	period   atomic.Int64 // nanoseconds
 
@@ -394,7 +395,7 @@ func (p *Poller) dispatch(ctx context.Context, m *member) bool {
 		p.skipped.Add(1)
 		return false
 	}
-	p.inflight.Add(1)
+	p.pending.Add(1)
 	select {
 	case p.jobs <- m:
 		return true
@@ -409,7 +410,7 @@ func (p *Poller) dispatch(ctx context.Context, m *member) bool {
 	case p.jobs <- m:
 		return true
 	case <-ctx.Done():
-		p.inflight.Add(-1)
+		p.pending.Add(-1)
 		m.busy.Store(false)
 		return false
 	}
@@ -418,8 +419,10 @@ func (p *Poller) dispatch(ctx context.Context, m *member) bool {
 // work probes m, then every member it is handed, until ctx is done.
 func (p *Poller) work(ctx context.Context, m *member) {
 	for {
+		p.inflight.Add(1)
 		p.probeAndReport(ctx, m)
 		p.inflight.Add(-1)
+		p.pending.Add(-1)
 		m.busy.Store(false) // after reporting: a policy's probes are reported in order
 		select {
 		case m = <-p.jobs:

@@ -415,10 +415,10 @@ func TestPolicySetChanges(t *testing.T) {
 	if err := st.Update([]routing.Policy{{Index: 0, ID: "p0", URL: c.URL}, {Index: 1, ID: "p1", URL: b.URL}}, routing.Topology{}); err != nil {
 		t.Fatal(err)
 	}
-	// Probes are counted when they arrive. Once no probe is in flight, a's
-	// last one, sent before p0 moved, has arrived.
-	eventually(t, "c probed after p0 moved, then no probe in flight", func() bool {
-		return c.hits.Load() >= 2 && p.Stats().InFlight == 0
+	// Probes are counted when they arrive. Once no probe is pending, a's
+	// last one, dispatched before p0 moved, has arrived.
+	eventually(t, "c probed after p0 moved, then no probe pending", func() bool {
+		return c.hits.Load() >= 2 && p.pending.Load() == 0
 	})
 	sweeps := p.Stats().Sweeps
 	aHits := a.hits.Load()
@@ -429,9 +429,8 @@ func TestPolicySetChanges(t *testing.T) {
 
 	register(t, st)
 	sweeps = p.Stats().Sweeps
-	eventually(t, "a sweep over no policy, then no probe in flight", func() bool {
-		s := p.Stats()
-		return s.Sweeps >= sweeps+2 && s.InFlight == 0
+	eventually(t, "a sweep over no policy, then no probe pending", func() bool {
+		return p.Stats().Sweeps >= sweeps+2 && p.pending.Load() == 0
 	})
 	bHits, cHits := b.hits.Load(), c.hits.Load()
 	eventually(t, "three more sweeps", func() bool { return p.Stats().Sweeps >= sweeps+5 })

@@ -192,7 +192,7 @@ func BenchmarkSweep(b *testing.B) {
 				for _, m := range members {
 					p.dispatch(ctx, m) // waits while all workers are busy
 				}
-				for p.inflight.Load() > 0 {
+				for p.pending.Load() > 0 {
 					time.Sleep(20 * time.Microsecond)
 				}
 			}
