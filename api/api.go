@@ -184,10 +184,13 @@ type PollerStats struct {
 	Sweeps        uint64 `json:"sweeps"`
 	ProbesTotal   uint64 `json:"probes_total"`
 	FailuresTotal uint64 `json:"failures_total"`
-	// SkippedTotal counts due probes not sent because the policy's last
-	// probe was still in flight or the concurrency limit was reached.
+	// SkippedTotal counts due probes not sent because the policy's
+	// previous probe was still in flight.
 	SkippedTotal uint64 `json:"skipped_total"`
 	InFlight     int    `json:"in_flight"`
+	// LastPeriodMS is how long the last complete pass over all policies
+	// took: above IntervalMS when the poller falls behind.
+	LastPeriodMS float64 `json:"last_period_ms"`
 }
 
 // Stats is the body of GET /stats.

@@ -280,6 +280,7 @@ func pollerStats(s poller.Stats) *api.PollerStats {
 		FailuresTotal: s.FailuresTotal,
 		SkippedTotal:  s.SkippedTotal,
 		InFlight:      s.InFlight,
+		LastPeriodMS:  float64(s.LastPeriod) / float64(time.Millisecond),
 	}
 }
 
