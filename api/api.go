@@ -64,7 +64,9 @@ type AssignRequest struct {
 	NumTasks int `json:"num_tasks" validate:"min=1,max=1048576"`
 	// CurrentLoads, when present, is the seed's stateless mode: one load per
 	// policy index. Absent means the server's tracked loads.
-	CurrentLoads []int64 `json:"current_loads" validate:"omitempty,max=1048576,dive,min=-536870912,max=536870912"`
+	// Each load must be in [-536870912, 536870912]; the routing core checks
+	// that, once, instead of the validator reflecting over every element.
+	CurrentLoads []int64 `json:"current_loads" validate:"omitempty,max=1048576"`
 	// EnvIDs, when present, has num_tasks entries.
 	EnvIDs []string `json:"env_ids" validate:"omitempty,dive,max=256"`
 	Router string   `json:"router,omitempty" validate:"omitempty,oneof=simple node_affinity"`

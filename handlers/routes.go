@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,18 +68,7 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 	if kind == routing.AssignNodeAffinity {
 		s.observeAffinity("assign", a.Snapshot, req.EnvIDs, a.Indices)
 	}
-	resp := api.AssignResponse{Assignments: a.Indices, Policies: make(map[string]api.PolicyRef)}
-	for _, idx := range a.Indices {
-		key := strconv.Itoa(idx)
-		if _, done := resp.Policies[key]; done {
-			continue
-		}
-		if pos, ok := a.Snapshot.ByIndex(idx); ok {
-			p := a.Snapshot.Policies()[pos]
-			resp.Policies[key] = api.PolicyRef{ID: p.ID, URL: p.URL, NodeID: a.Snapshot.Node(pos)}
-		}
-	}
-	writeJSON(w, http.StatusOK, resp)
+	s.writeAssignment(w, a)
 }
 
 func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
@@ -93,12 +81,20 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	if req.TimeoutMS != nil {
 		wait = min(time.Duration(*req.TimeoutMS)*time.Millisecond, s.MaxSelectWait)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), wait)
-	defer cancel()
-	defer context.AfterFunc(s.stopping, cancel)()
 	kind := s.selectKind(req.Router)
 	start := time.Now()
-	sel, err := s.State.Select(ctx, kind, req.EnvID)
+	// Try without waiting first: the timers and the shutdown hook of a wait
+	// are paid only when nothing is idle.
+	sel, err := s.State.Select(doneContext, kind, req.EnvID)
+	if errors.Is(err, context.Canceled) && wait > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		stopHook := context.AfterFunc(s.stopping, cancel)
+		sel, err = s.State.Select(ctx, kind, req.EnvID)
+		stopHook()
+		cancel()
+	} else if errors.Is(err, context.Canceled) {
+		err = context.DeadlineExceeded // timeout_ms 0: nothing idle now
+	}
 	s.observeDecision("select", req.Router, start)
 	switch {
 	case err == nil:
@@ -156,7 +152,11 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: true, LeaseID: s.leaseID(sel.Lease), Index: sel.Policy.Index, ID: sel.Policy.ID})
+	leaseID := req.LeaseID
+	if leaseID == "" {
+		leaseID = s.leaseID(sel.Lease)
+	}
+	writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: true, LeaseID: leaseID, Index: sel.Policy.Index, ID: sel.Policy.ID})
 }
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
@@ -177,16 +177,26 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.CompleteResponse{Index: *req.Index, Load: load})
 }
 
+// doneContext is a context that is already cancelled: with it Select only
+// tries, it never waits.
+var doneContext = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
 // leaseID renders a lease as a UUID (RFC 9562 version 8, custom): the
 // server's random 64-bit prefix, then the lease number. Ids from another
 // server process (or made up) do not parse back.
-func (s *Server) leaseID(lease uint64) string {
+func (s *Server) leaseID(lease uint64) string { return s.leaseUUID(lease).String() }
+
+func (s *Server) leaseUUID(lease uint64) uuid.UUID {
 	var u uuid.UUID
 	copy(u[:8], s.leasePrefix[:])
 	binary.BigEndian.PutUint64(u[8:], lease)
 	u[6] = u[6]&0x0f | 0x80 // version 8
 	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
-	return u.String()
+	return u
 }
 
 func (s *Server) parseLease(id string) (uint64, bool) {
@@ -194,13 +204,12 @@ func (s *Server) parseLease(id string) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	lease := binary.BigEndian.Uint64(u[8:]) & (1<<62 - 1)
-	if s.leaseID(lease) != u.String() {
+	want := s.leaseUUID(binary.BigEndian.Uint64(u[8:]) & (1<<62 - 1))
+	if u != want {
 		return 0, false
 	}
-	return lease, true
+	return binary.BigEndian.Uint64(want[8:]) & (1<<62 - 1), true
 }
-
 func (s *Server) routerName(name string) string {
 	if name == "" {
 		return s.DefaultRouter

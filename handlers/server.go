@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -67,6 +68,7 @@ type Server struct {
 	observe     func(route, method string, status int, d time.Duration)
 	stopping    context.Context
 	stop        context.CancelFunc
+	refs        atomic.Pointer[policyRefs] // of the last snapshot /assign answered on
 }
 
 // New returns a Server for cfg.

@@ -7,6 +7,7 @@ package metrics
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,7 @@ import (
 // Metrics holds the collectors. All methods are safe for concurrent use.
 type Metrics struct {
 	reg         *prometheus.Registry
+	routes      routeCache
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 	decision    *prometheus.HistogramVec
@@ -86,8 +88,52 @@ func (m *Metrics) ObserveRequest(route, method string, status int, d time.Durati
 	if route == "" {
 		route = "unmatched"
 	}
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-	m.latency.WithLabelValues(route, method).Observe(d.Seconds())
+	o := m.routes.get(routeKey{route, method, status}, func() routeObservers {
+		return routeObservers{
+			count:   m.requests.WithLabelValues(route, method, strconv.Itoa(status)),
+			latency: m.latency.WithLabelValues(route, method),
+		}
+	})
+	o.count.Inc()
+	o.latency.Observe(d.Seconds())
+}
+
+// routeKey names the series of one kind of request. Route is the chi
+// pattern, so the set of keys is small and bounded.
+type routeKey struct {
+	route, method string
+	status        int
+}
+
+type routeObservers struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
+}
+
+// routeCache keeps each request kind's series, so that a request costs one
+// map lookup instead of hashing its label values in two vectors.
+type routeCache struct {
+	mu sync.RWMutex
+	m  map[routeKey]routeObservers
+}
+
+func (c *routeCache) get(k routeKey, newObservers func() routeObservers) routeObservers {
+	c.mu.RLock()
+	o, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return o
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o, ok = c.m[k]; !ok {
+		if c.m == nil {
+			c.m = make(map[routeKey]routeObservers)
+		}
+		o = newObservers()
+		c.m[k] = o
+	}
+	return o
 }
 
 // ObserveDecision records the time one routing decision took.

@@ -35,7 +35,9 @@ type Selection struct {
 // SelectIdleAffinity take an idle slot; when there is none they wait, in
 // FIFO order with other waiters, until one is released, seen idle or
 // registered, or until ctx is done (returning ctx.Err(); a waiter that gives
-// up consumes nothing). SelectRoundRobin never waits. ErrNoPolicies means no
+// up consumes nothing). A ctx that is already done makes Select a
+// non-blocking try: it returns ctx.Err() at once when nothing is idle.
+// SelectRoundRobin never waits. ErrNoPolicies means no
 // policy is registered (idle kinds) or available (round robin).
 func (st *State) Select(ctx context.Context, kind SelectKind, envID string) (Selection, error) {
 	snap := st.snap.Load()

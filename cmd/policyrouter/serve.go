@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/lmittmann/tint"
 
 	"github.com/policyrouter/policyrouter"
@@ -161,6 +162,8 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // and stops background work. When listening is non-nil it receives the
 // bound address once the server accepts connections.
 func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening chan<- string) error {
+	// Request ids are UUIDs: draw their randomness in batches.
+	uuid.EnableRandPool()
 	verifier, err := cfg.verifier()
 	if err != nil {
 		return err
