@@ -256,9 +256,70 @@ func nodeAffinityPositions(in AffinityInput) ([]int, error) {
 	if err := checkAssignInput(in.Loads, len(in.EnvIDs)); err != nil {
 		return nil, err
 	}
+	if len(in.EnvIDs) <= scanTasks {
+		return nodeAffinityScan(in), nil
+	}
 	s := getScratch(0)
 	defer putScratch(s)
 	return nodeAffinityPos(s, in), nil
+}
+
+// scanTasks is the most tasks for which NodeAffinity scans the candidates
+// per task, as the seed does, instead of building heaps: building them
+// costs a pass over every policy, which a few tasks never win back.
+const scanTasks = 8
+
+// nodeAffinityScan is the seed's NodeAffinityRouter loop itself: per env
+// id, the least (load, position) among the candidates on the env worker's
+// node, else among all. It returns positions.
+func nodeAffinityScan(in AffinityInput) []int {
+	// The loads this call has raised, at most one per task: in.Loads is the
+	// caller's and stays as it is.
+	var buf [scanTasks]raisedLoad
+	raised := buf[:0]
+	load := func(pos int) int64 {
+		for _, r := range raised {
+			if r.pos == pos {
+				return r.load
+			}
+		}
+		return in.Loads[pos]
+	}
+	out := make([]int, 0, len(in.EnvIDs))
+	for _, env := range in.EnvIDs {
+		node := ""
+		if w, ok := ParseEnvWorker(env); ok {
+			node = in.EnvNode[w]
+		}
+		best, bestLoad := -1, int64(0)
+		for pos, n := range in.Nodes {
+			if n != node {
+				continue
+			}
+			if l := load(pos); best < 0 || l < bestLoad {
+				best, bestLoad = pos, l
+			}
+		}
+		if best < 0 {
+			for pos := range in.Nodes {
+				if l := load(pos); best < 0 || l < bestLoad {
+					best, bestLoad = pos, l
+				}
+			}
+		}
+		out = append(out, best)
+		if i := slices.IndexFunc(raised, func(r raisedLoad) bool { return r.pos == best }); i >= 0 {
+			raised[i].load++
+		} else {
+			raised = append(raised, raisedLoad{best, bestLoad + 1})
+		}
+	}
+	return out
+}
+
+type raisedLoad struct {
+	pos  int
+	load int64
 }
 
 // nodeAffinityPos is NodeAffinity on checked input, answering positions.

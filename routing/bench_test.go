@@ -76,7 +76,7 @@ func BenchmarkLeastLoaded(b *testing.B) {
 }
 
 func BenchmarkNodeAffinity(b *testing.B) {
-	for _, sz := range []struct{ n, p, nodes int }{{64, 16, 4}, {4096, 1024, 16}} {
+	for _, sz := range []struct{ n, p, nodes int }{{1, 1024, 16}, {8, 1024, 16}, {9, 1024, 16}, {64, 16, 4}, {4096, 1024, 16}} {
 		b.Run(fmt.Sprintf("n=%d/p=%d/nodes=%d", sz.n, sz.p, sz.nodes), func(b *testing.B) {
 			st := newBenchState(b, sz.p, sz.nodes)
 			snap := st.Snapshot()
