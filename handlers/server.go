@@ -19,6 +19,7 @@ import (
 	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/dashboard"
 	"github.com/policyrouter/policyrouter/metrics"
+	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 )
@@ -39,8 +40,8 @@ type Config struct {
 	// MaxBodyBytes limits request bodies; PUT /policies gets 16 times more.
 	// Default 1 MiB.
 	MaxBodyBytes int64
-	// PollerStats, when set, reports the idle poller for /stats.
-	PollerStats func() *api.PollerStats
+	// Poller, when set, is the idle poller whose figures /stats shows.
+	Poller PollerReporter
 	// RequestLogLevel is the level of the one log line per request;
 	// default Info. 5xx answers are always logged at Error.
 	RequestLogLevel slog.Level
@@ -57,6 +58,13 @@ type Config struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
+
+// PollerReporter reports the idle poller's figures; *poller.Poller is one.
+type PollerReporter interface {
+	Stats() poller.Stats
+}
+
+var _ PollerReporter = (*poller.Poller)(nil)
 
 // Server holds the handlers' dependencies. Create it with New.
 type Server struct {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -25,8 +26,8 @@ func (s *Server) buildStats() api.Stats {
 		UptimeSeconds: now.Sub(s.started).Seconds(),
 		Time:          now.UTC(),
 	}
-	if s.PollerStats != nil {
-		out.Poller = s.PollerStats()
+	if s.Poller != nil {
+		out.Poller = pollerStats(s.Poller.Stats())
 	}
 	for i, p := range st.Policies {
 		ps := api.PolicyStats{
@@ -57,6 +58,21 @@ func (s *Server) buildStats() api.Stats {
 		count(&out.Totals, p)
 	}
 	return out
+}
+
+func pollerStats(s poller.Stats) *api.PollerStats {
+	return &api.PollerStats{
+		IntervalMS:    float64(s.Interval) / float64(time.Millisecond),
+		TimeoutMS:     float64(s.Timeout) / float64(time.Millisecond),
+		Concurrency:   s.Concurrency,
+		Policies:      s.Policies,
+		Sweeps:        s.Sweeps,
+		ProbesTotal:   s.ProbesTotal,
+		FailuresTotal: s.FailuresTotal,
+		SkippedTotal:  s.SkippedTotal,
+		InFlight:      s.InFlight,
+		LastPeriodMS:  float64(s.LastPeriod) / float64(time.Millisecond),
+	}
 }
 
 func count(c *api.StateCounts, p routing.PolicyStats) {

@@ -117,13 +117,13 @@ func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ 
 		Logger:   logger,
 		OnProbe:  func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
 	})
-	var pollerStatsFunc func() *api.PollerStats
+	var pollerReport handlers.PollerReporter
 	if cfg.PollInterval > 0 {
-		pollerStatsFunc = func() *api.PollerStats { return pollerStats(r.poller.Stats()) }
+		pollerReport = r.poller
 	}
 	const maxSelectWait = time.Minute
 	r.handler = handlers.New(handlers.Config{
-		PollerStats:   pollerStatsFunc,
+		Poller:        pollerReport,
 		Metrics:       m,
 		Registry:      reg,
 		State:         r.State,
@@ -235,19 +235,4 @@ func (r *routerUnderTest) Close() error {
 		errs = append(errs, r.fleet.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// pollerStats is serve's conversion of the poller's figures for /stats.
-func pollerStats(s poller.Stats) *api.PollerStats {
-	return &api.PollerStats{
-		IntervalMS:    float64(s.Interval) / float64(time.Millisecond),
-		TimeoutMS:     float64(s.Timeout) / float64(time.Millisecond),
-		Concurrency:   s.Concurrency,
-		Policies:      s.Policies,
-		Sweeps:        s.Sweeps,
-		ProbesTotal:   s.ProbesTotal,
-		FailuresTotal: s.FailuresTotal,
-		SkippedTotal:  s.SkippedTotal,
-		InFlight:      s.InFlight,
-	}
 }

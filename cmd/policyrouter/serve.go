@@ -201,12 +201,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 		Logger:   logger,
 		OnProbe:  func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
 	})
-	var pollerStatsFunc func() *api.PollerStats
-	if cfg.PollInterval > 0 {
-		pollerStatsFunc = func() *api.PollerStats { return pollerStats(pl.Stats()) }
-	}
-	srv := handlers.New(handlers.Config{
-		PollerStats:     pollerStatsFunc,
+	hcfg := handlers.Config{
 		Metrics:         m,
 		Auth:            verifier,
 		RequestLogLevel: cfg.requestLogLevel,
@@ -216,7 +211,11 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 		DefaultRouter:   cfg.Router,
 		MaxSelectWait:   cfg.MaxSelectWait,
 		OpenAPI:         policyrouter.OpenAPI,
-	})
+	}
+	if cfg.PollInterval > 0 {
+		hcfg.Poller = pl
+	}
+	srv := handlers.New(hcfg)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -270,21 +269,6 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 	}
 	logger.Info("stopped")
 	return nil
-}
-
-func pollerStats(s poller.Stats) *api.PollerStats {
-	return &api.PollerStats{
-		IntervalMS:    float64(s.Interval) / float64(time.Millisecond),
-		TimeoutMS:     float64(s.Timeout) / float64(time.Millisecond),
-		Concurrency:   s.Concurrency,
-		Policies:      s.Policies,
-		Sweeps:        s.Sweeps,
-		ProbesTotal:   s.ProbesTotal,
-		FailuresTotal: s.FailuresTotal,
-		SkippedTotal:  s.SkippedTotal,
-		InFlight:      s.InFlight,
-		LastPeriodMS:  float64(s.LastPeriod) / float64(time.Millisecond),
-	}
 }
 
 func openStore(dir string) (store.Store, error) {
