@@ -116,12 +116,15 @@ type ReleaseRequest struct {
 	Index   *int   `json:"index,omitempty" validate:"required_without=LeaseID,omitempty,min=0,max=1048575"`
 }
 
-// ReleaseResponse is the answer to POST /release.
+// ReleaseResponse is the answer to POST /release. Released is false for a
+// lease that had already ended (released before, or freed when the poller
+// saw its policy idle): releasing is idempotent. Index and ID name the
+// policy when Released is true.
 type ReleaseResponse struct {
 	Released bool   `json:"released"`
 	LeaseID  string `json:"lease_id"`
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id,omitempty"`
 }
 
 // CompleteRequest is the body of POST /complete.

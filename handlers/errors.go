@@ -72,7 +72,7 @@ func asError(err error) *Error {
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, routing.ErrUnknownPolicy):
 		return errorf(api.CodeNotFound, "policy not found")
 	case errors.Is(err, routing.ErrUnknownLease):
-		return errorf(api.CodeNotFound, "lease not found (never issued, or already released)")
+		return errorf(api.CodeNotFound, "lease not found: not issued by this server, or no lease out for that policy")
 	case errors.Is(err, routing.ErrNoPolicies):
 		return errorf(api.CodeUnavailable, "no policies available")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -145,6 +145,10 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		sel, err = s.State.Release(lease)
+		if errors.Is(err, routing.ErrLeaseEnded) {
+			writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: false, LeaseID: req.LeaseID})
+			return
+		}
 	} else {
 		sel, err = s.State.ReleaseIndex(*req.Index)
 	}
@@ -156,7 +160,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if leaseID == "" {
 		leaseID = s.leaseID(sel.Lease)
 	}
-	writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: true, LeaseID: leaseID, Index: sel.Policy.Index, ID: sel.Policy.ID})
+	writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: true, LeaseID: leaseID, Index: &sel.Policy.Index, ID: sel.Policy.ID})
 }
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {

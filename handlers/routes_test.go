@@ -201,11 +201,19 @@ func TestSelectReleaseCycle(t *testing.T) {
 	// Released policies join the back of the deque, in release order.
 	var rel api.ReleaseResponse
 	want(t, ts.do(t, "POST", "/release", `{"lease_id":"`+leases[2]+`"}`), http.StatusOK, &rel)
-	if rel.Index != 2 || !rel.Released {
+	if rel.Index == nil || *rel.Index != 2 || !rel.Released || rel.LeaseID != leases[2] {
 		t.Errorf("release = %+v", rel)
 	}
 	want(t, ts.do(t, "POST", "/release", `{"index":0}`), http.StatusOK, &rel)
-	wantError(t, ts.do(t, "POST", "/release", `{"lease_id":"`+leases[2]+`"}`), http.StatusNotFound, api.CodeNotFound, "")
+	// Releasing an ended lease again is idempotent: 200, released false.
+	var again api.ReleaseResponse
+	want(t, ts.do(t, "POST", "/release", `{"lease_id":"`+leases[2]+`"}`), http.StatusOK, &again)
+	if again.Released || again.LeaseID != leases[2] {
+		t.Errorf("second release = %+v, want released false", again)
+	}
+	// A well-formed lease id this server never issued is unknown.
+	forged := leases[2][:len(leases[2])-4] + "ffff"
+	wantError(t, ts.do(t, "POST", "/release", `{"lease_id":"`+forged+`"}`), http.StatusNotFound, api.CodeNotFound, "")
 	wantError(t, ts.do(t, "POST", "/release", `{"index":0}`), http.StatusNotFound, api.CodeNotFound, "")
 	wantError(t, ts.do(t, "POST", "/release", `{"lease_id":"00000000-0000-4000-8000-000000000001"}`), http.StatusNotFound, api.CodeNotFound, "")
 	wantError(t, ts.do(t, "POST", "/release", `{"lease_id":"nope"}`), http.StatusUnprocessableEntity, api.CodeValidationFailed, "lease_id")

@@ -143,13 +143,17 @@ func (st *State) pickLocked(snap *Snapshot, pos int) (Selection, bool) {
 	return Selection{Policy: rt.policy, Node: rt.node}, true
 }
 
-// Release returns a leased slot to idle at once. It returns ErrUnknownLease
-// for a lease that is not out.
+// Release returns a leased slot to idle at once. It returns ErrLeaseEnded
+// for a lease that was issued but is no longer out, so that releasing is
+// idempotent, and ErrUnknownLease for one never issued.
 func (st *State) Release(lease uint64) (Selection, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	s := st.leases[lease]
 	if s == nil {
+		if lease != 0 && lease <= st.nextLease {
+			return Selection{}, ErrLeaseEnded
+		}
 		return Selection{}, ErrUnknownLease
 	}
 	sel := Selection{Policy: s.rt.policy, Node: s.rt.node, Lease: lease}

@@ -98,8 +98,8 @@ func TestSelectErrors(t *testing.T) {
 	}
 	sel := mustSelect(t, st, SelectIdle, "")
 	mustRelease(t, st, sel.Lease)
-	if _, err := st.Release(sel.Lease); !errors.Is(err, ErrUnknownLease) {
-		t.Errorf("second Release = %v; want ErrUnknownLease", err)
+	if _, err := st.Release(sel.Lease); !errors.Is(err, ErrLeaseEnded) {
+		t.Errorf("second Release = %v; want ErrLeaseEnded", err)
 	}
 	if _, err := st.Release(12345); !errors.Is(err, ErrUnknownLease) {
 		t.Errorf("Release(never issued) = %v; want ErrUnknownLease", err)
@@ -527,8 +527,8 @@ func TestUpdateCarriesState(t *testing.T) {
 	if st.LeaseValid(held.Lease) {
 		t.Errorf("lease of a policy whose index changed survived Update")
 	}
-	if _, err := st.Release(held.Lease); !errors.Is(err, ErrUnknownLease) {
-		t.Errorf("Release of an ended lease = %v; want ErrUnknownLease", err)
+	if _, err := st.Release(held.Lease); !errors.Is(err, ErrLeaseEnded) {
+		t.Errorf("Release of an ended lease = %v; want ErrLeaseEnded", err)
 	}
 	if ps := policyStats(t, st, 5); ps.Load != 0 || ps.Selected != 0 {
 		t.Errorf("re-indexed policy kept load %d, selected %d; want a fresh start", ps.Load, ps.Selected)

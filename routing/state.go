@@ -11,8 +11,12 @@ import (
 var (
 	// ErrUnknownPolicy: no registered policy has the given id or index.
 	ErrUnknownPolicy = errors.New("unknown policy")
-	// ErrUnknownLease: the lease was never issued, or was already released.
+	// ErrUnknownLease: the lease was never issued (or, for ReleaseIndex,
+	// the policy has no lease out).
 	ErrUnknownLease = errors.New("unknown lease")
+	// ErrLeaseEnded: the lease was issued but is no longer out: released
+	// already, freed by an idle probe, or its policy removed.
+	ErrLeaseEnded = errors.New("lease already ended")
 )
 
 // Options configure a State. Zero fields take the defaults.

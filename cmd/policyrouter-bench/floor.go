@@ -94,7 +94,7 @@ func (f *floorServer) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	i := f.pick()
-	encodeFloor(w, api.ReleaseResponse{Released: true, LeaseID: req.LeaseID, Index: i, ID: f.refs[i].ID})
+	encodeFloor(w, api.ReleaseResponse{Released: true, LeaseID: req.LeaseID, Index: &i, ID: f.refs[i].ID})
 }
 
 // assign answers num_tasks indices in turn over the policies (or over

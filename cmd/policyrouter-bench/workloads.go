@@ -138,15 +138,17 @@ func selectRelease(name, router string, cfg config, desc string) workload {
 			if sel.LeaseID == "" {
 				return fmt.Errorf("%s/select: no lease_id in the answer", base)
 			}
-			err := post(ctx, c, base+"/release", []byte(`{"lease_id":"`+sel.LeaseID+`"}`), nil)
-			var se *statusError
-			if errors.As(err, &se) && se.Code == http.StatusNotFound {
+			var rel api.ReleaseResponse
+			if err := post(ctx, c, base+"/release", []byte(`{"lease_id":"`+sel.LeaseID+`"}`), &rel); err != nil {
+				return err
+			}
+			if !rel.Released {
 				// The poller saw the policy idle more than the grace period
 				// after the selection and freed it first: the design's
 				// answer to a stalled client, not a failure.
 				return errLeaseGone
 			}
-			return err
+			return nil
 		},
 	}
 }
