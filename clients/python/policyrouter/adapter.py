@@ -232,10 +232,10 @@ class RemoteSyncRouter:
 
     def _release_remote(self, lease: str) -> bool:
         try:
-            self.client.release(lease_id=lease)
+            # released is False when the server already saw the policy idle.
+            return bool(self.client.release(lease_id=lease).get("released"))
         except NotFound:
-            return False  # the server already saw the policy idle
-        return True
+            return False  # issued by an earlier server process
 
     def _select_waiting(self, env_id: Optional[str]) -> Dict[str, Any]:
         start = time.monotonic()

@@ -304,8 +304,10 @@ class Client:
     def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> Dict[str, Any]:
         """``POST /release``: return a selected policy to idle at once, by
         ``lease_id`` or (releasing that policy's oldest lease) by ``index``.
-        Raises NotFound for a lease that is not out (never issued, released,
-        or freed when the server saw the policy idle)."""
+        Idempotent: a lease that already ended (released before, or freed
+        when the server saw the policy idle) answers ``{"released": False}``.
+        Raises NotFound for a lease the server never issued, or an index
+        with no lease out."""
         body = _omit_none(lease_id=lease_id, index=None if index is None else int(index))
         return self._request("POST", "/release", body).json()
 
