@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Times the seed's async routers, as a reference point for the Go routing core.
 
-SimpleRouter and NodeAffinityRouter are re-stated here exactly as in
-/work/shared/seed/router_restored.py (the seed's module with its indentation
-restored): a heapq over (load, index) tuples, and a per-task scan of the
-policies' nodes. Each case is timed with time.perf_counter over repetitions
+SimpleRouter and NodeAffinityRouter are the seed's own, loaded from
+routing/testdata/seed_router.py (the seed's module with its indentation
+restored, unchanged): a heapq over (load, index) tuples, and a per-task scan
+of the policies' nodes. Each case is timed with time.perf_counter over repetitions
 until a time budget is spent, and the script prints one JSON document:
 
     {"python": "3.11.7", "cases": [{"name": "simple/n=4096/p=1024",
@@ -22,65 +22,18 @@ Usage: python3 bench/seed_assign.py [--policies 1024] [--tasks 4096]
 """
 import argparse
 import hashlib
-import heapq
 import json
+import os
 import platform
+import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "routing", "testdata"))
+from seed_router import NodeAffinityRouter, SimpleRouter  # noqa: E402
 
 # The most repetitions of one case, whatever the budget.
 MAX_REPS = 100_000
-
-
-class SimpleRouter:
-    """The seed's SimpleRouter, unchanged."""
-
-    def assign(self, current_loads: List[int], num_tasks: int, env_ids=None) -> List[int]:
-        heap = [(int(current_loads[i]), i) for i in range(len(current_loads))]
-        if not heap:
-            raise ValueError("No policies available for routing")
-        heapq.heapify(heap)
-        assignments: List[int] = []
-        for _ in range(num_tasks):
-            load, idx = heapq.heappop(heap)
-            assignments.append(idx)
-            heapq.heappush(heap, (load + 1, idx))
-        return assignments
-
-
-def _parse_env_worker_index(env_id: str) -> Optional[int]:
-    try:
-        suffix = env_id.rsplit("-", 1)[-1]
-        return int(suffix)
-    except (ValueError, AttributeError):
-        return None
-
-
-class NodeAffinityRouter:
-    """The seed's NodeAffinityRouter, unchanged. assign mutates current_loads."""
-
-    def __init__(self, component_distribution, policy_node_ids=None):
-        self._env_worker_to_node: Dict[int, str] = {}
-        for node_id, components in component_distribution.items():
-            for env_worker_id in components.get("env", {}).get("ids", []):
-                self._env_worker_to_node[int(env_worker_id)] = node_id
-        self._policy_node_ids = policy_node_ids or []
-
-    def assign(self, current_loads, num_tasks, env_ids=None):
-        if not self._policy_node_ids or not env_ids:
-            return SimpleRouter().assign(current_loads, num_tasks)
-        assignments = []
-        for env_id in env_ids:
-            worker_idx = _parse_env_worker_index(env_id)
-            node_id = self._env_worker_to_node.get(worker_idx) if worker_idx is not None else None
-            candidates = [idx for idx, pn in enumerate(self._policy_node_ids) if pn == node_id]
-            if not candidates:
-                idx = int(min(range(len(current_loads)), key=lambda i: current_loads[i]))
-            else:
-                idx = int(min(candidates, key=lambda i: current_loads[i]))
-            assignments.append(idx)
-            current_loads[idx] += 1
-        return assignments
 
 
 def inputs(policies: int, nodes: int):
