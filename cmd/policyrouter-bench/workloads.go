@@ -116,14 +116,17 @@ func newWorkload(name string, cfg config) workload {
 // poller. The op counts as done, and is counted apart.
 var errLeaseGone = errors.New("lease already freed by the poller")
 
-// statusError is an answer other than 200.
+// statusError is an answer other than 2xx.
 type statusError struct {
-	URL  string
-	Code int
-	Body string
+	Method string
+	URL    string
+	Code   int
+	Body   string
 }
 
-func (e *statusError) Error() string { return fmt.Sprintf("POST %s: %d %s", e.URL, e.Code, e.Body) }
+func (e *statusError) Error() string {
+	return fmt.Sprintf("%s %s: %d %s", e.Method, e.URL, e.Code, e.Body)
+}
 
 // selectRelease is a workload whose op selects a policy and releases it.
 func selectRelease(name, router string, cfg config, desc string) workload {
@@ -168,40 +171,24 @@ func envFor(worker, seq int, cfg config) int {
 	return (worker + seq*cfg.Concurrency) % cfg.Policies
 }
 
-// post sends body as JSON and checks for a 200; it decodes the answer into
-// out when out is non-nil, and reads the body to its end either way, so
-// that the connection is reused.
+// post sends body as JSON with POST; see send.
 func post(ctx context.Context, c *http.Client, url string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return &statusError{URL: url, Code: resp.StatusCode, Body: string(bytes.TrimSpace(msg))}
-	}
-	if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return fmt.Errorf("POST %s: decode the answer: %w", url, err)
-		}
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	return err
+	return send(ctx, c, http.MethodPost, url, body, out)
 }
 
-// call sends v as JSON with the given method and checks for a 2xx.
+// call sends v, encoded as JSON, with the given method; see send.
 func call(ctx context.Context, c *http.Client, method, url string, v any) error {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
+	return send(ctx, c, method, url, body, nil)
+}
+
+// send sends body as JSON and checks for a 2xx (a *statusError otherwise);
+// it decodes the answer into out when out is non-nil, and reads the body to
+// its end either way, so that the connection is reused.
+func send(ctx context.Context, c *http.Client, method, url string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -212,10 +199,16 @@ func call(ctx context.Context, c *http.Client, method, url string, v any) error 
 		return err
 	}
 	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	_, _ = io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, bytes.TrimSpace(msg))
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return &statusError{Method: method, URL: url, Code: resp.StatusCode, Body: string(bytes.TrimSpace(msg))}
 	}
-	return nil
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("%s %s: decode the answer: %w", method, url, err)
+		}
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
 }
