@@ -314,8 +314,14 @@ func (r *Registry) publishLocked(reg store.Registration) error {
 	if err := r.state.Update(routingPolicies(reg.Policies), RoutingTopology(reg.Topology)); err != nil {
 		return err
 	}
+	// Update keeps the drain flag of every policy it carries over, which
+	// already equals the stored one (SetDraining changes both), and new
+	// policies start undrained: only drained ones can need the flag set.
 	for _, p := range reg.Policies {
-		if err := r.state.SetDraining(p.ID, p.Draining); err != nil {
+		if !p.Draining {
+			continue
+		}
+		if err := r.state.SetDraining(p.ID, true); err != nil {
 			return err
 		}
 	}

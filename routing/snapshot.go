@@ -43,9 +43,7 @@ type Snapshot struct {
 	envNode  map[int]string // env worker -> node
 	// evalPos lists, per node with eval workers, the positions of its eval
 	// policies in topology order: the seed's _node_to_eval_policies.
-	evalPos   map[string][]int
-	hasNodes  bool // some policy has a node
-	nodeOrder []string
+	evalPos map[string][]int
 }
 
 // newSnapshot validates policies and topology together and builds the
@@ -86,8 +84,7 @@ func newSnapshot(policies []Policy, topo Topology) (*Snapshot, error) {
 	}
 
 	evalNode := make(map[int]string)
-	s.nodeOrder = s.topology.nodeIDs()
-	for _, node := range s.nodeOrder {
+	for _, node := range s.topology.nodeIDs() {
 		c := s.topology.Nodes[node]
 		for _, e := range c.Env {
 			s.envNode[e] = node
@@ -108,7 +105,6 @@ func newSnapshot(policies []Policy, topo Topology) (*Snapshot, error) {
 			node = evalNode[p.Index]
 		}
 		s.nodes[pos] = node
-		s.hasNodes = s.hasNodes || node != ""
 	}
 	return s, nil
 }
