@@ -6,12 +6,10 @@ package api
 
 import "time"
 
-// Router names accepted in requests and by the --router flag.
-const (
-	RouterSimple       = "simple"        // /assign: least loaded; /select: FIFO idle deque
-	RouterNodeAffinity = "node_affinity" // /assign: least loaded on the env's node; /select: per-node round robin
-	RouterIdleAffinity = "idle_affinity" // /select only: idle deque of the env's node, else any idle policy
-)
+// RouterSimple is the router used when a request and the server name
+// none. The names requests may give come from the routing package's table
+// of routers.
+const RouterSimple = "simple"
 
 // PolicyRequest registers one policy (POST /policies, and each entry of PUT
 // /policies).
@@ -69,7 +67,7 @@ type AssignRequest struct {
 	CurrentLoads []int64 `json:"current_loads" validate:"omitempty,max=1048576"`
 	// EnvIDs, when present, has num_tasks entries.
 	EnvIDs []string `json:"env_ids" validate:"omitempty,dive,max=256"`
-	Router string   `json:"router,omitempty" validate:"omitempty,oneof=simple node_affinity"`
+	Router string   `json:"router,omitempty" validate:"omitempty,assign_router"`
 }
 
 // PolicyRef is the short form of a policy in answers.
@@ -92,10 +90,13 @@ type AssignResponse struct {
 // SelectRequest is the body of POST /select.
 type SelectRequest struct {
 	EnvID  string `json:"env_id,omitempty" validate:"max=256"`
-	Router string `json:"router,omitempty" validate:"omitempty,oneof=simple node_affinity idle_affinity"`
+	Router string `json:"router,omitempty" validate:"omitempty,select_router"`
 	// TimeoutMS bounds the wait for an idle policy; default 30000, capped by
 	// the server's maximum. 0 means do not wait.
 	TimeoutMS *int `json:"timeout_ms,omitempty" validate:"omitempty,min=0,max=3600000"`
+	// LeaseTTLMS ends the lease this long after the hand-out unless it is
+	// released before; absent or 0 means the server's --lease-ttl.
+	LeaseTTLMS *int `json:"lease_ttl_ms,omitempty" validate:"omitempty,min=0,max=86400000"`
 }
 
 // SelectResponse is the answer to POST /select.
@@ -142,11 +143,14 @@ type CompleteResponse struct {
 
 // PolicyStats is one policy in GET /stats.
 type PolicyStats struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
-	NodeID   string `json:"node_id"`
-	URL      string `json:"url"`
-	State    string `json:"state"` // idle, busy, unhealthy, draining
+	Index  int    `json:"index"`
+	ID     string `json:"id"`
+	NodeID string `json:"node_id"`
+	URL    string `json:"url"`
+	// State is idle, busy (no idle capacity, or the policy answered busy),
+	// unhealthy, draining, or unknown (not heard from since registration or
+	// the router's start; it gets no work).
+	State    string `json:"state"`
 	Load     int64  `json:"load"`
 	Inflight int    `json:"inflight"`
 	Capacity int    `json:"capacity"`
@@ -161,6 +165,8 @@ type PolicyStats struct {
 	ConsecutiveFailures int        `json:"consecutive_failures"`
 	ProbesTotal         uint64     `json:"probes_total"`
 	ProbeFailuresTotal  uint64     `json:"probe_failures_total"`
+	// ExpiredTotal counts leases ended by their TTL.
+	ExpiredTotal uint64 `json:"expired_total"`
 }
 
 // StateCounts counts policies by state.
@@ -170,6 +176,7 @@ type StateCounts struct {
 	Busy      int   `json:"busy"`
 	Unhealthy int   `json:"unhealthy"`
 	Draining  int   `json:"draining"`
+	Unknown   int   `json:"unknown"`
 	Load      int64 `json:"load"`
 	Inflight  int   `json:"inflight"`
 	Capacity  int   `json:"capacity"`

@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/go-playground/validator/v10"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // newValidator returns a validator that names fields by their json tags.
@@ -26,6 +28,18 @@ func newValidator() *validator.Validate {
 		}
 		return name
 	})
+	// Router names come from the one table of routers.
+	for tag, names := range map[string][]string{
+		"assign_router": routing.AssignRouterNames(),
+		"select_router": routing.SelectRouterNames(),
+	} {
+		err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool {
+			return slices.Contains(names, fl.Field().String())
+		})
+		if err != nil {
+			panic("handlers: register " + tag + ": " + err.Error())
+		}
+	}
 	return v
 }
 
@@ -161,6 +175,10 @@ func describe(fe validator.FieldError) string {
 		return "must be <= " + fe.Param()
 	case "oneof":
 		return "must be one of: " + strings.ReplaceAll(fe.Param(), " ", ", ")
+	case "assign_router":
+		return "must be " + routing.NameList(routing.AssignRouterNames())
+	case "select_router":
+		return "must be " + routing.NameList(routing.SelectRouterNames())
 	case "http_url":
 		return "must be an absolute http or https URL"
 	case "uuid":

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -133,8 +134,12 @@ func TestHealthAndSpec(t *testing.T) {
 		t.Errorf("/openapi.yaml does not look like an OpenAPI document: %.80s", rec.Body)
 	}
 
-	notReady := newTestServer(t, Config{Ready: func() bool { return false }})
-	want(t, notReady.do(t, "GET", "/readyz", ""), http.StatusServiceUnavailable, nil)
+	notReady := newTestServer(t, Config{Ready: func() error { return errors.New("waiting for the first probe of 2 of 4 policies") }})
+	rec = notReady.do(t, "GET", "/readyz", "")
+	want(t, rec, http.StatusServiceUnavailable, nil)
+	if !strings.Contains(rec.Body.String(), "first probe of 2 of 4") {
+		t.Errorf("/readyz body %s does not say why it is not ready", rec.Body)
+	}
 }
 
 func TestUnknownRouteAndMethod(t *testing.T) {

@@ -2,39 +2,27 @@ package handlers
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
-func (s *Server) assignKind(name string) routing.AssignKind {
+// router resolves a request's router name, the server's default when
+// empty, in the table of routers. A name the table does not offer for the
+// endpoint is a 422 naming the router field: never a silent default.
+func (s *Server) router(name string, offered func(routing.Router) bool, names []string) (routing.Router, error) {
 	if name == "" {
 		name = s.DefaultRouter
 	}
-	if name == api.RouterNodeAffinity {
-		return routing.AssignNodeAffinity
+	r, ok := routing.LookupRouter(name)
+	if !ok || !offered(r) {
+		return routing.Router{}, fieldError("router", "must be "+routing.NameList(names)+", not "+strconv.Quote(name))
 	}
-	return routing.AssignLeastLoaded
-}
-
-func (s *Server) selectKind(name string) routing.SelectKind {
-	if name == "" {
-		name = s.DefaultRouter
-	}
-	switch name {
-	case api.RouterNodeAffinity:
-		return routing.SelectRoundRobin
-	case api.RouterIdleAffinity:
-		return routing.SelectIdleAffinity
-	default:
-		return routing.SelectIdle
-	}
+	return r, nil
 }
 
 func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
@@ -47,15 +35,19 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fieldError("current_loads", "must have one load per policy; omit it to use the tracked loads"))
 		return
 	}
-	kind := s.assignKind(req.Router)
+	router, err := s.router(req.Router, func(r routing.Router) bool { return r.Assign != nil }, routing.AssignRouterNames())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	start := time.Now()
 	a, err := s.State.Assign(routing.AssignRequest{
-		Kind:     kind,
+		Kind:     router.Assign,
 		NumTasks: req.NumTasks,
 		Loads:    req.CurrentLoads,
 		EnvIDs:   req.EnvIDs,
 	})
-	s.observeDecision("assign", req.Router, start)
+	s.observeDecision("assign", router.Name, start)
 	if err != nil {
 		if errors.Is(err, routing.ErrNoPolicies) && req.CurrentLoads == nil {
 			err = errorf(api.CodeUnavailable, "no policies available: none registered, or all unhealthy or draining")
@@ -65,8 +57,8 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if kind == routing.AssignNodeAffinity {
-		s.observeAffinity("assign", a.Snapshot, req.EnvIDs, a.Indices)
+	if router.EnvAffine {
+		s.observeAffinity("assign", router.Name, a.Snapshot, req.EnvIDs, a.Indices)
 	}
 	s.writeAssignment(w, a)
 }
@@ -81,21 +73,29 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	if req.TimeoutMS != nil {
 		wait = min(time.Duration(*req.TimeoutMS)*time.Millisecond, s.MaxSelectWait)
 	}
-	kind := s.selectKind(req.Router)
+	router, err := s.router(req.Router, func(r routing.Router) bool { return r.Select != nil }, routing.SelectRouterNames())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID}
+	if req.LeaseTTLMS != nil {
+		sreq.LeaseTTL = time.Duration(*req.LeaseTTLMS) * time.Millisecond
+	}
 	start := time.Now()
 	// Try without waiting first: the timers and the shutdown hook of a wait
 	// are paid only when nothing is idle.
-	sel, err := s.State.Select(doneContext, kind, req.EnvID)
+	sel, err := s.State.Select(doneContext, sreq)
 	if errors.Is(err, context.Canceled) && wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		stopHook := context.AfterFunc(s.stopping, cancel)
-		sel, err = s.State.Select(ctx, kind, req.EnvID)
+		sel, err = s.State.Select(ctx, sreq)
 		stopHook()
 		cancel()
 	} else if errors.Is(err, context.Canceled) {
 		err = context.DeadlineExceeded // timeout_ms 0: nothing idle now
 	}
-	s.observeDecision("select", req.Router, start)
+	s.observeDecision("select", router.Name, start)
 	switch {
 	case err == nil:
 	case s.stopping.Err() != nil:
@@ -115,15 +115,15 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if kind != routing.SelectIdle && s.Metrics != nil {
+	if router.EnvAffine && s.Metrics != nil {
 		if env := s.State.Snapshot().EnvNode(req.EnvID); env != "" {
 			hit := b2i(env == sel.Node)
-			s.Metrics.ObserveAffinity("select", s.routerName(req.Router), hit, 1-hit)
+			s.Metrics.ObserveAffinity("select", router.Name, hit, 1-hit)
 		}
 	}
 	resp := api.SelectResponse{Index: sel.Policy.Index, ID: sel.Policy.ID, URL: sel.Policy.URL, NodeID: sel.Node}
 	if sel.Lease != 0 {
-		resp.LeaseID = s.leaseID(sel.Lease)
+		resp.LeaseID = s.State.LeaseID(sel.Lease)
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -139,7 +139,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		err error
 	)
 	if req.LeaseID != "" {
-		lease, ok := s.parseLease(req.LeaseID)
+		lease, ok := s.State.ParseLeaseID(req.LeaseID)
 		if !ok {
 			s.writeError(w, r, routing.ErrUnknownLease)
 			return
@@ -158,7 +158,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	}
 	leaseID := req.LeaseID
 	if leaseID == "" {
-		leaseID = s.leaseID(sel.Lease)
+		leaseID = s.State.LeaseID(sel.Lease)
 	}
 	writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: true, LeaseID: leaseID, Index: &sel.Policy.Index, ID: sel.Policy.ID})
 }
@@ -189,47 +189,15 @@ var doneContext = func() context.Context {
 	return ctx
 }()
 
-// leaseID renders a lease as a UUID (RFC 9562 version 8, custom): the
-// server's random 64-bit prefix, then the lease number. Ids from another
-// server process (or made up) do not parse back.
-func (s *Server) leaseID(lease uint64) string { return s.leaseUUID(lease).String() }
-
-func (s *Server) leaseUUID(lease uint64) uuid.UUID {
-	var u uuid.UUID
-	copy(u[:8], s.leasePrefix[:])
-	binary.BigEndian.PutUint64(u[8:], lease)
-	u[6] = u[6]&0x0f | 0x80 // version 8
-	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
-	return u
-}
-
-func (s *Server) parseLease(id string) (uint64, bool) {
-	u, err := uuid.Parse(id)
-	if err != nil {
-		return 0, false
-	}
-	want := s.leaseUUID(binary.BigEndian.Uint64(u[8:]) & (1<<62 - 1))
-	if u != want {
-		return 0, false
-	}
-	return binary.BigEndian.Uint64(want[8:]) & (1<<62 - 1), true
-}
-func (s *Server) routerName(name string) string {
-	if name == "" {
-		return s.DefaultRouter
-	}
-	return name
-}
-
 func (s *Server) observeDecision(endpoint, router string, start time.Time) {
 	if s.Metrics != nil {
-		s.Metrics.ObserveDecision(endpoint, s.routerName(router), time.Since(start))
+		s.Metrics.ObserveDecision(endpoint, router, time.Since(start))
 	}
 }
 
 // observeAffinity counts, over the tasks whose env worker has a node,
 // those assigned on that node (hits) and elsewhere (fallbacks).
-func (s *Server) observeAffinity(endpoint string, snap *routing.Snapshot, envIDs []string, indices []int) {
+func (s *Server) observeAffinity(endpoint, router string, snap *routing.Snapshot, envIDs []string, indices []int) {
 	if s.Metrics == nil || snap == nil {
 		return
 	}
@@ -245,7 +213,7 @@ func (s *Server) observeAffinity(endpoint string, snap *routing.Snapshot, envIDs
 			fallbacks++
 		}
 	}
-	s.Metrics.ObserveAffinity(endpoint, api.RouterNodeAffinity, hits, fallbacks)
+	s.Metrics.ObserveAffinity(endpoint, router, hits, fallbacks)
 }
 
 func b2i(b bool) int {

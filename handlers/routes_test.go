@@ -230,7 +230,7 @@ func TestSelectReleaseCycle(t *testing.T) {
 }
 
 func TestSelectRoundRobinMatchesSeed(t *testing.T) {
-	ts := newTestServer(t, Config{DefaultRouter: api.RouterNodeAffinity})
+	ts := newTestServer(t, Config{DefaultRouter: "node_affinity"})
 	ts.register(t, 3)
 	want(t, ts.do(t, "PUT", "/topology", `{"n0":{"env":{"ids":[0,1]},"eval":{"ids":[0,1]}},"n1":{"env":{"ids":[2]},"eval":{"ids":[2]}}}`), http.StatusOK, nil)
 	var got []int

@@ -5,7 +5,6 @@ package handlers
 
 import (
 	"context"
-	"crypto/rand"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -29,8 +28,9 @@ type Config struct {
 	Registry *registry.Registry
 	State    *routing.State
 	Logger   *slog.Logger
-	// DefaultRouter is used when a request names none: api.RouterSimple or
-	// api.RouterNodeAffinity.
+	// DefaultRouter is used when a request names none: a router of the
+	// routing table offered by both /assign and /select. Default
+	// api.RouterSimple.
 	DefaultRouter string
 	// MaxSelectWait caps timeout_ms of /select. Default 60s.
 	MaxSelectWait time.Duration
@@ -45,8 +45,9 @@ type Config struct {
 	// RequestLogLevel is the level of the one log line per request;
 	// default Info. 5xx answers are always logged at Error.
 	RequestLogLevel slog.Level
-	// Ready reports readiness for /readyz; nil means always ready.
-	Ready func() bool
+	// Ready reports readiness for /readyz: nil when ready, else why not.
+	// A nil Ready means always ready.
+	Ready func() error
 	// Metrics, when set, records request, decision and affinity metrics
 	// and is served at /metrics.
 	Metrics *metrics.Metrics
@@ -69,14 +70,13 @@ var _ PollerReporter = (*poller.Poller)(nil)
 // Server holds the handlers' dependencies. Create it with New.
 type Server struct {
 	Config
-	logger      *slog.Logger
-	validator   *validator.Validate
-	started     time.Time
-	leasePrefix [8]byte
-	observe     func(route, method string, status int, d time.Duration)
-	stopping    context.Context
-	stop        context.CancelFunc
-	refs        atomic.Pointer[policyRefs] // of the last snapshot /assign answered on
+	logger    *slog.Logger
+	validator *validator.Validate
+	started   time.Time
+	observe   func(route, method string, status int, d time.Duration)
+	stopping  context.Context
+	stop      context.CancelFunc
+	refs      atomic.Pointer[policyRefs] // of the last snapshot /assign answered on
 }
 
 // New returns a Server for cfg.
@@ -111,9 +111,6 @@ func New(cfg Config) *Server {
 		s.observe = cfg.Metrics.ObserveRequest
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
-	if _, err := rand.Read(s.leasePrefix[:]); err != nil {
-		panic("handlers: no randomness for lease ids: " + err.Error())
-	}
 	return s
 }
 
@@ -173,9 +170,11 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if s.Ready != nil && !s.Ready() {
-		s.writeError(w, r, errorf(api.CodeUnavailable, "not ready"))
-		return
+	if s.Ready != nil {
+		if err := s.Ready(); err != nil {
+			s.writeError(w, r, errorf(api.CodeUnavailable, "not ready: "+err.Error()))
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
 }

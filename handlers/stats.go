@@ -46,6 +46,7 @@ func (s *Server) buildStats() api.Stats {
 			ConsecutiveFailures: p.FailStreak,
 			ProbesTotal:         p.Probes,
 			ProbeFailuresTotal:  p.ProbeFailures,
+			ExpiredTotal:        p.Expired,
 		}
 		if !p.LastProbe.IsZero() {
 			t := p.LastProbe.UTC()
@@ -86,6 +87,8 @@ func count(c *api.StateCounts, p routing.PolicyStats) {
 		c.Unhealthy++
 	case routing.StateDraining:
 		c.Draining++
+	case routing.StateUnknown:
+		c.Unknown++
 	}
 	c.Load += p.Load
 	c.Inflight += p.Inflight

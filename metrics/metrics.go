@@ -199,7 +199,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := make(map[key]int)
 	loads := make(map[string]int64)
 	for _, p := range st.Policies {
-		for _, s := range []string{routing.StateIdle, routing.StateBusy, routing.StateUnhealthy, routing.StateDraining} {
+		for _, s := range routing.States {
 			counts[key{p.Node, s}] += 0 // every state of a node is reported, zeros included
 		}
 		counts[key{p.Node, p.State}]++

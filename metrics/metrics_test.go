@@ -75,7 +75,7 @@ func TestMetricsFamilies(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := New(st)
-	if _, err := st.Select(t.Context(), routing.SelectIdle, ""); err != nil {
+	if _, err := st.Select(t.Context(), routing.SelectRequest{Router: routing.SelectIdle, EnvID: ""}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.SetDraining("p1", true); err != nil {

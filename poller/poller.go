@@ -4,7 +4,9 @@
 // A Poller probes `GET {url}/idle` for each policy of the target's current
 // snapshot once per Interval. Probes are spread over the interval (policy i
 // of n is probed at offset i*Interval/n of each period) instead of bursting
-// all at once. A slow, hung or dead policy never delays the others: at most
+// all at once, except a policy's first probe: at start, and when a policy
+// is registered, it is probed at the start of the next period, since the
+// router gives it no work until it answers. A slow, hung or dead policy never delays the others: at most
 // Concurrency probes are in flight, each is bounded by Timeout, and a policy
 // whose previous probe is still in flight is skipped for that period rather
 // than queued twice. When the poller falls behind (all Concurrency probes
@@ -149,6 +151,9 @@ type member struct {
 	err     error
 	busy    atomic.Bool // a probe is in flight
 	gone    atomic.Bool // no longer registered: results are dropped
+	// Owned by the Run goroutine: probed once dispatched; early while the
+	// current period probed it at once rather than at its offset.
+	probed, early bool
 }
 
 func newMember(p routing.Policy) *member {
@@ -311,8 +316,22 @@ func (p *Poller) Run(ctx context.Context) error {
 // at once. It returns the shifted start, and false when ctx is done.
 func (p *Poller) sweep(ctx context.Context, timer *time.Timer, start time.Time) (time.Time, bool) {
 	members := p.refresh()
+	// Policies never probed (at start, or newly registered) are probed at
+	// once: until they answer, the router gives them no work.
+	for _, m := range members {
+		if !m.probed {
+			m.probed, m.early = true, true
+			if !p.dispatch(ctx, m) && ctx.Err() != nil {
+				return start, false
+			}
+		}
+	}
 	maxLag := p.interval / catchUpDiv
 	for i, m := range members {
+		if m.early {
+			m.early = false // probed at once above
+			continue
+		}
 		wait := time.Until(start.Add(offset(i, len(members), p.interval)))
 		if wait < -maxLag {
 			start = start.Add(-wait - maxLag)

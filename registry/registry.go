@@ -311,27 +311,13 @@ func (r *Registry) commitLocked(ps []store.Policy, t store.Topology) {
 }
 
 func (r *Registry) publishLocked(reg store.Registration) error {
-	if err := r.state.Update(routingPolicies(reg.Policies), RoutingTopology(reg.Topology)); err != nil {
-		return err
-	}
-	// Update keeps the drain flag of every policy it carries over, which
-	// already equals the stored one (SetDraining changes both), and new
-	// policies start undrained: only drained ones can need the flag set.
-	for _, p := range reg.Policies {
-		if !p.Draining {
-			continue
-		}
-		if err := r.state.SetDraining(p.ID, true); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.state.Update(routingPolicies(reg.Policies), RoutingTopology(reg.Topology))
 }
 
 func routingPolicies(ps []store.Policy) []routing.Policy {
 	out := make([]routing.Policy, len(ps))
 	for i, p := range ps {
-		out[i] = routing.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: p.Labels}
+		out[i] = routing.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: p.Labels, Draining: p.Draining}
 	}
 	return out
 }

@@ -1,20 +1,9 @@
 package routing
 
-import "fmt"
-
-// AssignKind names an async router.
-type AssignKind int
-
-const (
-	// AssignLeastLoaded is the seed's SimpleRouter.
-	AssignLeastLoaded AssignKind = iota
-	// AssignNodeAffinity is the seed's NodeAffinityRouter.
-	AssignNodeAffinity
-)
-
 // AssignRequest is one /assign call.
 type AssignRequest struct {
-	Kind     AssignKind
+	// Kind is the router; AssignLeastLoaded when nil.
+	Kind     Assigner
 	NumTasks int
 	// Loads, when non-nil, is the seed's stateless mode: the caller's load
 	// per policy index 0..len(Loads)-1. Nil means the tracked loads of the
@@ -34,7 +23,8 @@ type Assignment struct {
 }
 
 // Assign spreads tasks over policies the way the seed's async routers do.
-// Unhealthy and draining policies are left out; with every policy
+// Policies that fail the availability filter (unhealthy, draining, not yet
+// heard from) are left out; with every policy
 // available the answer is the seed's exactly. Registered policies are not
 // needed in stateless mode: an index with no registration is routed to like
 // the seed does. It returns ErrNoPolicies when nothing is left to route to
@@ -58,7 +48,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	snap = st.snap.Load() // Update publishes under mu: no removed policy gets load
+	snap = st.ledger.snap // no removed policy gets load
 	n := len(snap.rts)
 	in := AffinityInput{Indices: make([]int, 0, n), Loads: make([]int64, 0, n), Nodes: make([]string, 0, n)}
 	rts := make([]*policyRuntime, 0, n)
@@ -111,18 +101,12 @@ func stateless(snap *Snapshot, loads []int64) AffinityInput {
 
 // assignOver answers req over the candidates in, as positions in in.
 func (st *State) assignOver(snap *Snapshot, req AssignRequest, in AffinityInput) ([]int, error) {
-	switch req.Kind {
-	case AssignLeastLoaded:
-	case AssignNodeAffinity:
-		if len(req.EnvIDs) > 0 {
-			in.EnvNode = snap.envNode
-			in.EnvIDs = req.EnvIDs
-			return nodeAffinityPositions(in)
-		}
-	default:
-		return nil, fmt.Errorf("assign: unknown kind %d", req.Kind)
+	r := req.Kind
+	if r == nil {
+		r = AssignLeastLoaded
 	}
-	return leastLoadedPositions(in.Loads, req.NumTasks)
+	in.EnvNode = snap.envNode
+	return r.assign(in, req.NumTasks, req.EnvIDs)
 }
 
 // leastLoadedPositions is LeastLoaded: positions in loads are the seed's

@@ -290,11 +290,6 @@ func TestAssignErrors(t *testing.T) {
 			req:   AssignRequest{Kind: AssignLeastLoaded, NumTasks: 1, Loads: []int64{-MaxLoad - 1}},
 			field: "current_loads",
 		},
-		{
-			name: "unknown kind", policies: densePolicies(2),
-			req:   AssignRequest{Kind: AssignKind(7), NumTasks: 1},
-			field: "-",
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -101,7 +101,7 @@ func BenchmarkStateAssign(b *testing.B) {
 	const n, p, nodes = 4096, 1024, 16
 	for _, kind := range []struct {
 		name string
-		kind AssignKind
+		kind Assigner
 		env  []string
 	}{
 		{"least_loaded", AssignLeastLoaded, nil},
@@ -125,14 +125,14 @@ func BenchmarkSelectRelease(b *testing.B) {
 	ctx := context.Background()
 	for _, kind := range []struct {
 		name string
-		kind SelectKind
+		kind Selector
 	}{{"idle", SelectIdle}, {"idle_affinity", SelectIdleAffinity}} {
 		for _, p := range []int{16, 1024} {
 			b.Run(fmt.Sprintf("%s/p=%d", kind.name, p), func(b *testing.B) {
 				st := newBenchState(b, p, 16)
 				b.ReportAllocs()
 				for b.Loop() {
-					sel, err := st.Select(ctx, kind.kind, "env-5")
+					sel, err := st.Select(ctx, SelectRequest{Router: kind.kind, EnvID: "env-5"})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -154,7 +154,7 @@ func BenchmarkSelectRoundRobin(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if _, err := st.Select(ctx, SelectRoundRobin, envs[i%len(envs)]); err != nil {
+				if _, err := st.Select(ctx, SelectRequest{Router: SelectRoundRobin, EnvID: envs[i%len(envs)]}); err != nil {
 					b.Fatal(err)
 				}
 				i++

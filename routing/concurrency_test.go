@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -38,8 +39,8 @@ func TestConcurrentSelectRelease(t *testing.T) {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			for range rounds {
-				kind := []SelectKind{SelectIdle, SelectIdleAffinity}[r.IntN(2)]
-				sel, err := st.Select(context.Background(), kind, "env-"+strconv.Itoa(r.IntN(6)))
+				kind := []Selector{SelectIdle, SelectIdleAffinity}[r.IntN(2)]
+				sel, err := st.Select(context.Background(), SelectRequest{Router: kind, EnvID: "env-" + strconv.Itoa(r.IntN(6))})
 				if err != nil {
 					t.Errorf("Select: %v", err)
 					return
@@ -93,7 +94,7 @@ func TestConcurrentSelectRelease(t *testing.T) {
 					t.Errorf("Assign: %v", err)
 				}
 			case 4:
-				if _, err := st.Select(context.Background(), SelectRoundRobin, "env-3"); err != nil && !errors.Is(err, ErrNoPolicies) {
+				if _, err := st.Select(context.Background(), SelectRequest{Router: SelectRoundRobin, EnvID: "env-3"}); err != nil && !errors.Is(err, ErrNoPolicies) {
 					t.Errorf("round robin: %v", err)
 				}
 			case 5:
@@ -130,8 +131,8 @@ func wantAllIdle(tb testing.TB, st *State, totalCap int) {
 // releases serve them in arrival order.
 func TestWaitersFIFO(t *testing.T) {
 	const waiters = 8
-	for _, kind := range []SelectKind{SelectIdle, SelectIdleAffinity} {
-		t.Run(strconv.Itoa(int(kind)), func(t *testing.T) {
+	for _, kind := range []Selector{SelectIdle, SelectIdleAffinity} {
+		t.Run(fmt.Sprintf("%T", kind), func(t *testing.T) {
 			topo := nodes(map[string][2][]int{"a": {ints(0), ints(0)}})
 			st := newState(t, Options{}, densePolicies(1), topo)
 			held := mustSelect(t, st, kind, "env-0")
@@ -145,7 +146,7 @@ func TestWaitersFIFO(t *testing.T) {
 			var wg sync.WaitGroup
 			for w := range waiters {
 				wg.Go(func() {
-					sel, err := st.Select(context.Background(), kind, "env-"+strconv.Itoa(w%2))
+					sel, err := st.Select(context.Background(), SelectRequest{Router: kind, EnvID: "env-" + strconv.Itoa(w%2)})
 					got <- served{w, sel.Lease, err}
 				})
 				waitForWaiters(t, st, w+1)
@@ -178,13 +179,13 @@ func TestCancelledWaiterIsSkipped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error)
 	go func() {
-		_, err := st.Select(ctx, SelectIdle, "")
+		_, err := st.Select(ctx, SelectRequest{Router: SelectIdle, EnvID: ""})
 		first <- err
 	}()
 	waitForWaiters(t, st, 1)
 	second := make(chan Selection)
 	go func() {
-		sel, err := st.Select(context.Background(), SelectIdle, "")
+		sel, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle, EnvID: ""})
 		if err != nil {
 			t.Errorf("second waiter: %v", err)
 		}
@@ -234,7 +235,7 @@ func TestCancelledWaitersConsumeNothing(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancels[w] = cancel
 			go func() {
-				sel, err := st.Select(ctx, SelectIdle, "")
+				sel, err := st.Select(ctx, SelectRequest{Router: SelectIdle, EnvID: ""})
 				results <- result{w, sel, err}
 			}()
 		}

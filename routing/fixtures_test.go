@@ -59,18 +59,18 @@ func cancelled() context.Context {
 
 // mustSelect selects without waiting and fails the test when nothing is
 // available.
-func mustSelect(tb testing.TB, st *State, kind SelectKind, envID string) Selection {
+func mustSelect(tb testing.TB, st *State, kind Selector, envID string) Selection {
 	tb.Helper()
-	sel, err := st.Select(cancelled(), kind, envID)
+	sel, err := st.Select(cancelled(), SelectRequest{Router: kind, EnvID: envID})
 	if err != nil {
-		tb.Fatalf("Select(%d, %q): %v", kind, envID, err)
+		tb.Fatalf("Select(%T, %q): %v", kind, envID, err)
 	}
 	return sel
 }
 
 // selectIndices selects once per env id, without waiting, and returns the
 // chosen indices.
-func selectIndices(tb testing.TB, st *State, kind SelectKind, envIDs ...string) []int {
+func selectIndices(tb testing.TB, st *State, kind Selector, envIDs ...string) []int {
 	tb.Helper()
 	var got []int
 	for _, e := range envIDs {
@@ -80,11 +80,11 @@ func selectIndices(tb testing.TB, st *State, kind SelectKind, envIDs ...string) 
 }
 
 // wantNoIdle checks that a Select of kind would have to wait.
-func wantNoIdle(tb testing.TB, st *State, kind SelectKind, envID string) {
+func wantNoIdle(tb testing.TB, st *State, kind Selector, envID string) {
 	tb.Helper()
-	sel, err := st.Select(cancelled(), kind, envID)
+	sel, err := st.Select(cancelled(), SelectRequest{Router: kind, EnvID: envID})
 	if !errors.Is(err, context.Canceled) {
-		tb.Fatalf("Select(%d, %q) = %d, %v; want it to wait (context.Canceled)", kind, envID, sel.Policy.Index, err)
+		tb.Fatalf("Select(%T, %q) = %d, %v; want it to wait (context.Canceled)", kind, envID, sel.Policy.Index, err)
 	}
 }
 

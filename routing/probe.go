@@ -32,12 +32,20 @@ const (
 
 // ObserveProbe records a probe of the policy with the given id and returns
 // the health transition it caused, if any, so that the caller logs each
-// transition once. FailThreshold failures in a row make a policy unhealthy
-// (it gets no work from any router); PassThreshold passes in a row make it
-// healthy again. An idle answer frees the policy's leases that were handed
-// out at least Grace before the probe was sent: work handed out later may
-// not have reached the policy yet. Probes of unknown (e.g. just deleted)
-// policies are ignored.
+// transition once. The policy's answers are the truth the routers act on:
+//   - FailThreshold failures in a row make a policy unhealthy (it gets no
+//     work from any router); PassThreshold passes in a row make it healthy
+//     again.
+//   - The first answer makes a policy known (Options.Polled): until then it
+//     gets no work.
+//   - A busy answer takes the policy's idle slots out of the idle deques
+//     until it answers idle again; a slot whose lease ended after the probe
+//     was sent stays, since the end of the lease is newer news.
+//   - An idle answer frees the policy's leases that were handed out at
+//     least Grace before the probe was sent (work handed out later may not
+//     have reached the policy yet) and puts its held slots back.
+//
+// Probes of unknown (e.g. just deleted) policies are ignored.
 func (st *State) ObserveProbe(id string, p Probe) Transition {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -63,21 +71,31 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	rt.failStreak = 0
 	rt.passStreak++
 	rt.lastIdle.Store(p.Idle)
+	rt.busy = !p.Idle
 	if p.HasLoad {
 		rt.load = min(max(p.Load, 0), MaxLoad)
 	}
+	tr := NoTransition
+	if !rt.healthy.Load() && rt.passStreak >= st.opts.PassThreshold {
+		rt.healthy.Store(true)
+		tr = BecameHealthy
+	}
+	rt.heard.Store(true)
 	if p.Idle {
 		cutoff := p.SentAt.Add(-st.opts.Grace)
 		for _, s := range rt.slots {
+			s.held = false
 			if s.lease != 0 && !s.leasedAt.After(cutoff) {
-				st.freeLocked(s, false)
+				st.endLeaseLocked(s)
+			}
+		}
+	} else {
+		for _, s := range rt.slots {
+			if s.lease == 0 && !s.freedAt.After(p.SentAt) {
+				s.held = true
 			}
 		}
 	}
-	if !rt.healthy.Load() && rt.passStreak >= st.opts.PassThreshold {
-		rt.healthy.Store(true)
-		st.setAvailableLocked(rt)
-		return BecameHealthy
-	}
-	return NoTransition
+	st.setAvailableLocked(rt)
+	return tr
 }

@@ -99,13 +99,13 @@ func TestAssignStatelessMatchesReference(t *testing.T) {
 		}
 
 		n := r.IntN(3 * len(c.loads))
-		kind := []AssignKind{AssignLeastLoaded, AssignNodeAffinity}[r.IntN(2)]
+		kind := []Assigner{AssignLeastLoaded, AssignNodeAffinity}[r.IntN(2)]
 		got, err = st.Assign(AssignRequest{Kind: kind, NumTasks: n, Loads: c.loads})
 		if err != nil {
 			t.Fatalf("case %d: Assign: %v", i, err)
 		}
 		if want := refSimple(c.loads, n); !slices.Equal(got.Indices, want) {
-			t.Fatalf("case %d: kind %d without env ids over %v = %v; reference %v", i, kind, c.loads, got.Indices, want)
+			t.Fatalf("case %d: kind %T without env ids over %v = %v; reference %v", i, kind, c.loads, got.Indices, want)
 		}
 	}
 }
@@ -200,7 +200,7 @@ func TestRoundRobinMatchesReference(t *testing.T) {
 		st := newState(t, Options{}, c.policies, c.topo)
 		ref := &refRoundRobin{topo: c.topo, n: len(c.policies), rr: map[string]int{}}
 		for _, env := range c.envIDs {
-			sel, err := st.Select(context.Background(), SelectRoundRobin, env)
+			sel, err := st.Select(context.Background(), SelectRequest{Router: SelectRoundRobin, EnvID: env})
 			if err != nil {
 				t.Fatalf("case %d: Select(%q): %v", i, env, err)
 			}
@@ -272,12 +272,12 @@ func TestSelectIdleMatchesModel(t *testing.T) {
 				want = deque[at]
 				deque = slices.Delete(deque, at, at+1)
 			}
-			sel, err := st.Select(cancelled(), kind, env)
+			sel, err := st.Select(cancelled(), SelectRequest{Router: kind, EnvID: env})
 			switch {
 			case want < 0 && !errors.Is(err, context.Canceled):
-				t.Fatalf("case %d step %d: Select(%d, %q) = %d, %v; model has nothing idle", i, step, kind, env, sel.Policy.Index, err)
+				t.Fatalf("case %d step %d: Select(%T, %q) = %d, %v; model has nothing idle", i, step, kind, env, sel.Policy.Index, err)
 			case want >= 0 && (err != nil || sel.Policy.Index != want):
-				t.Fatalf("case %d step %d: Select(%d, %q) = %d, %v; model %d", i, step, kind, env, sel.Policy.Index, err, want)
+				t.Fatalf("case %d step %d: Select(%T, %q) = %d, %v; model %d", i, step, kind, env, sel.Policy.Index, err, want)
 			case want >= 0:
 				out = append(out, held{want, sel.Lease})
 			}

@@ -2,64 +2,64 @@ package routing
 
 import (
 	"context"
-	"fmt"
+	"time"
 )
 
-// SelectKind names a sync router.
-type SelectKind int
-
-const (
-	// SelectIdle is the seed's SyncSimpleRouter: one FIFO deque of idle
-	// policies; a selected policy is busy until released or seen idle.
-	SelectIdle SelectKind = iota
-	// SelectRoundRobin is the seed's SyncNodeAffinityRouter: per-node round
-	// robin over the env worker's node's eval policies, else global round
-	// robin. Like the seed it does not track busy policies and issues no
-	// lease.
-	SelectRoundRobin
-	// SelectIdleAffinity uses per-node idle deques: an idle policy on the env
-	// worker's node if there is one, else the oldest idle policy anywhere.
-	SelectIdleAffinity
-)
+// SelectRequest is one /select call.
+type SelectRequest struct {
+	// Router picks the policy; SelectIdle when nil.
+	Router Selector
+	// EnvID names the env worker, for routers that prefer its node.
+	EnvID string
+	// LeaseTTL ends the lease this long after the hand-out unless it was
+	// released before; 0 means the State's default (Options.LeaseTTL).
+	LeaseTTL time.Duration
+}
 
 // Selection is the answer of Select.
 type Selection struct {
 	Policy Policy
 	// Node is the policy's effective node.
 	Node string
-	// Lease identifies the hand-out for Release; 0 for round robin.
+	// Lease identifies the hand-out for Release; 0 for routers that issue
+	// none (round robin).
 	Lease uint64
 }
 
-// Select picks a policy for one sync request. SelectIdle and
-// SelectIdleAffinity take an idle slot; when there is none they wait, in
-// FIFO order with other waiters, until one is released, seen idle or
-// registered, or until ctx is done (returning ctx.Err(); a waiter that gives
-// up consumes nothing). A ctx that is already done makes Select a
+// Select picks a policy for one sync request. Leasing routers (SelectIdle,
+// SelectIdleAffinity) take an idle slot; when there is none they wait, in
+// FIFO order with other waiters, until one is released, seen idle,
+// expired or registered, or until ctx is done (returning ctx.Err(); a
+// waiter that gives up consumes nothing). A waiter takes the first slot to
+// become idle, whatever its node. A ctx that is already done makes Select a
 // non-blocking try: it returns ctx.Err() at once when nothing is idle.
-// SelectRoundRobin never waits. ErrNoPolicies means no
-// policy is registered (idle kinds) or available (round robin).
-func (st *State) Select(ctx context.Context, kind SelectKind, envID string) (Selection, error) {
-	snap := st.snap.Load()
-	switch kind {
-	case SelectRoundRobin:
-		return st.selectRoundRobin(snap, envID)
-	case SelectIdle, SelectIdleAffinity:
-	default:
-		return Selection{}, fmt.Errorf("select: unknown kind %d", kind)
+// Routers that do not lease never wait. ErrNoPolicies means no policy is
+// registered (leasing routers) or available (the others).
+func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, error) {
+	r := req.Router
+	if r == nil {
+		r = SelectIdle
 	}
-	node := ""
-	if kind == SelectIdleAffinity {
-		node = snap.EnvNode(envID)
+	ttl := req.LeaseTTL
+	if ttl <= 0 {
+		ttl = st.opts.LeaseTTL
 	}
 
 	st.mu.Lock()
-	if s := st.popIdleLocked(node); s != nil {
-		sel := st.leaseLocked(s)
+	if p, ok := r.pick(&st.ledger, req.EnvID); ok {
+		var sel Selection
+		if p.slot != nil {
+			st.unlistLocked(p.slot)
+			sel = st.leaseLocked(p.slot, ttl)
+		} else {
+			rt := st.ledger.snap.rts[p.pos]
+			rt.selected.Add(1)
+			sel = Selection{Policy: rt.policy, Node: rt.node}
+		}
 		st.mu.Unlock()
 		return sel, nil
 	}
-	if len(st.runtimes) == 0 {
+	if !r.leases() || len(st.runtimes) == 0 {
 		st.mu.Unlock()
 		return Selection{}, ErrNoPolicies
 	}
@@ -67,7 +67,7 @@ func (st *State) Select(ctx context.Context, kind SelectKind, envID string) (Sel
 		st.mu.Unlock()
 		return Selection{}, err
 	}
-	w := &waiter{ch: make(chan struct{})}
+	w := &waiter{ch: make(chan struct{}), ttl: ttl}
 	st.waiters.pushBack(w)
 	st.mu.Unlock()
 
@@ -82,65 +82,16 @@ func (st *State) Select(ctx context.Context, kind SelectKind, envID string) (Sel
 		st.waiters.remove(w)
 		return Selection{}, ctx.Err()
 	}
-	// Granted while giving up: put the slot back where it was, at the head.
-	if w.granted.lease == w.sel.Lease {
-		st.freeLocked(w.granted, true)
+	// Granted while giving up: undo the hand-out, and put the slot back
+	// where it was, at the head.
+	if s := w.granted; s.lease == w.sel.Lease {
+		freedAt := s.freedAt
+		s.rt.selected.Add(^uint64(0))
+		st.endLeaseLocked(s)
+		s.freedAt = freedAt
+		st.offerLocked(s, true)
 	}
 	return Selection{}, ctx.Err()
-}
-
-// popIdleLocked takes the oldest idle slot on node, else the oldest idle
-// slot anywhere, or returns nil. Caller must hold mu.
-func (st *State) popIdleLocked(node string) *slot {
-	var s *slot
-	if node != "" {
-		if l := st.byNode[node]; l != nil {
-			s = l.head
-		}
-	}
-	if s == nil {
-		s = st.global.head
-	}
-	if s != nil {
-		st.unlistLocked(s)
-	}
-	return s
-}
-
-// selectRoundRobin is the seed's SyncNodeAffinityRouter.select_policy,
-// skipping unavailable policies (with all available it gives the seed's
-// sequence exactly).
-func (st *State) selectRoundRobin(snap *Snapshot, envID string) (Selection, error) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if node, ok := snap.evalNode(envID); ok {
-		ps := snap.evalPos[node]
-		for range ps {
-			pos := ps[st.rr[node]%uint64(len(ps))]
-			st.rr[node]++
-			if sel, ok := st.pickLocked(snap, pos); ok {
-				return sel, nil
-			}
-		}
-	}
-	n := uint64(len(snap.policies))
-	for range n {
-		pos := int(st.grr % n)
-		st.grr++
-		if sel, ok := st.pickLocked(snap, pos); ok {
-			return sel, nil
-		}
-	}
-	return Selection{}, ErrNoPolicies
-}
-
-func (st *State) pickLocked(snap *Snapshot, pos int) (Selection, bool) {
-	rt := snap.rts[pos]
-	if !rt.available() {
-		return Selection{}, false
-	}
-	rt.selected.Add(1)
-	return Selection{Policy: rt.policy, Node: rt.node}, true
 }
 
 // Release returns a leased slot to idle at once. It returns ErrLeaseEnded
@@ -157,7 +108,7 @@ func (st *State) Release(lease uint64) (Selection, error) {
 		return Selection{}, ErrUnknownLease
 	}
 	sel := Selection{Policy: s.rt.policy, Node: s.rt.node, Lease: lease}
-	st.freeLocked(s, false)
+	st.releaseLocked(s, false)
 	return sel, nil
 }
 
@@ -182,7 +133,7 @@ func (st *State) ReleaseIndex(index int) (Selection, error) {
 		return Selection{}, ErrUnknownLease
 	}
 	sel := Selection{Policy: oldest.rt.policy, Node: oldest.rt.node, Lease: oldest.lease}
-	st.freeLocked(oldest, false)
+	st.releaseLocked(oldest, false)
 	return sel, nil
 }
 

@@ -70,7 +70,7 @@ func TestSelectWaitsForRelease(t *testing.T) {
 	}
 	done := make(chan result)
 	go func() {
-		sel, err := st.Select(context.Background(), SelectIdle, "")
+		sel, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle, EnvID: ""})
 		done <- result{sel, err}
 	}()
 	waitForWaiters(t, st, 1)
@@ -87,15 +87,12 @@ func TestSelectWaitsForRelease(t *testing.T) {
 
 func TestSelectErrors(t *testing.T) {
 	empty := New(Options{})
-	for _, kind := range []SelectKind{SelectIdle, SelectIdleAffinity, SelectRoundRobin} {
-		if _, err := empty.Select(context.Background(), kind, "env-0"); !errors.Is(err, ErrNoPolicies) {
-			t.Errorf("Select(%d) with no policies = %v; want ErrNoPolicies", kind, err)
+	for _, kind := range []Selector{SelectIdle, SelectIdleAffinity, SelectRoundRobin} {
+		if _, err := empty.Select(context.Background(), SelectRequest{Router: kind, EnvID: "env-0"}); !errors.Is(err, ErrNoPolicies) {
+			t.Errorf("Select(%T) with no policies = %v; want ErrNoPolicies", kind, err)
 		}
 	}
 	st := newState(t, Options{}, densePolicies(1), Topology{})
-	if _, err := st.Select(context.Background(), SelectKind(9), ""); err == nil {
-		t.Errorf("Select(unknown kind) succeeded")
-	}
 	sel := mustSelect(t, st, SelectIdle, "")
 	mustRelease(t, st, sel.Lease)
 	if _, err := st.Release(sel.Lease); !errors.Is(err, ErrLeaseEnded) {
@@ -486,11 +483,13 @@ func TestUpdateCarriesState(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Same ids and indices, new URLs, and a new policy 3 on a.
+	// Same ids and indices, new URLs, and a new policy 3 on a; the
+	// registration carries p2's drain flag.
 	ps := densePolicies(4)
 	for i := range ps {
 		ps[i].URL = "http://moved-" + ps[i].ID
 	}
+	ps[2].Draining = true
 	topo2 := nodes(map[string][2][]int{"a": {ints(0), ints(0, 1, 3)}, "b": {ints(1), ints(2)}})
 	if err := st.Update(ps, topo2); err != nil {
 		t.Fatal(err)
@@ -543,7 +542,7 @@ func TestUpdateWakesWaiter(t *testing.T) {
 	mustSelect(t, st, SelectIdle, "")
 	done := make(chan int)
 	go func() {
-		sel, err := st.Select(context.Background(), SelectIdle, "")
+		sel, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle, EnvID: ""})
 		if err != nil {
 			done <- -1
 			return

@@ -5,8 +5,9 @@ import "time"
 // A slot is one unit of a policy's capacity. An idle slot sits at once in
 // the global idle deque and in its node's idle deque (intrusive lists, so a
 // pop from either is O(1) and allocates nothing); a leased slot is in
-// neither; a parked slot is idle but its policy is unhealthy or draining.
-// All fields are guarded by State.mu.
+// neither; a parked slot is unleased but not listable: its policy is
+// unavailable (unhealthy, draining, not heard from) or answered busy after
+// the slot was freed. All fields are guarded by State.mu.
 type slot struct {
 	rt       *policyRuntime
 	links    [2]link // by list kind: global, node
@@ -14,6 +15,12 @@ type slot struct {
 	retired  bool // capacity shrank while leased: dropped on release
 	lease    uint64
 	leasedAt time.Time
+	expiry   *time.Timer // ends the lease at its TTL; nil without one
+	// freedAt is when the last lease ended; held is set when the policy
+	// answered busy to a probe sent after that, and cleared by an idle
+	// answer or the end of a later lease.
+	freedAt time.Time
+	held    bool
 }
 
 type link struct{ prev, next *slot }
@@ -77,6 +84,7 @@ func (l *slotList) remove(s *slot) {
 type waiter struct {
 	prev, next *waiter
 	ch         chan struct{}
+	ttl        time.Duration // of the lease it will get
 	sel        Selection
 	granted    *slot
 }

@@ -21,6 +21,14 @@ type Policy struct {
 	Capacity int
 	// Labels are free-form and not used for routing.
 	Labels map[string]string
+	// Draining stops new work to the policy without removing it.
+	Draining bool
+}
+
+// Clone returns a copy of p that shares nothing with it.
+func (p Policy) Clone() Policy {
+	p.Labels = maps.Clone(p.Labels)
+	return p
 }
 
 func (p Policy) capacity() int {

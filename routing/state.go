@@ -15,7 +15,7 @@ var (
 	// the policy has no lease out).
 	ErrUnknownLease = errors.New("unknown lease")
 	// ErrLeaseEnded: the lease was issued but is no longer out: released
-	// already, freed by an idle probe, or its policy removed.
+	// already, freed by an idle probe, expired, or its policy removed.
 	ErrLeaseEnded = errors.New("lease already ended")
 )
 
@@ -31,6 +31,14 @@ type Options struct {
 	// PassThreshold consecutive good probes make an unhealthy policy healthy
 	// again. Default 2.
 	PassThreshold int
+	// Polled says that a poller reports probes (ObserveProbe). A policy is
+	// then unknown, and gets no work, from its registration (or the
+	// router's start) until a probe answers. Without a poller policies are
+	// trusted idle from registration and freed only by Release or expiry.
+	Polled bool
+	// LeaseTTL is the lifetime of a lease whose Select names none; 0 means
+	// leases do not expire.
+	LeaseTTL time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -44,6 +52,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PassThreshold <= 0 {
 		o.PassThreshold = 2
+	}
+	if o.LeaseTTL < 0 {
+		o.LeaseTTL = 0
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -64,15 +75,21 @@ type policyRuntime struct {
 	failStreak int
 	passStreak int
 	removed    bool
+	// busy is the policy's last answer: not idle. Its idle slots freed
+	// before that probe was sent are held (slot.held) until it answers
+	// idle again.
+	busy bool
 
 	// Written under State.mu, read without it.
 	healthy  atomic.Bool
 	draining atomic.Bool
+	heard    atomic.Bool // a probe answered (always true without a poller)
 
 	// Counters for stats, updated without State.mu where possible.
 	selected      atomic.Uint64
 	assigned      atomic.Uint64
 	completed     atomic.Uint64
+	expired       atomic.Uint64
 	probes        atomic.Uint64
 	probeFailures atomic.Uint64
 	lastProbe     atomic.Int64 // unix nanoseconds the last probe was sent
@@ -80,19 +97,25 @@ type policyRuntime struct {
 	lastIdle      atomic.Bool
 }
 
-// available is caddy's Available without the capacity part (capacity is in
-// the slots): healthy and not draining.
-func (r *policyRuntime) available() bool { return r.healthy.Load() && !r.draining.Load() }
+// available is the one availability filter every router applies: the
+// policy is healthy, not draining, and has been heard from (caddy's
+// Available, with capacity and the policy's busy answers kept in its slots).
+func (r *policyRuntime) available() bool {
+	return r.healthy.Load() && !r.draining.Load() && r.heard.Load()
+}
 
-// State is the live routing state: the current snapshot of policies and
-// topology, tracked loads, idle deques, leases, round-robin counters and
-// /select waiters. All methods are safe for concurrent use.
-type State struct {
-	opts Options
-	snap atomic.Pointer[Snapshot]
+// listable reports whether an unleased slot may sit in the idle deques:
+// its policy is registered and available, and has not said it is busy
+// since the slot was freed. Caller must hold State.mu.
+func (s *slot) listable() bool {
+	return !s.retired && !s.rt.removed && s.rt.available() && !s.held
+}
 
-	mu        sync.Mutex
-	runtimes  map[string]*policyRuntime // by policy id
+// ledger is the live routing state behind State.mu: what selectors read and
+// change. Every field is guarded by State.mu.
+type ledger struct {
+	snap      *Snapshot // the published snapshot
+	runtimes  map[string]*policyRuntime
 	global    slotList
 	byNode    map[string]*slotList
 	waiters   waiterList
@@ -102,17 +125,33 @@ type State struct {
 	grr       uint64            // global round-robin position
 }
 
+// State is the live routing state: the current snapshot of policies and
+// topology, tracked loads, idle deques, leases, round-robin counters and
+// /select waiters. All methods are safe for concurrent use.
+type State struct {
+	opts  Options
+	snap  atomic.Pointer[Snapshot]
+	codec leaseCodec
+
+	mu sync.Mutex
+	ledger
+}
+
 // New returns a State with no policies and an empty topology.
 func New(opts Options) *State {
 	st := &State{
-		opts:     opts.withDefaults(),
-		runtimes: make(map[string]*policyRuntime),
-		global:   slotList{kind: globalList},
-		byNode:   make(map[string]*slotList),
-		leases:   make(map[uint64]*slot),
-		rr:       make(map[string]uint64),
+		opts:  opts.withDefaults(),
+		codec: newLeaseCodec(),
+		ledger: ledger{
+			runtimes: make(map[string]*policyRuntime),
+			global:   slotList{kind: globalList},
+			byNode:   make(map[string]*slotList),
+			leases:   make(map[uint64]*slot),
+			rr:       make(map[string]uint64),
+		},
 	}
 	empty, _ := newSnapshot(nil, Topology{})
+	st.ledger.snap = empty
 	st.snap.Store(empty)
 	return st
 }
@@ -130,8 +169,10 @@ func (st *State) Check(policies []Policy, topo Topology) error {
 // Update replaces the registered policies and the topology at once. It
 // returns an *InputError and changes nothing when they are invalid. Policies
 // that keep their id and index keep their live state (load, leases, health,
-// drain, counters); removed policies' leases end; new policies start healthy
-// and idle, their capacity appended to the idle deques in index order.
+// drain, what they last answered, counters); removed policies' leases end;
+// new policies start healthy with their capacity appended to the idle deques
+// in index order, unknown (no work) until a probe answers when Options.Polled
+// is set. Each policy's drain flag is set from Policy.Draining.
 func (st *State) Update(policies []Policy, topo Topology) error {
 	snap, err := newSnapshot(policies, topo)
 	if err != nil {
@@ -153,13 +194,20 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 	st.runtimes = make(map[string]*policyRuntime, len(snap.policies))
 	snap.rts = make([]*policyRuntime, len(snap.policies))
 	var fresh [][]*slot
+	var redrained []*policyRuntime
 	for pos, p := range snap.policies {
 		rt := old[p.ID]
 		if rt == nil || rt.policy.Index != p.Index {
 			rt = &policyRuntime{}
 			rt.healthy.Store(true)
+			// Nothing to probe without a URL: such a policy is taken as it is.
+			rt.heard.Store(!st.opts.Polled || p.URL == "")
+			rt.draining.Store(p.Draining)
 		} else {
 			delete(old, p.ID)
+			if rt.draining.Swap(p.Draining) != p.Draining {
+				redrained = append(redrained, rt)
+			}
 		}
 		rt.policy = p
 		rt.node = snap.nodes[pos]
@@ -171,18 +219,20 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 		rt.removed = true
 		for _, s := range rt.slots {
 			if s.lease != 0 {
-				delete(st.leases, s.lease)
+				st.endLeaseLocked(s)
 			}
 		}
 		rt.slots = nil
 	}
 	st.byNode = make(map[string]*slotList)
+	st.ledger.snap = snap
 	st.snap.Store(snap)
 
 	for _, s := range requeue {
-		if !s.retired && !s.rt.removed {
-			st.freeLocked(s, false)
-		}
+		st.offerLocked(s, false)
+	}
+	for _, rt := range redrained {
+		st.setAvailableLocked(rt)
 	}
 	// New capacity in rounds (every policy's first slot, then every second
 	// slot, ...) so that capacity spreads work before doubling up.
@@ -190,7 +240,7 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 		any := false
 		for _, slots := range fresh {
 			if round < len(slots) {
-				st.freeLocked(slots[round], false)
+				st.offerLocked(slots[round], false)
 				any = true
 			}
 		}
@@ -243,23 +293,33 @@ func (st *State) unlistLocked(s *slot) {
 	s.listed = false
 }
 
-// freeLocked makes a slot idle: handed straight to the oldest waiter if
-// there is one, else put in the idle deques (at the back, or the front when
-// front is set), or parked while its policy is unavailable. Caller must hold
-// mu.
-func (st *State) freeLocked(s *slot, front bool) {
-	if s.lease != 0 {
-		delete(st.leases, s.lease)
-		s.lease = 0
-		s.rt.inflight--
+// endLeaseLocked ends the lease of a leased slot (released, freed by a
+// probe, expired or its policy removed). The end is newer than any answer
+// the policy gave so far, so it clears the slot's hold. Caller must hold mu.
+func (st *State) endLeaseLocked(s *slot) {
+	delete(st.leases, s.lease)
+	s.lease = 0
+	s.rt.inflight--
+	s.freedAt = st.opts.Now()
+	s.held = false
+	if s.expiry != nil {
+		s.expiry.Stop()
+		s.expiry = nil
 	}
-	if s.retired || s.rt.removed || !s.rt.available() {
+}
+
+// offerLocked makes an unleased, unlisted slot idle if it is listable:
+// handed straight to the oldest waiter if there is one, else put in the
+// idle deques (at the back, or the front when front is set). An unlistable
+// slot stays parked. Caller must hold mu.
+func (st *State) offerLocked(s *slot, front bool) {
+	if s.listed || s.lease != 0 || !s.listable() {
 		return
 	}
 	if w := st.waiters.head; w != nil {
 		st.waiters.remove(w)
 		w.granted = s
-		w.sel = st.leaseLocked(s)
+		w.sel = st.leaseLocked(s, w.ttl)
 		close(w.ch)
 		return
 	}
@@ -274,28 +334,49 @@ func (st *State) freeLocked(s *slot, front bool) {
 	s.listed = true
 }
 
-// leaseLocked hands out an idle, unlisted slot. Caller must hold mu.
-func (st *State) leaseLocked(s *slot) Selection {
-	st.nextLease++
-	s.lease = st.nextLease
-	s.leasedAt = st.opts.Now()
-	st.leases[s.lease] = s
-	s.rt.inflight++
-	s.rt.selected.Add(1)
-	return Selection{Policy: s.rt.policy, Node: s.rt.node, Lease: s.lease}
+// releaseLocked ends a slot's lease and offers it. Caller must hold mu.
+func (st *State) releaseLocked(s *slot, front bool) {
+	st.endLeaseLocked(s)
+	st.offerLocked(s, front)
 }
 
-// setAvailableLocked parks or unparks a policy's idle slots after its
-// health or drain flag changed. Caller must hold mu.
+// leaseLocked hands out an idle, unlisted slot, for ttl when positive.
+// Caller must hold mu.
+func (st *State) leaseLocked(s *slot, ttl time.Duration) Selection {
+	st.nextLease++
+	lease := st.nextLease
+	s.lease = lease
+	s.leasedAt = st.opts.Now()
+	st.leases[lease] = s
+	s.rt.inflight++
+	s.rt.selected.Add(1)
+	if ttl > 0 {
+		s.expiry = time.AfterFunc(ttl, func() { st.expire(s, lease) })
+	}
+	return Selection{Policy: s.rt.policy, Node: s.rt.node, Lease: lease}
+}
+
+// expire ends lease, if it is still out on s, like a release.
+func (st *State) expire(s *slot, lease uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if s.lease != lease {
+		return
+	}
+	s.expiry = nil // fired: nothing to stop
+	s.rt.expired.Add(1)
+	st.releaseLocked(s, false)
+}
+
+// setAvailableLocked parks or offers a policy's unleased slots after its
+// availability changed (health, drain, first answer). Caller must hold mu.
 func (st *State) setAvailableLocked(rt *policyRuntime) {
 	for _, s := range rt.slots {
 		if s.lease != 0 {
 			continue
 		}
-		if rt.available() {
-			if !s.listed {
-				st.freeLocked(s, false)
-			}
+		if s.listable() {
+			st.offerLocked(s, false)
 		} else {
 			st.unlistLocked(s)
 		}
@@ -337,4 +418,17 @@ func (st *State) Complete(index int, count int64) (int64, error) {
 	defer st.mu.Unlock()
 	rt.load = max(rt.load-count, 0)
 	return rt.load, nil
+}
+
+// Unprobed returns how many registered policies have had no probe reported
+// yet (answered or failed), out of total. With Options.Polled, a router
+// that has just started routes to none of them.
+func (st *State) Unprobed() (n, total int) {
+	snap := st.snap.Load()
+	for pos, rt := range snap.rts {
+		if rt.probes.Load() == 0 && snap.policies[pos].URL != "" {
+			n++
+		}
+	}
+	return n, len(snap.rts)
 }

@@ -8,20 +8,28 @@ const (
 	StateBusy      = "busy"
 	StateUnhealthy = "unhealthy"
 	StateDraining  = "draining"
+	// StateUnknown: not heard from since registration or the router's
+	// start; it gets no work until a probe answers.
+	StateUnknown = "unknown"
 )
+
+// States lists every policy state, in the order Stats decides them.
+var States = []string{StateUnhealthy, StateDraining, StateUnknown, StateBusy, StateIdle}
 
 // PolicyStats is the live state of one policy.
 type PolicyStats struct {
 	Policy   Policy
 	Node     string
-	State    string // StateIdle, StateBusy, StateUnhealthy or StateDraining
+	State    string // one of States
 	Load     int64  // tracked load
 	Inflight int    // leases out
 	Capacity int
 	Selected uint64 // hand-outs by /select
 	Assigned uint64 // tasks by /assign
 	// Completed counts tasks reported done by /complete.
-	Completed     uint64
+	Completed uint64
+	// Expired counts leases ended by their TTL.
+	Expired       uint64
 	Probes        uint64
 	ProbeFailures uint64
 	// LastProbe is when the last probe was sent; zero if never.
@@ -31,7 +39,9 @@ type PolicyStats struct {
 	LastIdle     bool
 	Healthy      bool
 	Draining     bool
-	IdleCapacity int // slots that could be selected now
+	Heard        bool // a probe answered (always, without a poller)
+	ReportedBusy bool // the last answer was busy
+	IdleCapacity int  // slots that could be selected now
 }
 
 // Stats is a consistent picture of the routing state.
@@ -47,7 +57,7 @@ type Stats struct {
 func (st *State) Stats() Stats {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	snap := st.snap.Load() // Update publishes under mu: consistent with the runtimes
+	snap := st.ledger.snap
 	out := Stats{Policies: make([]PolicyStats, len(snap.rts))}
 	out.Waiters = st.waiters.len
 	out.Leases = len(st.leases)
@@ -62,6 +72,7 @@ func (st *State) Stats() Stats {
 			Selected:      rt.selected.Load(),
 			Assigned:      rt.assigned.Load(),
 			Completed:     rt.completed.Load(),
+			Expired:       rt.expired.Load(),
 			Probes:        rt.probes.Load(),
 			ProbeFailures: rt.probeFailures.Load(),
 			LastLatency:   time.Duration(rt.lastLatency.Load()),
@@ -69,6 +80,8 @@ func (st *State) Stats() Stats {
 			LastIdle:      rt.lastIdle.Load(),
 			Healthy:       rt.healthy.Load(),
 			Draining:      rt.draining.Load(),
+			Heard:         rt.heard.Load(),
+			ReportedBusy:  rt.busy,
 		}
 		if ns := rt.lastProbe.Load(); ns != 0 {
 			ps.LastProbe = time.Unix(0, ns)
@@ -83,6 +96,8 @@ func (st *State) Stats() Stats {
 			ps.State = StateUnhealthy
 		case ps.Draining:
 			ps.State = StateDraining
+		case !ps.Heard:
+			ps.State = StateUnknown
 		case ps.IdleCapacity == 0:
 			ps.State = StateBusy
 		default:

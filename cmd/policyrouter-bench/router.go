@@ -14,15 +14,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/policyrouter/policyrouter"
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/app"
 	"github.com/policyrouter/policyrouter/fakepolicy"
-	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/metrics"
-	"github.com/policyrouter/policyrouter/poller"
-	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
-	"github.com/policyrouter/policyrouter/store"
 )
 
 // Profile label values of the "side" key: every goroutine of the harness
@@ -72,8 +68,7 @@ type routerUnderTest struct {
 	Metrics *metrics.Metrics
 
 	fleet   *fakepolicy.Fleet
-	poller  *poller.Poller
-	handler *handlers.Server
+	app     *app.App
 	srv     *http.Server
 	serving sync.WaitGroup
 
@@ -104,47 +99,16 @@ func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ 
 	}
 
 	// The rest is serve's wiring, with serve's defaults.
-	r.State = routing.New(routing.Options{Grace: 250 * time.Millisecond, FailThreshold: 3, PassThreshold: 2})
-	reg, err := registry.Open(ctx, store.NewMemory(), r.State)
+	r.app, err = app.New(ctx, app.Config{PollInterval: cfg.PollInterval, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	m := metrics.New(r.State)
-	r.Metrics = m
-	r.poller = poller.New(r.State, poller.Config{
-		Interval: cfg.PollInterval,
-		Timeout:  time.Second,
-		Logger:   logger,
-		OnProbe:  func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
-	})
-	var pollerReport handlers.PollerReporter
-	if cfg.PollInterval > 0 {
-		pollerReport = r.poller
-	}
-	const maxSelectWait = time.Minute
-	r.handler = handlers.New(handlers.Config{
-		Poller:        pollerReport,
-		Metrics:       m,
-		Registry:      reg,
-		State:         r.State,
-		Logger:        logger,
-		DefaultRouter: api.RouterSimple,
-		MaxSelectWait: maxSelectWait,
-		OpenAPI:       policyrouter.OpenAPI,
-	})
+	r.State, r.Metrics = r.app.State, r.app.Metrics
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	r.srv = &http.Server{
-		Handler:           r.handler.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      maxSelectWait + 30*time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	r.srv = r.app.HTTPServer()
 	goLabelled(&r.serving, sideRouter, func() { _ = r.srv.Serve(ln) })
 	r.URL = "http://" + ln.Addr().String()
 
@@ -192,7 +156,7 @@ func (r *routerUnderTest) startPolling() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.pollStop = cancel
-	goLabelled(&r.polling, sidePoller, func() { _ = r.poller.Run(ctx) })
+	goLabelled(&r.polling, sidePoller, func() { _ = r.app.Run(ctx) })
 }
 
 // stopPolling stops the poller and waits for it. The routing state keeps
@@ -219,8 +183,8 @@ func (r *routerUnderTest) pollerRunning() bool {
 // drain, stop the poller) and then the fleet.
 func (r *routerUnderTest) Close() error {
 	var errs []error
-	if r.handler != nil {
-		r.handler.Stop()
+	if r.app != nil {
+		r.app.Stop()
 	}
 	if r.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -231,6 +195,9 @@ func (r *routerUnderTest) Close() error {
 		r.serving.Wait()
 	}
 	r.stopPolling()
+	if r.app != nil {
+		errs = append(errs, r.app.Close())
+	}
 	if r.fleet != nil {
 		errs = append(errs, r.fleet.Close())
 	}

@@ -50,7 +50,9 @@ func sampleServer(r *routerUnderTest, endpoint string) (serverSample, error) {
 			s.Request = addHist(f, "", "")
 		}
 	}
-	s.Probes = r.poller.Stats().ProbesTotal
+	if r.app.Poller != nil {
+		s.Probes = r.app.Poller.Stats().ProbesTotal
+	}
 	return s, nil
 }
 

@@ -58,7 +58,7 @@ type opFunc func(ctx context.Context, c *http.Client, base string, worker, seq i
 func newWorkload(name string, cfg config) workload {
 	switch name {
 	case wSelectNodeAffinity:
-		bodies := selectBodies(cfg.Policies, api.RouterNodeAffinity)
+		bodies := selectBodies(cfg.Policies, "node_affinity")
 		return workload{
 			Name: name, Policies: cfg.Policies, Nodes: cfg.Nodes, Requests: 1, Endpoint: "select",
 			Desc: "POST /select, router node_affinity (the seed's per-node round robin; never waits), env ids over every node",
@@ -67,7 +67,7 @@ func newWorkload(name string, cfg config) workload {
 			},
 		}
 	case wSelectIdleAffinity:
-		return selectRelease(name, api.RouterIdleAffinity, cfg,
+		return selectRelease(name, "idle_affinity", cfg,
 			"POST /select, router idle_affinity (per-node idle deques), then POST /release of its lease: one op, two requests")
 	case wSelectSimple:
 		return selectRelease(name, api.RouterSimple, cfg,

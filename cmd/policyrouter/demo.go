@@ -135,7 +135,7 @@ func demoWorker(ctx context.Context, base string, w, nEnv int, logger *slog.Logg
 	env := "env-" + strconv.Itoa(w%nEnv)
 	for step := 0; ctx.Err() == nil; step++ {
 		var sel api.SelectResponse
-		err := call(ctx, http.MethodPost, base+"/select", api.SelectRequest{EnvID: env, Router: api.RouterIdleAffinity}, &sel)
+		err := call(ctx, http.MethodPost, base+"/select", api.SelectRequest{EnvID: env, Router: "idle_affinity"}, &sel)
 		if err != nil {
 			if ctx.Err() == nil {
 				logger.Debug("demo worker: select", "env_id", env, "err", err)

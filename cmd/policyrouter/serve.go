@@ -8,23 +8,17 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/lmittmann/tint"
 
-	"github.com/policyrouter/policyrouter"
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/app"
 	"github.com/policyrouter/policyrouter/auth"
-	"github.com/policyrouter/policyrouter/handlers"
-	"github.com/policyrouter/policyrouter/metrics"
-	"github.com/policyrouter/policyrouter/poller"
-	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
-	"github.com/policyrouter/policyrouter/store"
 )
 
 // serveConfig is everything `serve` reads from flags and the environment.
@@ -37,6 +31,7 @@ type serveConfig struct {
 	FailThreshold int
 	PassThreshold int
 	MaxSelectWait time.Duration
+	LeaseTTL      time.Duration
 	DataDir       string
 	JWTSecret     string
 	JWTPublicKey  string
@@ -53,13 +48,14 @@ type serveConfig struct {
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
-	fs.StringVar(&c.Router, "router", api.RouterSimple, "default router: simple or node_affinity")
-	fs.DurationVar(&c.PollInterval, "poll-interval", 100*time.Millisecond, "how often each policy's /idle is polled; 0 disables polling (no health checks: policies are freed only by /release)")
+	fs.StringVar(&c.Router, "router", api.RouterSimple, "default router of requests that name none: "+routing.NameList(routing.DefaultRouterNames()))
+	fs.DurationVar(&c.PollInterval, "poll-interval", 100*time.Millisecond, "how often each policy's /idle is polled; 0 disables polling (no health checks: policies are trusted idle and freed only by /release or --lease-ttl)")
 	fs.DurationVar(&c.PollTimeout, "poll-timeout", time.Second, "timeout of one /idle probe")
 	fs.DurationVar(&c.Grace, "grace", 250*time.Millisecond, "an idle answer frees a selected policy only if probed this long after the selection")
 	fs.IntVar(&c.FailThreshold, "fail-threshold", 3, "consecutive failed probes that make a policy unhealthy")
 	fs.IntVar(&c.PassThreshold, "pass-threshold", 2, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", time.Minute, "cap on /select timeout_ms")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 0, "lifetime of a /select lease that names no lease_ttl_ms; 0: leases do not expire")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the durable store; empty keeps registrations in memory")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for bearer tokens (at least 32 bytes)")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of an RSA or Ed25519 public key for bearer tokens")
@@ -71,11 +67,14 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 }
 
 func (c *serveConfig) check() error {
-	if c.Router != api.RouterSimple && c.Router != api.RouterNodeAffinity {
-		return fmt.Errorf("--router must be simple or node_affinity, not %q", c.Router)
+	if names := routing.DefaultRouterNames(); !slices.Contains(names, c.Router) {
+		return fmt.Errorf("--router must be %s, not %q", routing.NameList(names), c.Router)
 	}
 	if c.PollInterval < 0 || c.PollTimeout <= 0 {
 		return errors.New("--poll-interval must be >= 0 and --poll-timeout positive")
+	}
+	if c.LeaseTTL < 0 {
+		return errors.New("--lease-ttl must be >= 0")
 	}
 	switch c.LogFormat {
 	case "auto", "text", "json":
@@ -171,113 +170,40 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 	if verifier == nil && !auth.IsLoopbackAddr(cfg.Addr) {
 		logger.Warn("serving WITHOUT authentication on a non-loopback address (--insecure)", "addr", cfg.Addr)
 	}
-	st, err := openStore(cfg.DataDir)
+	a, err := app.New(ctx, cfg.appConfig(verifier, logger))
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := st.Close(); err != nil {
-			logger.Error("close store", "err", err)
-		}
-	}()
-
-	state := routing.New(routing.Options{
-		Grace:         cfg.Grace,
-		FailThreshold: cfg.FailThreshold,
-		PassThreshold: cfg.PassThreshold,
-	})
-	loadStart := time.Now()
-	reg, err := registry.Open(ctx, st, state)
-	if err != nil {
-		return err
-	}
-	logger.Info("registration restored", "policies", len(state.Snapshot().Policies()),
-		"data_dir", cfg.DataDir, "duration", time.Since(loadStart))
-
-	m := metrics.New(state)
-	pl := poller.New(state, poller.Config{
-		Interval: cfg.PollInterval,
-		Timeout:  cfg.PollTimeout,
-		Logger:   logger,
-		OnProbe:  func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
-	})
-	hcfg := handlers.Config{
-		Metrics:         m,
-		Auth:            verifier,
-		RequestLogLevel: cfg.requestLogLevel,
-		Registry:        reg,
-		State:           state,
-		Logger:          logger,
-		DefaultRouter:   cfg.Router,
-		MaxSelectWait:   cfg.MaxSelectWait,
-		OpenAPI:         policyrouter.OpenAPI,
-	}
-	if cfg.PollInterval > 0 {
-		hcfg.Poller = pl
-	}
-	srv := handlers.New(hcfg)
-
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
+		_ = a.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      cfg.MaxSelectWait + 30*time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-
-	bg, stopBG := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	if cfg.PollInterval > 0 {
-		wg.Go(func() {
-			if err := pl.Run(bg); err != nil {
-				logger.Error("poller stopped", "err", err)
-			}
-		})
-	} else {
-		logger.Warn("polling disabled (--poll-interval 0): no health checks, selected policies are freed only by /release")
-	}
-
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- httpSrv.Serve(ln) }()
 	logger.Info("policyrouter listening", "addr", ln.Addr().String(), "router", cfg.Router, "auth", verifier != nil)
 	if listening != nil {
 		listening <- ln.Addr().String()
 	}
-
-	select {
-	case err := <-serveErr:
-		stopBG()
-		wg.Wait()
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down: draining in-flight requests")
-	srv.Stop()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err = httpSrv.Shutdown(shutdownCtx)
-	stopBG()
-	wg.Wait()
-	if err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	if err := a.Serve(ctx, ln); err != nil {
+		return err
 	}
 	logger.Info("stopped")
 	return nil
 }
 
-func openStore(dir string) (store.Store, error) {
-	if dir == "" {
-		return store.NewMemory(), nil
+// appConfig is the router's configuration from the flags.
+func (c *serveConfig) appConfig(verifier *auth.Verifier, logger *slog.Logger) app.Config {
+	return app.Config{
+		Router:          c.Router,
+		PollInterval:    c.PollInterval,
+		PollTimeout:     c.PollTimeout,
+		Grace:           c.Grace,
+		FailThreshold:   c.FailThreshold,
+		PassThreshold:   c.PassThreshold,
+		LeaseTTL:        c.LeaseTTL,
+		MaxSelectWait:   c.MaxSelectWait,
+		DataDir:         c.DataDir,
+		Auth:            verifier,
+		Logger:          logger,
+		RequestLogLevel: c.requestLogLevel,
 	}
-	st, err := store.OpenBolt(dir, store.BoltOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("--data-dir: %w", err)
-	}
-	return st, nil
 }

@@ -1,0 +1,251 @@
+// Package app builds a whole policyrouter from one Config: store, registry,
+// routing state, poller, metrics and HTTP handlers. The serve and demo
+// commands, the benchmark harness and the end-to-end tests all build the
+// router here, so that what is tested and measured is what runs.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/policyrouter/policyrouter"
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/auth"
+	"github.com/policyrouter/policyrouter/handlers"
+	"github.com/policyrouter/policyrouter/metrics"
+	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/registry"
+	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
+)
+
+// Config is everything a router is built from. Zero fields take the
+// defaults of `policyrouter serve`.
+type Config struct {
+	// Router is the default router of requests that name none: a name of
+	// routing.DefaultRouterNames. Default api.RouterSimple.
+	Router string
+	// PollInterval is the period of each policy's /idle probe; 0 runs no
+	// poller, and policies are then trusted idle from registration.
+	PollInterval time.Duration
+	// PollTimeout bounds one probe. Default poller.DefaultTimeout.
+	PollTimeout time.Duration
+	// PollClient, when set, sends the probes.
+	PollClient *http.Client
+	// Grace, FailThreshold and PassThreshold configure the routing state
+	// (routing.Options).
+	Grace         time.Duration
+	FailThreshold int
+	PassThreshold int
+	// LeaseTTL is the lifetime of a lease whose /select names none; 0 means
+	// leases do not expire.
+	LeaseTTL time.Duration
+	// MaxSelectWait caps /select's timeout_ms. Default 1 minute.
+	MaxSelectWait time.Duration
+	// DataDir holds the durable (bbolt) store; empty keeps the registration
+	// in memory.
+	DataDir string
+	// Auth verifies bearer tokens; nil serves without authentication.
+	Auth *auth.Verifier
+	// Logger is the router's logger. Default slog.Default().
+	Logger *slog.Logger
+	// RequestLogLevel is the level of the one log line per request.
+	RequestLogLevel slog.Level
+}
+
+// App is one router: its parts are exported for the commands and tests
+// that need to reach them.
+type App struct {
+	Config   Config
+	Store    store.Store
+	State    *routing.State
+	Registry *registry.Registry
+	// Poller is nil when PollInterval is 0.
+	Poller  *poller.Poller
+	Metrics *metrics.Metrics
+	Server  *handlers.Server
+
+	ready atomic.Bool // the first probe round has been answered
+}
+
+// New builds a router from cfg and restores its registration from the
+// store. It starts nothing: Run starts the background work. Close releases
+// the store.
+func New(ctx context.Context, cfg Config) (_ *App, err error) {
+	if cfg.Router == "" {
+		cfg.Router = api.RouterSimple
+	}
+	if !slices.Contains(routing.DefaultRouterNames(), cfg.Router) {
+		return nil, fmt.Errorf("router must be %s, not %q", routing.NameList(routing.DefaultRouterNames()), cfg.Router)
+	}
+	if cfg.PollInterval < 0 || cfg.LeaseTTL < 0 {
+		return nil, errors.New("poll interval and lease ttl must be >= 0")
+	}
+	if cfg.MaxSelectWait <= 0 {
+		cfg.MaxSelectWait = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &App{Config: cfg}
+	a.Store, err = openStore(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = a.Store.Close()
+		}
+	}()
+
+	a.State = routing.New(routing.Options{
+		Grace:         cfg.Grace,
+		FailThreshold: cfg.FailThreshold,
+		PassThreshold: cfg.PassThreshold,
+		Polled:        cfg.PollInterval > 0,
+		LeaseTTL:      cfg.LeaseTTL,
+	})
+	loadStart := time.Now()
+	a.Registry, err = registry.Open(ctx, a.Store, a.State)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("registration restored", "policies", len(a.State.Snapshot().Policies()),
+		"data_dir", cfg.DataDir, "duration", time.Since(loadStart))
+
+	a.Metrics = metrics.New(a.State)
+	hcfg := handlers.Config{
+		Registry:        a.Registry,
+		State:           a.State,
+		Logger:          cfg.Logger,
+		DefaultRouter:   cfg.Router,
+		MaxSelectWait:   cfg.MaxSelectWait,
+		RequestLogLevel: cfg.RequestLogLevel,
+		Ready:           a.Ready,
+		Metrics:         a.Metrics,
+		Auth:            cfg.Auth,
+		OpenAPI:         policyrouter.OpenAPI,
+	}
+	if cfg.PollInterval > 0 {
+		m := a.Metrics
+		a.Poller = poller.New(a.State, poller.Config{
+			Interval: cfg.PollInterval,
+			Timeout:  cfg.PollTimeout,
+			Client:   cfg.PollClient,
+			Logger:   cfg.Logger,
+			OnProbe:  func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
+		})
+		hcfg.Poller = a.Poller
+	} else {
+		a.ready.Store(true)
+	}
+	a.Server = handlers.New(hcfg)
+	return a, nil
+}
+
+func openStore(dir string) (store.Store, error) {
+	if dir == "" {
+		return store.NewMemory(), nil
+	}
+	st, err := store.OpenBolt(dir, store.BoltOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	return st, nil
+}
+
+// Handler returns the HTTP API.
+func (a *App) Handler() http.Handler { return a.Server.Handler() }
+
+// Run runs the background work (the poller) until ctx is done, and
+// returns when it has stopped. Without a poller it waits for ctx.
+func (a *App) Run(ctx context.Context) error {
+	if a.Poller == nil {
+		a.Config.Logger.Warn("polling disabled (poll interval 0): no health checks, policies are trusted idle and freed only by /release or lease expiry")
+		<-ctx.Done()
+		return nil
+	}
+	return a.Poller.Run(ctx)
+}
+
+// Ready reports whether the router routes: once every policy it started
+// with has had its first probe answered or timed out (the poller probes
+// them all at once at start), and from then on. It says why not.
+func (a *App) Ready() error {
+	if a.ready.Load() {
+		return nil
+	}
+	if n, total := a.State.Unprobed(); n > 0 {
+		return fmt.Errorf("waiting for the first probe of %d of %d policies", n, total)
+	}
+	a.ready.Store(true)
+	return nil
+}
+
+// Stop ends the waits of /select calls (they answer 503) so that a
+// graceful shutdown does not wait for them. Call it when shutdown begins.
+func (a *App) Stop() { a.Server.Stop() }
+
+// Close releases the store. Call it after Run has returned.
+func (a *App) Close() error { return a.Store.Close() }
+
+// HTTPServer returns the router's HTTP server, with its timeouts and
+// limits set: a slow-header client is cut off after ReadHeaderTimeout.
+func (a *App) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      a.Config.MaxSelectWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(a.Config.Logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve serves the router on ln, with its background work, until ctx is
+// done; then it ends /select waits, drains in-flight requests (for at most
+// 10 seconds), stops the background work and closes the store. It is what
+// `policyrouter serve` runs.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	srv := a.HTTPServer()
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := a.Run(bg); err != nil {
+			a.Config.Logger.Error("background work stopped", "err", err)
+		}
+	})
+	defer func() {
+		stopBG()
+		wg.Wait()
+		if err := a.Close(); err != nil {
+			a.Config.Logger.Error("close store", "err", err)
+		}
+	}()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	a.Config.Logger.Info("shutting down: draining in-flight requests")
+	a.Stop()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	<-serveErr
+	return nil
+}

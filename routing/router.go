@@ -1,0 +1,149 @@
+package routing
+
+import (
+	"slices"
+	"strings"
+)
+
+// An Assigner spreads the tasks of one /assign call over candidate
+// policies. Implementations are stateless values; the availability filter
+// has already been applied to the candidates they get.
+type Assigner interface {
+	// assign returns, for each of numTasks tasks, the position in in of the
+	// candidate that takes it, or an *InputError / ErrNoPolicies. envIDs
+	// holds one env id per task, or is empty.
+	assign(in AffinityInput, numTasks int, envIDs []string) ([]int, error)
+}
+
+// A Selector picks the policy of one /select call. Implementations are
+// stateless values: what they read and change (idle deques, round-robin
+// positions) is the ledger, locked by State for the duration of pick.
+type Selector interface {
+	// pick chooses for envID. It returns an idle slot to lease, or, for
+	// routers that hand policies out without a lease, the position of the
+	// chosen policy in l.snap. ok is false when nothing can be handed out
+	// now. Caller must hold State.mu.
+	pick(l *ledger, envID string) (p pick, ok bool)
+	// leases reports whether the router hands out idle slots under a lease
+	// (and so waits when none is idle) rather than picking blind.
+	leases() bool
+}
+
+// pick is a Selector's choice: a slot to lease, or a position handed out
+// without a lease when slot is nil.
+type pick struct {
+	slot *slot
+	pos  int
+}
+
+// Router is one row of the table of routers: a name the API, the --router
+// flag and the OpenAPI contract accept, and what it does for /assign and for
+// /select.
+type Router struct {
+	// Name is the wire name.
+	Name string
+	// Assign serves /assign; nil when the router is not offered there.
+	Assign Assigner
+	// Select serves /select; nil when the router is not offered there.
+	Select Selector
+	// EnvAffine is true when the router prefers the env worker's node, so
+	// that its answers count as affinity hits or fallbacks.
+	EnvAffine bool
+	// AssignDoc and SelectDoc say in one line what the router does.
+	AssignDoc, SelectDoc string
+}
+
+// The seed's routers and their successors, by what they do. Requests name
+// them through the table (Lookup*); these names serve code and tests.
+var (
+	// AssignLeastLoaded is the seed's SimpleRouter.
+	AssignLeastLoaded Assigner = leastLoadedAssigner{}
+	// AssignNodeAffinity is the seed's NodeAffinityRouter.
+	AssignNodeAffinity Assigner = nodeAffinityAssigner{}
+	// SelectIdle is the seed's SyncSimpleRouter: one FIFO deque of idle
+	// policies.
+	SelectIdle Selector = idleDeque{}
+	// SelectRoundRobin is the seed's SyncNodeAffinityRouter: per-node round
+	// robin, no lease.
+	SelectRoundRobin Selector = roundRobin{}
+	// SelectIdleAffinity takes an idle policy on the env worker's node, else
+	// the oldest idle one anywhere.
+	SelectIdleAffinity Selector = idleAffinity{}
+)
+
+// routers is the one table of routers. Every list of router names (API
+// validation, handler mapping, the --router flag, the OpenAPI enums) comes
+// from it; a test ties it to openapi.yaml.
+var routers = []Router{
+	{
+		Name:      "simple",
+		Assign:    AssignLeastLoaded,
+		Select:    SelectIdle,
+		AssignDoc: "least loaded policy, ties to the lowest index (the seed's SimpleRouter)",
+		SelectDoc: "oldest idle policy from one FIFO deque (the seed's SyncSimpleRouter)",
+	},
+	{
+		Name:      "node_affinity",
+		Assign:    AssignNodeAffinity,
+		Select:    SelectRoundRobin,
+		EnvAffine: true,
+		AssignDoc: "least loaded policy on the env worker's node, else overall (the seed's NodeAffinityRouter)",
+		SelectDoc: "per-node round robin over the env worker's node, else global; blind to busy policies, no lease (the seed's SyncNodeAffinityRouter)",
+	},
+	{
+		Name:      "idle_affinity",
+		Select:    SelectIdleAffinity,
+		EnvAffine: true,
+		SelectDoc: "oldest idle policy on the env worker's node, else the oldest idle one anywhere",
+	},
+}
+
+// Routers returns the table of routers, in a fixed order.
+func Routers() []Router { return slices.Clone(routers) }
+
+// LookupRouter returns the router with the given name.
+func LookupRouter(name string) (Router, bool) {
+	for _, r := range routers {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Router{}, false
+}
+
+// AssignRouterNames lists the names /assign accepts, in table order.
+func AssignRouterNames() []string {
+	return names(func(r Router) bool { return r.Assign != nil })
+}
+
+// SelectRouterNames lists the names /select accepts, in table order.
+func SelectRouterNames() []string {
+	return names(func(r Router) bool { return r.Select != nil })
+}
+
+// DefaultRouterNames lists the names a server-wide default may take: those
+// offered by both /assign and /select.
+func DefaultRouterNames() []string {
+	return names(func(r Router) bool { return r.Assign != nil && r.Select != nil })
+}
+
+func names(keep func(Router) bool) []string {
+	var out []string
+	for _, r := range routers {
+		if keep(r) {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
+// NameList renders names for messages: "a, b or c".
+func NameList(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}

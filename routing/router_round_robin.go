@@ -1,0 +1,37 @@
+package routing
+
+// roundRobin is /select's "node_affinity": round robin over the eval
+// policies of the env worker's node in topology order, one position per
+// node, else round robin over all policies (the seed's
+// SyncNodeAffinityRouter). Like the seed it hands policies out blind to
+// whether they are busy and issues no lease; it only skips policies that
+// fail the availability filter, so that with every policy available the
+// sequence is the seed's exactly.
+type roundRobin struct{}
+
+var _ Selector = roundRobin{}
+
+func (roundRobin) pick(l *ledger, envID string) (pick, bool) {
+	snap := l.snap
+	if node, ok := snap.evalNode(envID); ok {
+		ps := snap.evalPos[node]
+		for range ps {
+			pos := ps[l.rr[node]%uint64(len(ps))]
+			l.rr[node]++
+			if snap.rts[pos].available() {
+				return pick{pos: pos}, true
+			}
+		}
+	}
+	n := uint64(len(snap.policies))
+	for range n {
+		pos := int(l.grr % n)
+		l.grr++
+		if snap.rts[pos].available() {
+			return pick{pos: pos}, true
+		}
+	}
+	return pick{}, false
+}
+
+func (roundRobin) leases() bool { return false }
