@@ -12,8 +12,8 @@
   const FETCH_TIMEOUT_MS = 4000;
   const RATE_WINDOW_MS = 5000; // throughput is averaged over this window
   const COMPACT_OVER = 128; // "auto" density switches to compact tiles above this many policies
-  const STATES = ["idle", "busy", "unhealthy", "draining"];
-  const ABBR = { idle: "IDLE", busy: "BUSY", unhealthy: "DOWN", draining: "DRAIN" };
+  const STATES = ["idle", "busy", "unhealthy", "draining", "unknown"];
+  const ABBR = { idle: "IDLE", busy: "BUSY", unhealthy: "DOWN", draining: "DRAIN", unknown: "NEW" };
   const NO_NODE = "";
 
   const $ = (id) => document.getElementById(id);
@@ -228,7 +228,7 @@
   };
 
   const updateNode = (n, list, rate) => {
-    const c = { idle: 0, busy: 0, unhealthy: 0, draining: 0 };
+    const c = { idle: 0, busy: 0, unhealthy: 0, draining: 0, unknown: 0 };
     let inflight = 0, capacity = 0, load = 0, visible = 0;
     for (const p of list) {
       c[STATES.includes(p.state) ? p.state : "unhealthy"]++;

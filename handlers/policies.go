@@ -9,6 +9,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/registry"
+	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
 )
 
@@ -21,7 +22,7 @@ func specOf(field string, req api.PolicyRequest) (registry.Spec, error) {
 
 // toAPI renders a stored policy with its effective node: the registered
 // node, else the topology's node for its index.
-func (s *Server) toAPI(p store.Policy) api.Policy {
+func (s *Server) toAPI(p routing.Policy) api.Policy {
 	node := p.NodeID
 	snap := s.State.Snapshot()
 	if pos, ok := snap.ByID(p.ID); ok {
@@ -34,7 +35,7 @@ func (s *Server) toAPI(p store.Policy) api.Policy {
 	return api.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: node, Capacity: p.Capacity, Labels: labels, Draining: p.Draining}
 }
 
-func (s *Server) toAPIList(ps []store.Policy) api.PolicyList {
+func (s *Server) toAPIList(ps []routing.Policy) api.PolicyList {
 	out := api.PolicyList{Policies: make([]api.Policy, len(ps))}
 	for i, p := range ps {
 		out.Policies[i] = s.toAPI(p)

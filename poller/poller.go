@@ -4,9 +4,9 @@
 // A Poller probes `GET {url}/idle` for each policy of the target's current
 // snapshot once per Interval. Probes are spread over the interval (policy i
 // of n is probed at offset i*Interval/n of each period) instead of bursting
-// all at once, except a policy's first probe: at start, and when a policy
-// is registered, it is probed at the start of the next period, since the
-// router gives it no work until it answers. A slow, hung or dead policy never delays the others: at most
+// all at once, except a policy's first probe: at start, and as soon as a
+// policy is registered, it is probed at once, since the router gives it no
+// work until it answers. A slow, hung or dead policy never delays the others: at most
 // Concurrency probes are in flight, each is bounded by Timeout, and a policy
 // whose previous probe is still in flight is skipped for that period rather
 // than queued twice. When the poller falls behind (all Concurrency probes
@@ -303,7 +303,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			p.period.Store(int64(shifted.Sub(prev)))
 		}
 		prev, start = shifted, shifted.Add(p.interval)
-		if !sleep(ctx, timer, time.Until(start)) {
+		if !p.sleep(ctx, timer, time.Until(start)) {
 			return nil
 		}
 	}
@@ -318,13 +318,8 @@ func (p *Poller) sweep(ctx context.Context, timer *time.Timer, start time.Time) 
 	members := p.refresh()
 	// Policies never probed (at start, or newly registered) are probed at
 	// once: until they answer, the router gives them no work.
-	for _, m := range members {
-		if !m.probed {
-			m.probed, m.early = true, true
-			if !p.dispatch(ctx, m) && ctx.Err() != nil {
-				return start, false
-			}
-		}
+	if !p.probeNew(ctx, true) {
+		return start, false
 	}
 	maxLag := p.interval / catchUpDiv
 	for i, m := range members {
@@ -335,7 +330,7 @@ func (p *Poller) sweep(ctx context.Context, timer *time.Timer, start time.Time) 
 		wait := time.Until(start.Add(offset(i, len(members), p.interval)))
 		if wait < -maxLag {
 			start = start.Add(-wait - maxLag)
-		} else if !sleep(ctx, timer, wait) {
+		} else if !p.sleep(ctx, timer, wait) {
 			return start, false
 		}
 		if !p.dispatch(ctx, m) && ctx.Err() != nil {
@@ -354,20 +349,45 @@ func offset(i, n int, interval time.Duration) time.Duration {
 	return time.Duration(int64(interval) * int64(i) / int64(n))
 }
 
-// sleep waits for d on timer, or not at all when d is below coalesce. It
-// returns false when ctx is done.
-func sleep(ctx context.Context, timer *time.Timer, d time.Duration) bool {
+// sleep waits for d on timer, or not at all when d is below coalesce.
+// When the registration changes meanwhile, policies never probed are
+// probed at once, without waiting for the next period. It returns false
+// when ctx is done.
+func (p *Poller) sleep(ctx context.Context, timer *time.Timer, d time.Duration) bool {
 	if d < coalesce {
 		return ctx.Err() == nil
 	}
 	timer.Reset(d)
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		timer.Stop()
-		return false
+	for {
+		select {
+		case <-timer.C:
+			return true
+		case <-p.snap.Replaced():
+			p.refresh()
+			if !p.probeNew(ctx, false) {
+				timer.Stop()
+				return false
+			}
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		}
 	}
+}
+
+// probeNew dispatches a probe of every member never probed, and marks it
+// early when the period's sweep should then skip it. It returns false when
+// ctx is done.
+func (p *Poller) probeNew(ctx context.Context, early bool) bool {
+	for _, m := range p.members {
+		if !m.probed {
+			m.probed, m.early = true, early
+			if !p.dispatch(ctx, m) && ctx.Err() != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // refresh returns the members of the target's current snapshot in index

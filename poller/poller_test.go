@@ -441,3 +441,19 @@ func TestPolicySetChanges(t *testing.T) {
 		t.Errorf("Stats().Policies = %d, want 0", got)
 	}
 }
+
+// A policy registered while the poller sleeps is probed at once, not at the
+// next period: the router gives it no work until it has answered.
+func TestNewPolicyProbedAtOnce(t *testing.T) {
+	st := routing.New(routing.Options{Polled: true})
+	first, second := newFake(t, answerWith(200, `{"idle": true}`)), newFake(t, answerWith(200, `{"idle": true}`))
+	register(t, st, first.URL)
+	start(t, st, Config{Interval: time.Hour})
+	eventually(t, "the first probe of the policy present at start", func() bool { return first.hits.Load() == 1 })
+	register(t, st, first.URL, second.URL)
+	eventually(t, "the first probe of the policy registered later", func() bool { return second.hits.Load() == 1 })
+	eventually(t, "the new policy to be routable", func() bool { return policyStats(st, 1).State == routing.StateIdle })
+	if got := first.hits.Load(); got != 1 {
+		t.Errorf("the policy present at start was probed %d times within the hour's period; want 1", got)
+	}
+}

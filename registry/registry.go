@@ -66,7 +66,7 @@ func Open(ctx context.Context, st store.Store, state *routing.State) (*Registry,
 func (r *Registry) Current() store.Registration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := store.Registration{Topology: r.cur.Topology.Clone(), Policies: make([]store.Policy, len(r.cur.Policies))}
+	out := store.Registration{Topology: r.cur.Topology.Clone(), Policies: make([]routing.Policy, len(r.cur.Policies))}
 	for i, p := range r.cur.Policies {
 		out.Policies[i] = p.Clone()
 	}
@@ -74,24 +74,24 @@ func (r *Registry) Current() store.Registration {
 }
 
 // Get returns the policy with the given id.
-func (r *Registry) Get(id string) (store.Policy, error) {
+func (r *Registry) Get(id string) (routing.Policy, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := r.findLocked(id)
 	if i < 0 {
-		return store.Policy{}, ErrNotFound
+		return routing.Policy{}, ErrNotFound
 	}
 	return r.cur.Policies[i].Clone(), nil
 }
 
 func (r *Registry) findLocked(id string) int {
-	return slices.IndexFunc(r.cur.Policies, func(p store.Policy) bool { return p.ID == id })
+	return slices.IndexFunc(r.cur.Policies, func(p routing.Policy) bool { return p.ID == id })
 }
 
 // Register adds one policy. Registering the same index (or id) again with
 // the same body is idempotent and returns created=false; a different body
 // for a taken index or id is ErrConflict.
-func (r *Registry) Register(ctx context.Context, spec Spec) (p store.Policy, created bool, err error) {
+func (r *Registry) Register(ctx context.Context, spec Spec) (p routing.Policy, created bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if existing, ok, err := r.sameAsLocked(spec); ok || err != nil {
@@ -100,10 +100,10 @@ func (r *Registry) Register(ctx context.Context, spec Spec) (p store.Policy, cre
 	p = r.fromSpec(spec, r.lowestFreeLocked(nil))
 	next := append(slices.Clone(r.cur.Policies), p)
 	if err := r.checkLocked(next, r.cur.Topology); err != nil {
-		return store.Policy{}, false, err
+		return routing.Policy{}, false, err
 	}
 	if err := r.store.PutPolicy(ctx, p); err != nil {
-		return store.Policy{}, false, fmt.Errorf("register policy %d: %w", p.Index, err)
+		return routing.Policy{}, false, fmt.Errorf("register policy %d: %w", p.Index, err)
 	}
 	r.commitLocked(next, r.cur.Topology)
 	return p.Clone(), true, nil
@@ -112,7 +112,7 @@ func (r *Registry) Register(ctx context.Context, spec Spec) (p store.Policy, cre
 // sameAsLocked finds a registration spec names by index or id. It returns
 // the stored policy and true when spec repeats it, ErrConflict when spec
 // differs from it, and false when spec names nothing registered.
-func (r *Registry) sameAsLocked(spec Spec) (store.Policy, bool, error) {
+func (r *Registry) sameAsLocked(spec Spec) (routing.Policy, bool, error) {
 	for _, p := range r.cur.Policies {
 		byIndex := spec.Index != nil && *spec.Index == p.Index
 		byID := spec.ID != "" && spec.ID == p.ID
@@ -123,14 +123,14 @@ func (r *Registry) sameAsLocked(spec Spec) (store.Policy, bool, error) {
 			return p.Clone(), true, nil
 		}
 		if byIndex {
-			return store.Policy{}, false, fmt.Errorf("%w: index %d is registered to policy %q with a different body", ErrConflict, p.Index, p.ID)
+			return routing.Policy{}, false, fmt.Errorf("%w: index %d is registered to policy %q with a different body", ErrConflict, p.Index, p.ID)
 		}
-		return store.Policy{}, false, fmt.Errorf("%w: id %q is registered at index %d with a different body", ErrConflict, p.ID, p.Index)
+		return routing.Policy{}, false, fmt.Errorf("%w: id %q is registered at index %d with a different body", ErrConflict, p.ID, p.Index)
 	}
-	return store.Policy{}, false, nil
+	return routing.Policy{}, false, nil
 }
 
-func sameBody(p store.Policy, spec Spec) bool {
+func sameBody(p routing.Policy, spec Spec) bool {
 	capacity := 1
 	if spec.Capacity != nil {
 		capacity = *spec.Capacity
@@ -139,8 +139,8 @@ func sameBody(p store.Policy, spec Spec) bool {
 		maps.Equal(p.Labels, spec.Labels)
 }
 
-func (r *Registry) fromSpec(spec Spec, freeIndex int) store.Policy {
-	p := store.Policy{URL: spec.URL, NodeID: spec.NodeID, ID: spec.ID, Capacity: 1, Labels: maps.Clone(spec.Labels), Index: freeIndex}
+func (r *Registry) fromSpec(spec Spec, freeIndex int) routing.Policy {
+	p := routing.Policy{URL: spec.URL, NodeID: spec.NodeID, ID: spec.ID, Capacity: 1, Labels: maps.Clone(spec.Labels), Index: freeIndex}
 	if spec.Index != nil {
 		p.Index = *spec.Index
 	}
@@ -170,7 +170,7 @@ func (r *Registry) lowestFreeLocked(taken map[int]bool) int {
 // keeps the id of the policy registered at the same index with the same
 // URL, so that a trainer re-sending its set at start-up keeps the live
 // state (loads, leases) of its policies; drain flags stay with their ids.
-func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]store.Policy, error) {
+func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]routing.Policy, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	taken := make(map[int]bool)
@@ -190,11 +190,11 @@ func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]store.Policy, e
 			ids[s.ID] = true
 		}
 	}
-	old := make(map[int]store.Policy, len(r.cur.Policies))
+	old := make(map[int]routing.Policy, len(r.cur.Policies))
 	for _, p := range r.cur.Policies {
 		old[p.Index] = p
 	}
-	next := make([]store.Policy, 0, len(specs))
+	next := make([]routing.Policy, 0, len(specs))
 	free := 0
 	for _, s := range specs {
 		index := 0
@@ -208,7 +208,7 @@ func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]store.Policy, e
 		p := r.fromSpecKeeping(s, index, old, ids)
 		next = append(next, p)
 	}
-	slices.SortFunc(next, func(a, b store.Policy) int { return a.Index - b.Index })
+	slices.SortFunc(next, func(a, b routing.Policy) int { return a.Index - b.Index })
 	if err := r.checkLocked(next, r.cur.Topology); err != nil {
 		return nil, err
 	}
@@ -216,14 +216,14 @@ func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]store.Policy, e
 		return nil, fmt.Errorf("replace policies: %w", err)
 	}
 	r.commitLocked(next, r.cur.Topology)
-	out := make([]store.Policy, len(next))
+	out := make([]routing.Policy, len(next))
 	for i, p := range next {
 		out[i] = p.Clone()
 	}
 	return out, nil
 }
 
-func (r *Registry) fromSpecKeeping(s Spec, freeIndex int, old map[int]store.Policy, ids map[string]bool) store.Policy {
+func (r *Registry) fromSpecKeeping(s Spec, freeIndex int, old map[int]routing.Policy, ids map[string]bool) routing.Policy {
 	index := freeIndex
 	if s.Index != nil {
 		index = *s.Index
@@ -263,21 +263,21 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 
 // SetDraining drains (or resumes) the policy with the given id: it gets no
 // new work but stays registered. The flag is stored.
-func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) (store.Policy, error) {
+func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) (routing.Policy, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := r.findLocked(id)
 	if i < 0 {
-		return store.Policy{}, ErrNotFound
+		return routing.Policy{}, ErrNotFound
 	}
 	p := r.cur.Policies[i].Clone()
 	p.Draining = draining
 	if err := r.store.PutPolicy(ctx, p); err != nil {
-		return store.Policy{}, fmt.Errorf("drain policy %q: %w", id, err)
+		return routing.Policy{}, fmt.Errorf("drain policy %q: %w", id, err)
 	}
 	r.cur.Policies[i] = p
 	if err := r.state.SetDraining(id, draining); err != nil {
-		return store.Policy{}, fmt.Errorf("drain policy %q: %w", id, err)
+		return routing.Policy{}, fmt.Errorf("drain policy %q: %w", id, err)
 	}
 	return p.Clone(), nil
 }
@@ -296,14 +296,14 @@ func (r *Registry) SetTopology(ctx context.Context, t store.Topology) error {
 	return nil
 }
 
-func (r *Registry) checkLocked(ps []store.Policy, t store.Topology) error {
-	return r.state.Check(routingPolicies(ps), RoutingTopology(t))
+func (r *Registry) checkLocked(ps []routing.Policy, t store.Topology) error {
+	return r.state.Check(ps, RoutingTopology(t))
 }
 
 // commitLocked records a change the store has accepted and publishes it.
 // The change was checked, so publishing cannot fail.
-func (r *Registry) commitLocked(ps []store.Policy, t store.Topology) {
-	slices.SortFunc(ps, func(a, b store.Policy) int { return a.Index - b.Index })
+func (r *Registry) commitLocked(ps []routing.Policy, t store.Topology) {
+	slices.SortFunc(ps, func(a, b routing.Policy) int { return a.Index - b.Index })
 	r.cur = store.Registration{Policies: ps, Topology: t.Clone()}
 	if err := r.publishLocked(r.cur); err != nil {
 		panic(fmt.Sprintf("registry: checked registration rejected: %v", err))
@@ -311,15 +311,7 @@ func (r *Registry) commitLocked(ps []store.Policy, t store.Topology) {
 }
 
 func (r *Registry) publishLocked(reg store.Registration) error {
-	return r.state.Update(routingPolicies(reg.Policies), RoutingTopology(reg.Topology))
-}
-
-func routingPolicies(ps []store.Policy) []routing.Policy {
-	out := make([]routing.Policy, len(ps))
-	for i, p := range ps {
-		out[i] = routing.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: p.Labels, Draining: p.Draining}
-	}
-	return out
+	return r.state.Update(reg.Policies, RoutingTopology(reg.Topology))
 }
 
 // RoutingTopology keeps the env and eval components of a stored topology,

@@ -17,7 +17,7 @@ type failingStore struct {
 
 var errDisk = errors.New("disk full")
 
-func (f *failingStore) PutPolicy(ctx context.Context, p store.Policy) error {
+func (f *failingStore) PutPolicy(ctx context.Context, p routing.Policy) error {
 	if f.fail {
 		return errDisk
 	}
@@ -31,7 +31,7 @@ func (f *failingStore) DeletePolicy(ctx context.Context, id string) error {
 	return f.Memory.DeletePolicy(ctx, id)
 }
 
-func (f *failingStore) ReplacePolicies(ctx context.Context, ps []store.Policy) error {
+func (f *failingStore) ReplacePolicies(ctx context.Context, ps []routing.Policy) error {
 	if f.fail {
 		return errDisk
 	}
@@ -99,8 +99,8 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 func TestOpenRestoresDrainAndTopology(t *testing.T) {
 	ctx := context.Background()
 	mem := store.NewMemory()
-	_ = mem.PutPolicy(ctx, store.Policy{Index: 0, ID: "a", URL: "http://a:1", Capacity: 1, Draining: true})
-	_ = mem.PutPolicy(ctx, store.Policy{Index: 1, ID: "b", URL: "http://b:1", Capacity: 2})
+	_ = mem.PutPolicy(ctx, routing.Policy{Index: 0, ID: "a", URL: "http://a:1", Capacity: 1, Draining: true})
+	_ = mem.PutPolicy(ctx, routing.Policy{Index: 1, ID: "b", URL: "http://b:1", Capacity: 2})
 	_ = mem.PutTopology(ctx, store.Topology{"n": {"env": {0}, "eval": {1}}})
 	state := routing.New(routing.Options{})
 	if _, err := Open(ctx, mem, state); err != nil {
@@ -149,5 +149,51 @@ func TestRegisterIndicesAndConflicts(t *testing.T) {
 				t.Errorf("got index %d created %v, want %d %v", p.Index, created, tt.wantIndex, tt.wantCreated)
 			}
 		})
+	}
+}
+
+// The registry neither changes its caller's labels and topology nor keeps
+// them: changing them after the call changes nothing registered.
+func TestCallerMapsAreNeitherChangedNorKept(t *testing.T) {
+	r, _, st := open(t)
+	ctx := context.Background()
+	labels := map[string]string{"gpu": "h100"}
+	idx := 0
+	p, _, err := r.Register(ctx, Spec{URL: "http://a:1", Index: &idx, Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Labels["gpu"] = "changed by the caller of Register"
+	labels["gpu"] = "changed by the caller of Register"
+	specs := []Spec{{URL: "http://a:1", Index: &idx, Labels: map[string]string{"gpu": "a100"}}}
+	ps, err := r.Replace(ctx, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps[0].Labels["gpu"] = "changed by the caller of Replace"
+	specs[0].Labels["gpu"] = "changed by the caller of Replace"
+	topo := store.Topology{"node-a": {"env": {0}, "eval": {0}}}
+	if err := r.SetTopology(ctx, topo); err != nil {
+		t.Fatal(err)
+	}
+	if got := topo["node-a"]["eval"]; len(got) != 1 || got[0] != 0 || len(topo) != 1 {
+		t.Fatalf("SetTopology changed its argument: %v", topo)
+	}
+	topo["node-a"]["eval"][0] = 7
+	topo["node-b"] = nil
+
+	cur := r.Current()
+	if got := cur.Policies[0].Labels["gpu"]; got != "a100" {
+		t.Errorf("registered label = %q; want a100", got)
+	}
+	if got := cur.Topology; len(got) != 1 || got["node-a"]["eval"][0] != 0 {
+		t.Errorf("registered topology = %v; want node-a with eval 0", got)
+	}
+	if got := st.Snapshot().Policies()[0].Labels["gpu"]; got != "a100" {
+		t.Errorf("routing label = %q; want a100", got)
+	}
+	cur.Policies[0].Labels["gpu"] = "changed by the caller of Current"
+	if got := r.Current().Policies[0].Labels["gpu"]; got != "a100" {
+		t.Errorf("Current shares its labels: %q", got)
 	}
 }

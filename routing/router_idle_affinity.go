@@ -7,10 +7,10 @@ type idleAffinity struct{}
 
 var _ Selector = idleAffinity{}
 
-func (idleAffinity) pick(l *ledger, envID string) (pick, bool) {
+func (idleAffinity) pick(l *ledger, envNode string) (pick, bool) {
 	var s *slot
-	if node := l.snap.EnvNode(envID); node != "" {
-		if nl := l.byNode[node]; nl != nil {
+	if envNode != "" {
+		if nl := l.byNode[envNode]; nl != nil {
 			s = nl.head
 		}
 	}

@@ -11,13 +11,12 @@ type roundRobin struct{}
 
 var _ Selector = roundRobin{}
 
-func (roundRobin) pick(l *ledger, envID string) (pick, bool) {
+func (roundRobin) pick(l *ledger, envNode string) (pick, bool) {
 	snap := l.snap
-	if node, ok := snap.evalNode(envID); ok {
-		ps := snap.evalPos[node]
+	if ps, ok := snap.evalPos[envNode]; ok && envNode != "" {
 		for range ps {
-			pos := ps[l.rr[node]%uint64(len(ps))]
-			l.rr[node]++
+			pos := ps[l.rr[envNode]%uint64(len(ps))]
+			l.rr[envNode]++
 			if snap.rts[pos].available() {
 				return pick{pos: pos}, true
 			}

@@ -44,9 +44,12 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 	if ttl <= 0 {
 		ttl = st.opts.LeaseTTL
 	}
+	// Outside the lock: the env worker's node is a preference, and a
+	// registration change in between only makes it one snapshot old.
+	envNode := st.snap.Load().EnvNode(req.EnvID)
 
 	st.mu.Lock()
-	if p, ok := r.pick(&st.ledger, req.EnvID); ok {
+	if p, ok := r.pick(&st.ledger, envNode); ok {
 		var sel Selection
 		if p.slot != nil {
 			st.unlistLocked(p.slot)

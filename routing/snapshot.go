@@ -52,7 +52,14 @@ type Snapshot struct {
 	// evalPos lists, per node with eval workers, the positions of its eval
 	// policies in topology order: the seed's _node_to_eval_policies.
 	evalPos map[string][]int
+	// replaced is closed when a newer snapshot is published.
+	replaced chan struct{}
 }
+
+// Replaced returns a channel that is closed once a newer snapshot has been
+// published, so that a reader (the poller) can wait for registration
+// changes instead of checking for them.
+func (s *Snapshot) Replaced() <-chan struct{} { return s.replaced }
 
 // newSnapshot validates policies and topology together and builds the
 // lookup tables. It returns an *InputError for a malformed policy set or
@@ -68,6 +75,7 @@ func newSnapshot(policies []Policy, topo Topology) (*Snapshot, error) {
 		topology: topo.Clone(),
 		envNode:  make(map[int]string),
 		evalPos:  make(map[string][]int),
+		replaced: make(chan struct{}),
 	}
 	slices.SortFunc(s.policies, func(a, b Policy) int { return a.Index - b.Index })
 	for pos, p := range s.policies {
@@ -147,15 +155,4 @@ func (s *Snapshot) EnvNode(envID string) string {
 		return s.envNode[w]
 	}
 	return ""
-}
-
-// evalNode returns the node whose eval policies serve envID in the seed's
-// SyncNodeAffinityRouter, and whether there is one.
-func (s *Snapshot) evalNode(envID string) (string, bool) {
-	node := s.EnvNode(envID)
-	if node == "" {
-		return "", false
-	}
-	_, ok := s.evalPos[node]
-	return node, ok
 }

@@ -225,8 +225,10 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 		rt.slots = nil
 	}
 	st.byNode = make(map[string]*slotList)
+	prev := st.ledger.snap
 	st.ledger.snap = snap
 	st.snap.Store(snap)
+	close(prev.replaced)
 
 	for _, s := range requeue {
 		st.offerLocked(s, false)

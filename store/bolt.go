@@ -17,6 +17,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // SchemaVersion is the layout of the bbolt file this build reads and
@@ -190,11 +192,11 @@ func (b *Bolt) Load(ctx context.Context) (Registration, error) {
 	var reg Registration
 	err := b.db.View(func(tx *bolt.Tx) error {
 		err := tx.Bucket(bucketPolicies).ForEach(func(k, v []byte) error {
-			var p Policy
-			if err := json.Unmarshal(v, &p); err != nil {
+			var rec policyRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
 				return fmt.Errorf("policy %q: %w", k, err)
 			}
-			reg.Policies = append(reg.Policies, p)
+			reg.Policies = append(reg.Policies, routing.Policy(rec))
 			return nil
 		})
 		if err != nil {
@@ -211,14 +213,14 @@ func (b *Bolt) Load(ctx context.Context) (Registration, error) {
 		return Registration{}, fmt.Errorf("store: load: %w", err)
 	}
 	if reg.Policies == nil {
-		reg.Policies = []Policy{}
+		reg.Policies = []routing.Policy{}
 	}
 	sortPolicies(reg.Policies)
 	return reg, nil
 }
 
 // PutPolicy implements Store.
-func (b *Bolt) PutPolicy(ctx context.Context, p Policy) error {
+func (b *Bolt) PutPolicy(ctx context.Context, p routing.Policy) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: put policy %q: %w", p.ID, err)
 	}
@@ -260,7 +262,7 @@ func (b *Bolt) DeletePolicy(ctx context.Context, id string) error {
 
 // ReplacePolicies implements Store: the policies bucket is deleted and
 // rewritten in one transaction.
-func (b *Bolt) ReplacePolicies(ctx context.Context, ps []Policy) error {
+func (b *Bolt) ReplacePolicies(ctx context.Context, ps []routing.Policy) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: replace policies: %w", err)
 	}
@@ -326,12 +328,24 @@ func (b *Bolt) Close() error {
 	return nil
 }
 
+// policyRecord is how a policy is stored: routing.Policy with the field
+// names of the stored JSON, which are part of the on-disk format.
+type policyRecord struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id"`
+	URL      string            `json:"url"`
+	NodeID   string            `json:"node_id,omitempty"`
+	Capacity int               `json:"capacity"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Draining bool              `json:"draining,omitempty"`
+}
+
 // encodePolicy returns p's key and stored value.
-func encodePolicy(p Policy) (key, val []byte, err error) {
+func encodePolicy(p routing.Policy) (key, val []byte, err error) {
 	if p.ID == "" {
 		return nil, nil, errors.New("empty id")
 	}
-	val, err = json.Marshal(p)
+	val, err = json.Marshal(policyRecord(p))
 	if err != nil {
 		return nil, nil, err
 	}

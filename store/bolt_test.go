@@ -16,6 +16,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 func TestBoltReopenKeepsEverything(t *testing.T) {
@@ -25,7 +27,7 @@ func TestBoltReopenKeepsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenBolt: %v", err)
 	}
-	if err := s.ReplacePolicies(ctx, []Policy{testPolicy(0), testPolicy(1), testPolicy(2)}); err != nil {
+	if err := s.ReplacePolicies(ctx, []routing.Policy{testPolicy(0), testPolicy(1), testPolicy(2)}); err != nil {
 		t.Fatalf("ReplacePolicies: %v", err)
 	}
 	changed := testPolicy(1)
@@ -48,7 +50,7 @@ func TestBoltReopenKeepsEverything(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("after reopen:\n got %+v\nwant %+v", got, want)
 	}
-	if wantPs := []Policy{changed, testPolicy(2), testPolicy(3)}; !reflect.DeepEqual(got.Policies, wantPs) {
+	if wantPs := []routing.Policy{changed, testPolicy(2), testPolicy(3)}; !reflect.DeepEqual(got.Policies, wantPs) {
 		t.Errorf("after reopen, policies:\n got %+v\nwant %+v", got.Policies, wantPs)
 	}
 }
@@ -99,13 +101,13 @@ func TestBoltEmptyID(t *testing.T) {
 	ctx := context.Background()
 	s := openBolt(t, t.TempDir())
 	mustPut(t, s, testPolicy(0))
-	if err := s.PutPolicy(ctx, Policy{URL: "http://x"}); err == nil {
+	if err := s.PutPolicy(ctx, routing.Policy{URL: "http://x"}); err == nil {
 		t.Error("PutPolicy with an empty id succeeded")
 	}
-	if err := s.ReplacePolicies(ctx, []Policy{testPolicy(1), {URL: "http://x"}}); err == nil {
+	if err := s.ReplacePolicies(ctx, []routing.Policy{testPolicy(1), {URL: "http://x"}}); err == nil {
 		t.Error("ReplacePolicies with an empty id succeeded")
 	}
-	wantPolicies(t, s, []Policy{testPolicy(0)})
+	wantPolicies(t, s, []routing.Policy{testPolicy(0)})
 }
 
 // rewriteMeta edits the meta bucket of the closed store in dir with
@@ -210,7 +212,7 @@ func TestBoltSecondOpenFailsWithinLockTimeout(t *testing.T) {
 				t.Fatalf("Close: %v", err)
 			}
 			second = openBolt(t, dir)
-			wantPolicies(t, second, []Policy{testPolicy(0)})
+			wantPolicies(t, second, []routing.Policy{testPolicy(0)})
 		})
 	}
 }
@@ -345,7 +347,7 @@ func TestBoltConcurrentPutsAreDurable(t *testing.T) {
 	}
 
 	s = openBolt(t, dir)
-	want := make([]Policy, writers)
+	want := make([]routing.Policy, writers)
 	for i := range want {
 		want[i] = testPolicy(i)
 	}
@@ -372,7 +374,7 @@ func storeN(tb testing.TB, dir string, n int) {
 	if err != nil {
 		tb.Fatalf("OpenBolt: %v", err)
 	}
-	ps := make([]Policy, n)
+	ps := make([]routing.Policy, n)
 	for i := range ps {
 		ps[i] = testPolicy(i)
 	}

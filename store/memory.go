@@ -3,13 +3,15 @@ package store
 import (
 	"context"
 	"sync"
+
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // Memory is a Store that keeps the registration in memory: the default,
 // lost on exit.
 type Memory struct {
 	mu       sync.Mutex
-	policies map[string]Policy
+	policies map[string]routing.Policy
 	topology Topology
 }
 
@@ -17,7 +19,7 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{policies: make(map[string]Policy)}
+	return &Memory{policies: make(map[string]routing.Policy)}
 }
 
 // Load implements Store.
@@ -27,7 +29,7 @@ func (m *Memory) Load(ctx context.Context) (Registration, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	reg := Registration{Policies: make([]Policy, 0, len(m.policies)), Topology: m.topology.Clone()}
+	reg := Registration{Policies: make([]routing.Policy, 0, len(m.policies)), Topology: m.topology.Clone()}
 	for _, p := range m.policies {
 		reg.Policies = append(reg.Policies, p.Clone())
 	}
@@ -36,7 +38,7 @@ func (m *Memory) Load(ctx context.Context) (Registration, error) {
 }
 
 // PutPolicy implements Store.
-func (m *Memory) PutPolicy(ctx context.Context, p Policy) error {
+func (m *Memory) PutPolicy(ctx context.Context, p routing.Policy) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -61,11 +63,11 @@ func (m *Memory) DeletePolicy(ctx context.Context, id string) error {
 }
 
 // ReplacePolicies implements Store.
-func (m *Memory) ReplacePolicies(ctx context.Context, ps []Policy) error {
+func (m *Memory) ReplacePolicies(ctx context.Context, ps []routing.Policy) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	next := make(map[string]Policy, len(ps))
+	next := make(map[string]routing.Policy, len(ps))
 	for _, p := range ps {
 		next[p.ID] = p.Clone()
 	}

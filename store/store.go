@@ -1,36 +1,21 @@
-// Package store keeps the registered policies and the topology: the state
-// an operator set up, as opposed to the soft routing state (loads, leases),
-// which policies report again after a restart.
+// Package store keeps the registered policies (routing.Policy, the one
+// domain type of a policy) and the topology: the state an operator set up,
+// as opposed to the soft routing state (loads, leases), which policies
+// report again after a restart.
 package store
 
 import (
 	"cmp"
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"strings"
+
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // ErrNotFound is returned for a policy id that is not stored.
 var ErrNotFound = errors.New("not found")
-
-// Policy is a stored registration.
-type Policy struct {
-	Index    int               `json:"index"`
-	ID       string            `json:"id"`
-	URL      string            `json:"url"`
-	NodeID   string            `json:"node_id,omitempty"`
-	Capacity int               `json:"capacity"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	Draining bool              `json:"draining,omitempty"`
-}
-
-// Clone returns a copy that shares nothing with p.
-func (p Policy) Clone() Policy {
-	p.Labels = maps.Clone(p.Labels)
-	return p
-}
 
 // Topology is the seed's component_distribution: node id -> component kind
 // ("env", "eval", ...) -> ids.
@@ -54,7 +39,7 @@ func (t Topology) Clone() Topology {
 
 // Registration is everything a Store holds.
 type Registration struct {
-	Policies []Policy // in index order
+	Policies []routing.Policy // in index order
 	Topology Topology
 }
 
@@ -68,11 +53,11 @@ type Store interface {
 	// Load returns the whole registration, policies in index order.
 	Load(ctx context.Context) (Registration, error)
 	// PutPolicy stores p, replacing a stored policy with the same id.
-	PutPolicy(ctx context.Context, p Policy) error
+	PutPolicy(ctx context.Context, p routing.Policy) error
 	// DeletePolicy removes the policy with the given id; ErrNotFound if none.
 	DeletePolicy(ctx context.Context, id string) error
 	// ReplacePolicies replaces every stored policy with ps.
-	ReplacePolicies(ctx context.Context, ps []Policy) error
+	ReplacePolicies(ctx context.Context, ps []routing.Policy) error
 	// PutTopology replaces the topology.
 	PutTopology(ctx context.Context, t Topology) error
 	// Close releases the store's resources.
@@ -81,8 +66,8 @@ type Store interface {
 
 // sortPolicies sorts ps by index, then by id, so that the order is the
 // same for every implementation even when indices repeat.
-func sortPolicies(ps []Policy) {
-	slices.SortFunc(ps, func(a, b Policy) int {
+func sortPolicies(ps []routing.Policy) {
+	slices.SortFunc(ps, func(a, b routing.Policy) int {
 		if c := cmp.Compare(a.Index, b.Index); c != 0 {
 			return c
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 func TestMain(m *testing.M) {
@@ -44,8 +46,8 @@ func openBolt(tb testing.TB, dir string) *Bolt {
 }
 
 // testPolicy returns a policy with index i and every field set.
-func testPolicy(i int) Policy {
-	return Policy{
+func testPolicy(i int) routing.Policy {
+	return routing.Policy{
 		Index:    i,
 		ID:       fmt.Sprintf("p-%05d", i),
 		URL:      fmt.Sprintf("http://10.0.%d.%d:8000", i/250, i%250),
@@ -65,7 +67,7 @@ func mustLoad(tb testing.TB, s Store) Registration {
 	return reg
 }
 
-func mustPut(tb testing.TB, s Store, ps ...Policy) {
+func mustPut(tb testing.TB, s Store, ps ...routing.Policy) {
 	tb.Helper()
 	for _, p := range ps {
 		if err := s.PutPolicy(context.Background(), p); err != nil {
@@ -74,7 +76,7 @@ func mustPut(tb testing.TB, s Store, ps ...Policy) {
 	}
 }
 
-func wantPolicies(tb testing.TB, s Store, want []Policy) {
+func wantPolicies(tb testing.TB, s Store, want []routing.Policy) {
 	tb.Helper()
 	got := mustLoad(tb, s).Policies
 	if len(got) == 0 && len(want) == 0 {
@@ -114,7 +116,7 @@ var storeCases = []struct {
 		p1.NodeID = ""
 		p1.Labels = nil
 		mustPut(t, s, p1, p0)
-		wantPolicies(t, s, []Policy{p0, p1})
+		wantPolicies(t, s, []routing.Policy{p0, p1})
 	}},
 	{"put replaces by id", func(t *testing.T, s Store) {
 		p := testPolicy(3)
@@ -124,7 +126,7 @@ var storeCases = []struct {
 		p.Draining = !p.Draining
 		p.Labels = map[string]string{"new": "label"}
 		mustPut(t, s, p)
-		wantPolicies(t, s, []Policy{testPolicy(4), p})
+		wantPolicies(t, s, []routing.Policy{testPolicy(4), p})
 	}},
 	{"delete and ErrNotFound", func(t *testing.T, s Store) {
 		ctx := context.Background()
@@ -132,24 +134,24 @@ var storeCases = []struct {
 		if err := s.DeletePolicy(ctx, testPolicy(1).ID); err != nil {
 			t.Fatalf("DeletePolicy: %v", err)
 		}
-		wantPolicies(t, s, []Policy{testPolicy(0), testPolicy(2)})
+		wantPolicies(t, s, []routing.Policy{testPolicy(0), testPolicy(2)})
 		for _, id := range []string{testPolicy(1).ID, "never-stored"} {
 			if err := s.DeletePolicy(ctx, id); !errors.Is(err, ErrNotFound) {
 				t.Errorf("DeletePolicy(%q) = %v, want ErrNotFound", id, err)
 			}
 		}
-		wantPolicies(t, s, []Policy{testPolicy(0), testPolicy(2)})
+		wantPolicies(t, s, []routing.Policy{testPolicy(0), testPolicy(2)})
 	}},
 	{"replace policies replaces the whole set", func(t *testing.T, s Store) {
 		ctx := context.Background()
 		mustPut(t, s, testPolicy(0), testPolicy(1), testPolicy(2))
 		changed := testPolicy(2)
 		changed.URL = "http://changed:1"
-		next := []Policy{testPolicy(9), changed, testPolicy(5)}
+		next := []routing.Policy{testPolicy(9), changed, testPolicy(5)}
 		if err := s.ReplacePolicies(ctx, next); err != nil {
 			t.Fatalf("ReplacePolicies: %v", err)
 		}
-		wantPolicies(t, s, []Policy{changed, testPolicy(5), testPolicy(9)})
+		wantPolicies(t, s, []routing.Policy{changed, testPolicy(5), testPolicy(9)})
 		if err := s.ReplacePolicies(ctx, nil); err != nil {
 			t.Fatalf("ReplacePolicies(nil): %v", err)
 		}
@@ -158,10 +160,10 @@ var storeCases = []struct {
 	{"replace policies with a repeated id keeps the last", func(t *testing.T, s Store) {
 		first, last := testPolicy(1), testPolicy(1)
 		first.URL, last.URL = "http://first:1", "http://last:1"
-		if err := s.ReplacePolicies(context.Background(), []Policy{first, testPolicy(0), last}); err != nil {
+		if err := s.ReplacePolicies(context.Background(), []routing.Policy{first, testPolicy(0), last}); err != nil {
 			t.Fatalf("ReplacePolicies: %v", err)
 		}
-		wantPolicies(t, s, []Policy{testPolicy(0), last})
+		wantPolicies(t, s, []routing.Policy{testPolicy(0), last})
 	}},
 	{"replace policies keeps the topology", func(t *testing.T, s Store) {
 		ctx := context.Background()
@@ -169,7 +171,7 @@ var storeCases = []struct {
 		if err := s.PutTopology(ctx, topo); err != nil {
 			t.Fatalf("PutTopology: %v", err)
 		}
-		if err := s.ReplacePolicies(ctx, []Policy{testPolicy(0)}); err != nil {
+		if err := s.ReplacePolicies(ctx, []routing.Policy{testPolicy(0)}); err != nil {
 			t.Fatalf("ReplacePolicies: %v", err)
 		}
 		wantTopology(t, s, topo)
@@ -198,7 +200,7 @@ var storeCases = []struct {
 		if err := s.PutTopology(ctx, Topology{}); err != nil {
 			t.Fatalf("PutTopology: %v", err)
 		}
-		wantPolicies(t, s, []Policy{testPolicy(0)})
+		wantPolicies(t, s, []routing.Policy{testPolicy(0)})
 	}},
 	{"load returns copies and put copies its argument", func(t *testing.T, s Store) {
 		ctx := context.Background()
@@ -220,12 +222,12 @@ var storeCases = []struct {
 		reg.Topology["node-a"]["eval"] = append(reg.Topology["node-a"]["eval"], 5)
 		delete(reg.Topology, "node-a")
 
-		wantPolicies(t, s, []Policy{testPolicy(1)})
+		wantPolicies(t, s, []routing.Policy{testPolicy(1)})
 		wantTopology(t, s, Topology{"node-a": {"env": {0, 1}, "eval": {1}}})
 	}},
 	{"load is sorted by index, then id", func(t *testing.T, s Store) {
 		ctx := context.Background()
-		var ps []Policy
+		var ps []routing.Policy
 		for _, i := range []int{7, 0, 12, 3, 5, 1, 100, 2} {
 			ps = append(ps, testPolicy(i))
 		}
@@ -237,7 +239,7 @@ var storeCases = []struct {
 		if err := s.ReplacePolicies(ctx, ps); err != nil {
 			t.Fatalf("ReplacePolicies: %v", err)
 		}
-		var want []Policy
+		var want []routing.Policy
 		for _, i := range []int{0, 1, 2, 3} {
 			want = append(want, testPolicy(i))
 		}
@@ -272,7 +274,7 @@ var storeCases = []struct {
 			"PutPolicy new": func() error { return s.PutPolicy(ctx, testPolicy(2)) },
 			"DeletePolicy":  func() error { return s.DeletePolicy(ctx, testPolicy(1).ID) },
 			"ReplacePolicies": func() error {
-				return s.ReplacePolicies(ctx, []Policy{testPolicy(9)})
+				return s.ReplacePolicies(ctx, []routing.Policy{testPolicy(9)})
 			},
 			"PutTopology": func() error { return s.PutTopology(ctx, Topology{}) },
 			"Load": func() error {
@@ -285,7 +287,7 @@ var storeCases = []struct {
 				t.Errorf("%s with a cancelled context = %v, want context.Canceled", name, err)
 			}
 		}
-		wantPolicies(t, s, []Policy{testPolicy(0), testPolicy(1)})
+		wantPolicies(t, s, []routing.Policy{testPolicy(0), testPolicy(1)})
 		wantTopology(t, s, topo)
 	}},
 }

@@ -63,8 +63,9 @@ class RemoteRouter:
 
     Args:
         client: a :class:`~policyrouter.Client`.
-        router: ``"simple"`` or ``"node_affinity"``; ``None`` uses the
-            server's default (``--router``).
+        router: an ``/assign`` router of the server, such as ``"simple"``
+            or ``"node_affinity"`` (the server's ``openapi.yaml`` lists
+            them); ``None`` uses the server's default (``--router``).
         update_loads: add one to ``current_loads[i]`` for each task assigned
             to ``i``, in place, as the seed's ``NodeAffinityRouter`` does
             (its ``SimpleRouter`` leaves the list alone, the default here).
@@ -108,10 +109,10 @@ class RemoteSyncRouter:
 
     Args:
         client: a :class:`~policyrouter.Client`.
-        router: ``"simple"`` (idle FIFO), ``"node_affinity"`` (the seed's
-            per-node round robin), ``"idle_affinity"`` (an idle policy on
-            the env's node, else any idle one); ``None`` uses the server's
-            default.
+        router: a ``/select`` router of the server, such as ``"simple"``
+            (idle FIFO) or ``"idle_affinity"`` (an idle policy on the env's
+            node, else any idle one); the server's ``openapi.yaml`` lists
+            them. ``None`` uses the server's default.
         timeout_ms: how long one ``/select`` waits for an idle policy.
         eval_policies: the seed's ``eval_policies``; when given,
             ``select_policy`` returns ``eval_policies[index]`` (the object
@@ -125,6 +126,9 @@ class RemoteSyncRouter:
         keep_leases: leases kept per policy for :meth:`release`; older ones
             are forgotten (the server frees those when it sees the policy
             idle).
+        lease_ttl_ms: ask the server to end each lease this long after the
+            hand-out unless released first; ``None`` uses the server's
+            ``--lease-ttl``.
     """
 
     def __init__(
@@ -137,6 +141,7 @@ class RemoteSyncRouter:
         max_wait_s: Optional[float] = None,
         release_previous: bool = False,
         keep_leases: int = 64,
+        lease_ttl_ms: Optional[int] = None,
     ) -> None:
         self.client = client
         self.router = router
@@ -145,6 +150,7 @@ class RemoteSyncRouter:
         self.max_wait_s = max_wait_s
         self.release_previous = release_previous
         self._keep = max(1, int(keep_leases))
+        self.lease_ttl_ms = lease_ttl_ms
         self._lock = threading.Lock()
         self._held: Dict[int, Deque[str]] = {}
         self._local = threading.local()
@@ -246,7 +252,8 @@ class RemoteSyncRouter:
                 wait_ms = max(0, min(wait_ms, int((deadline - time.monotonic()) * 1000)))
             asked = time.monotonic()
             try:
-                return self.client.select(env_id=env_id, router=self.router, timeout_ms=wait_ms)
+                return self.client.select(env_id=env_id, router=self.router, timeout_ms=wait_ms,
+                                          lease_ttl_ms=self.lease_ttl_ms)
             except Unavailable as exc:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:

@@ -267,8 +267,9 @@ class Client:
         ``current_loads`` (one load per policy index) is the seed's
         stateless mode; without it the server's tracked loads are used and
         raised. ``env_ids`` must have ``num_tasks`` entries. ``router`` is
-        ``"simple"`` or ``"node_affinity"`` (default: the server's).
-        Returns ``{"assignments": [...], "policies": {"<index>": {...}}}``.
+        an ``/assign`` router of the server, such as ``"simple"`` or
+        ``"node_affinity"`` (its ``openapi.yaml`` lists them; default: the
+        server's). Returns ``{"assignments": [...], "policies": {"<index>": {...}}}``.
         Not retried once sent (tracked loads would be raised twice).
         """
         body = _omit_none(
@@ -284,10 +285,17 @@ class Client:
         env_id: Optional[str] = None,
         router: Optional[str] = None,
         timeout_ms: Optional[int] = None,
+        lease_ttl_ms: Optional[int] = None,
     ) -> Dict[str, Any]:
         """``POST /select``: take one idle policy for a sync request,
         waiting up to ``timeout_ms`` (server default 30000, capped by the
         server's ``--max-select-wait``) for one to become idle.
+
+        ``router`` is a ``/select`` router of the server (its
+        ``openapi.yaml`` lists them; default: the server's). ``lease_ttl_ms``
+        ends the lease that long after the hand-out unless it is released
+        first (default: the server's ``--lease-ttl``), so that a worker that
+        crashes cannot hold a policy forever.
 
         Returns ``{"index", "id", "url", "node_id", "lease_id"}``; the
         ``node_affinity`` (round-robin) router issues no ``lease_id``.
@@ -297,7 +305,8 @@ class Client:
         sent: a lost answer may have taken a policy.
         """
         body = _omit_none(env_id=env_id, router=router,
-                          timeout_ms=None if timeout_ms is None else int(timeout_ms))
+                          timeout_ms=None if timeout_ms is None else int(timeout_ms),
+                          lease_ttl_ms=None if lease_ttl_ms is None else int(lease_ttl_ms))
         wait_s = (DEFAULT_SELECT_WAIT_MS if timeout_ms is None else max(0, int(timeout_ms))) / 1000.0
         return self._request("POST", "/select", body, extra_read_s=wait_s).json()
 
