@@ -4,7 +4,10 @@
 // written contract these types implement.
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // RouterSimple is the router used when a request and the server name
 // none. The names requests may give come from the routing package's table
@@ -22,6 +25,10 @@ type PolicyRequest struct {
 	ID       string            `json:"id,omitempty" validate:"omitempty,max=128,printascii,excludesall=/?#%"`
 	Capacity *int              `json:"capacity,omitempty" validate:"omitempty,min=1,max=65536"`
 	Labels   map[string]string `json:"labels,omitempty" validate:"omitempty,max=64,dive,keys,min=1,max=128,endkeys,max=1024"`
+	// AllowSharedURL registers the policy even when another index has the
+	// same URL; without it that is a conflict (a copy-paste slip more often
+	// than one server meant as two policies).
+	AllowSharedURL bool `json:"allow_shared_url,omitempty"`
 }
 
 // ReplacePoliciesRequest is the body of PUT /policies.
@@ -40,6 +47,30 @@ type Policy struct {
 	Capacity int               `json:"capacity"`
 	Labels   map[string]string `json:"labels"`
 	Draining bool              `json:"draining"`
+	// State is the live state, as in GET /stats: idle, busy, unhealthy,
+	// draining or unknown.
+	State string `json:"state"`
+	// LastError, UnhealthySince and LastOK are the policy's health, as in
+	// GET /stats.
+	LastError      string     `json:"last_error"`
+	UnhealthySince *time.Time `json:"unhealthy_since"`
+	LastOK         *time.Time `json:"last_ok"`
+}
+
+// RegistrationRequest is the body of PUT /registration: every policy and
+// the topology, replaced at once.
+type RegistrationRequest struct {
+	Policies []PolicyRequest `json:"policies" validate:"max=100000,dive"`
+	// Topology is the seed's component_distribution; decoded by the
+	// handler, which names the path of any mistake in it.
+	Topology json.RawMessage `json:"topology"`
+}
+
+// Registration is the body of GET /registration and the answer to PUT
+// /registration.
+type Registration struct {
+	Policies []Policy `json:"policies"`
+	Topology Topology `json:"topology"`
 }
 
 // PolicyList is the body of GET /policies and the answer to PUT /policies.
@@ -59,7 +90,7 @@ type Topology map[string]map[string]Component
 
 // AssignRequest is the body of POST /assign.
 type AssignRequest struct {
-	NumTasks int `json:"num_tasks" validate:"min=1,max=1048576"`
+	NumTasks *int `json:"num_tasks" validate:"required,min=0,max=1048576"`
 	// CurrentLoads, when present, is the seed's stateless mode: one load per
 	// policy index. Absent means the server's tracked loads.
 	// Each load must be in [-536870912, 536870912]; the routing core checks
@@ -163,8 +194,17 @@ type PolicyStats struct {
 	LastPoll            *time.Time `json:"last_poll"`
 	LatencyMS           float64    `json:"latency_ms"`
 	ConsecutiveFailures int        `json:"consecutive_failures"`
-	ProbesTotal         uint64     `json:"probes_total"`
-	ProbeFailuresTotal  uint64     `json:"probe_failures_total"`
+	// LastError is why the last probe failed while the policy fails or is
+	// unhealthy (connection refused, a status, a timeout, a certificate
+	// error); empty otherwise.
+	LastError string `json:"last_error"`
+	// UnhealthySince is when the failures that made the policy unhealthy
+	// began; null while healthy. LastOK is when the last good probe was
+	// sent; null if none.
+	UnhealthySince     *time.Time `json:"unhealthy_since"`
+	LastOK             *time.Time `json:"last_ok"`
+	ProbesTotal        uint64     `json:"probes_total"`
+	ProbeFailuresTotal uint64     `json:"probe_failures_total"`
 	// ExpiredTotal counts leases ended by their TTL.
 	ExpiredTotal uint64 `json:"expired_total"`
 }
@@ -240,8 +280,13 @@ const (
 	CodeConflict         = "conflict"          // 409
 	CodeTooLarge         = "payload_too_large" // 413
 	CodeUnsupportedMedia = "unsupported_media_type"
-	CodeUnavailable      = "unavailable" // 503: no policy to route to
-	CodeInternal         = "internal"    // 500: never for bad input
+	// 503 codes: each says why there is no policy to route to.
+	CodeNoPolicies     = "no_policies"     // none registered
+	CodeAllUnavailable = "all_unavailable" // every policy unhealthy, draining or not yet heard from
+	CodeNoIdlePolicy   = "no_idle_policy"  // /select waited timeout_ms and none became idle
+	CodeShuttingDown   = "shutting_down"   // the server is stopping
+	CodeNotReady       = "not_ready"       // /readyz: not ready yet
+	CodeInternal       = "internal"        // 500: never for bad input
 )
 
 // ErrorBody is the content of the error envelope.

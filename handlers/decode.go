@@ -162,7 +162,7 @@ func describe(fe validator.FieldError) string {
 	case "required":
 		return "is required"
 	case "required_without":
-		return "is required when " + fe.Param() + " is absent"
+		return "is required when " + snakeCase(fe.Param()) + " is absent"
 	case "min":
 		if counted {
 			return "must have at least " + fe.Param() + " entries or characters"
@@ -190,6 +190,27 @@ func describe(fe validator.FieldError) string {
 	default:
 		return "is invalid (" + fe.Tag() + ")"
 	}
+}
+
+// snakeCase turns a Go field name into its JSON name in this API:
+// LeaseID -> lease_id, Index -> index.
+func snakeCase(name string) string {
+	var b strings.Builder
+	for i, r := range name {
+		upper := r >= 'A' && r <= 'Z'
+		if upper && i > 0 {
+			prev := rune(name[i-1])
+			nextLower := i+1 < len(name) && name[i+1] >= 'a' && name[i+1] <= 'z'
+			if (prev >= 'a' && prev <= 'z') || (prev >= 'A' && prev <= 'Z' && nextLower) {
+				b.WriteByte('_')
+			}
+		}
+		if upper {
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // checkPolicyURL refuses URLs the poller should not call: other schemes,

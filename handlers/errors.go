@@ -50,7 +50,7 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case api.CodeUnsupportedMedia:
 		return http.StatusUnsupportedMediaType
-	case api.CodeUnavailable:
+	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeNotReady:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -74,9 +74,11 @@ func asError(err error) *Error {
 	case errors.Is(err, routing.ErrUnknownLease):
 		return errorf(api.CodeNotFound, "lease not found: not issued by this server, or no lease out for that policy")
 	case errors.Is(err, routing.ErrNoPolicies):
-		return errorf(api.CodeUnavailable, "no policies available")
+		return errorf(api.CodeNoPolicies, "no policies registered")
+	case errors.Is(err, routing.ErrAllUnavailable):
+		return errorf(api.CodeAllUnavailable, "no policy to route to: every registered policy is unhealthy, draining or not yet heard from (see GET /stats)")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return errorf(api.CodeUnavailable, "request cancelled or timed out")
+		return errorf(api.CodeNoIdlePolicy, "request cancelled or timed out")
 	default:
 		return &Error{Code: api.CodeInternal, Message: "internal error"}
 	}
@@ -88,7 +90,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code == api.CodeInternal {
 		s.logger.ErrorContext(r.Context(), "internal error", "err", err, "request_id", RequestIDFromContext(r.Context()))
 	}
-	if e.Code == api.CodeUnavailable {
+	if statusOf(e.Code) == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeEnvelope(w, r, statusOf(e.Code), e)

@@ -334,7 +334,7 @@ func TestDeleteAndDrain(t *testing.T) {
 	if sel.Index != 1 {
 		t.Errorf("selected %d, want the undrained 1", sel.Index)
 	}
-	wantError(t, ts.do(t, "POST", "/select", `{"timeout_ms":0}`), http.StatusServiceUnavailable, api.CodeUnavailable, "")
+	wantError(t, ts.do(t, "POST", "/select", `{"timeout_ms":0}`), http.StatusServiceUnavailable, api.CodeNoIdlePolicy, "")
 	want(t, ts.do(t, "POST", "/policies/"+ps[0].ID+"/resume", ""), http.StatusOK, &p)
 	want(t, ts.do(t, "POST", "/select", `{"timeout_ms":0}`), http.StatusOK, &sel)
 	if sel.Index != 0 {
@@ -352,12 +352,12 @@ func TestDeleteAndDrain(t *testing.T) {
 func TestTopology(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	ps := ts.register(t, 3)
-	body := `{"node-a":{"env":{"ids":[0,1]},"eval":{"ids":[0,1]}},"node-b":{"env":{"ids":[2]},"eval":{"ids":[2]},"train":{"ids":[7]}}}`
+	body := `{"node-a":{"env":{"ids":[0,1]},"eval":{"ids":[0,1]}},"node-b":{"env":{"ids":[2]},"eval":{"ids":[2]}}}`
 	want(t, ts.do(t, "PUT", "/topology", body), http.StatusOK, nil)
 	var got api.Topology
 	want(t, ts.do(t, "GET", "/topology", ""), http.StatusOK, &got)
-	if ids := got["node-b"]["train"].IDs; len(ids) != 1 || ids[0] != 7 {
-		t.Errorf("other components not kept as is: %+v", got)
+	if ids := got["node-b"]["eval"].IDs; len(ids) != 1 || ids[0] != 2 {
+		t.Errorf("topology not stored as sent: %+v", got)
 	}
 	// Policies registered without a node take the topology's.
 	var p api.Policy
@@ -365,26 +365,42 @@ func TestTopology(t *testing.T) {
 	if p.NodeID != "node-b" {
 		t.Errorf("policy 2 node = %q, want node-b from the topology", p.NodeID)
 	}
-	// A policy the topology names cannot be deleted under it.
-	wantError(t, ts.do(t, "DELETE", "/policies/"+ps[2].ID, ""), http.StatusConflict, api.CodeConflict, "")
-
-	tests := []struct{ name, body, field string }{
-		{"env without eval", `{"node-a":{"env":{"ids":[0]}}}`, "topology.node-a.eval.ids"},
-		{"eval without env", `{"node-a":{"eval":{"ids":[0]}}}`, "topology.node-a.env.ids"},
-		{"env on two nodes", `{"a":{"env":{"ids":[0]},"eval":{"ids":[0]}},"b":{"env":{"ids":[0]},"eval":{"ids":[1]}}}`, "topology.b.env.ids"},
-		{"negative id", `{"a":{"env":{"ids":[-1]},"eval":{"ids":[0]}}}`, "topology.a.env.ids"},
-		{"eval id with no policy", `{"a":{"env":{"ids":[0]},"eval":{"ids":[9]}}}`, "topology.a.eval.ids"},
-		{"ids not ints", `{"a":{"env":{"ids":["x"]}}}`, ""},
+	// A policy the topology names cannot be deleted under it; the answer
+	// says how to do it.
+	e := wantError(t, ts.do(t, "DELETE", "/policies/"+ps[2].ID, ""), http.StatusConflict, api.CodeConflict, "")
+	if !strings.Contains(e.Message, "PUT /registration") {
+		t.Errorf("409 message %q does not point to PUT /registration", e.Message)
 	}
+
+	tests := []struct {
+		name, body, field string
+		mention           string // a word the message must hold
+	}{
+		{"env without eval", `{"node-a":{"env":{"ids":[0]}}}`, "topology.node-a.eval.ids", `"node-a"`},
+		{"eval without env", `{"node-a":{"eval":{"ids":[0]}}}`, "topology.node-a.env.ids", `"node-a"`},
+		{"env on two nodes", `{"a":{"env":{"ids":[0]},"eval":{"ids":[0]}},"b":{"env":{"ids":[0]},"eval":{"ids":[1]}}}`, "topology.b.env.ids", `"b"`},
+		{"negative id", `{"a":{"env":{"ids":[-1]},"eval":{"ids":[0]}}}`, "topology.a.env.ids", `"a"`},
+		{"eval id with no policy", `{"a":{"env":{"ids":[0]},"eval":{"ids":[9]}}}`, "topology.a.eval.ids", `"a"`},
+		{"ids not ints", `{"a":{"env":{"ids":["x"]}}}`, "topology.a.env", "ids"},
+		{"a typo of a kind", `{"node-a":{"envs":{"ids":[0]},"eval":{"ids":[0]}}}`, "topology.node-a.envs", "env or eval"},
+		{"a component that is a list", `{"node-a":{"env":[0,1]}}`, "topology.node-a.env", "ids"},
+		{"a node that is not an object", `{"node-a":[0]}`, "topology.node-a", "object"},
+		{"the topology wrapped", `{"topology":{}}`, "topology.topology", "PUT /registration"},
+		{"not an object", `[1]`, "topology", "object"},
+		{"null", `null`, "topology", "object"},
+		{"a node_id contradicting the topology", `{"node-a":{"env":{"ids":[0]},"eval":{"ids":[0]}},"node-b":{"env":{"ids":[1]},"eval":{"ids":[1,2]}}}`, "topology.node-b.eval.ids", `"elsewhere"`},
+	}
+	// Policy 2 registered on node "elsewhere" for the contradiction.
+	idx := 2
+	want(t, ts.do(t, "PUT", "/registration", `{"policies":[{"url":"http://127.0.0.1:9/p0","index":0},{"url":"http://127.0.0.1:9/p1","index":1},{"url":"http://127.0.0.1:9/p2","index":`+itoa(idx)+`,"node_id":"elsewhere"}],"topology":{}}`), http.StatusOK, nil)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := wantError(t, ts.do(t, "PUT", "/topology", tt.body), http.StatusUnprocessableEntity, api.CodeValidationFailed, tt.field)
-			if tt.field != "" && !strings.Contains(e.Message, `"`+strings.Split(tt.field, ".")[1]+`"`) {
-				t.Errorf("message %q does not name the node", e.Message)
+			if !strings.Contains(e.Message, tt.mention) {
+				t.Errorf("message %q does not mention %s", e.Message, tt.mention)
 			}
 		})
 	}
-	wantError(t, ts.do(t, "PUT", "/topology", `null`), http.StatusBadRequest, api.CodeBadRequest, "")
 }
 
 func TestSelectDisconnectConsumesNothing(t *testing.T) {

@@ -10,35 +10,70 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
-	"github.com/policyrouter/policyrouter/store"
 )
 
 func specOf(field string, req api.PolicyRequest) (registry.Spec, error) {
 	if err := checkPolicyURL(field+"url", req.URL); err != nil {
 		return registry.Spec{}, err
 	}
-	return registry.Spec{URL: req.URL, NodeID: req.NodeID, Index: req.Index, ID: req.ID, Capacity: req.Capacity, Labels: req.Labels}, nil
+	if req.ID == byIndexSegment {
+		return registry.Spec{}, fieldError(field+"id", "must not be "+strconv.Quote(byIndexSegment)+
+			": /policies/"+byIndexSegment+"/{index} addresses policies by index")
+	}
+	return registry.Spec{URL: req.URL, NodeID: req.NodeID, Index: req.Index, ID: req.ID, Capacity: req.Capacity,
+		Labels: req.Labels, AllowSharedURL: req.AllowSharedURL}, nil
 }
 
-// toAPI renders a stored policy with its effective node: the registered
-// node, else the topology's node for its index.
-func (s *Server) toAPI(p routing.Policy) api.Policy {
-	node := p.NodeID
-	snap := s.State.Snapshot()
-	if pos, ok := snap.ByID(p.ID); ok {
-		node = snap.Node(pos)
+func specsOf(reqs []api.PolicyRequest) ([]registry.Spec, error) {
+	specs := make([]registry.Spec, len(reqs))
+	for i, pr := range reqs {
+		spec, err := specOf("policies["+strconv.Itoa(i)+"].", pr)
+		if err != nil {
+			return nil, err
+		}
+		specs[i] = spec
 	}
+	return specs, nil
+}
+
+// toAPI renders a registered policy with its effective node (the
+// registered node, else the topology's node for its index) and its live
+// state and health.
+func toAPI(p routing.Policy, ps routing.PolicyStats, live bool) api.Policy {
 	labels := p.Labels
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	return api.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: node, Capacity: p.Capacity, Labels: labels, Draining: p.Draining}
+	out := api.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: labels, Draining: p.Draining}
+	if live {
+		out.NodeID = ps.Node
+		out.State = ps.State
+		out.LastError = ps.LastError
+		out.UnhealthySince = utcOrNil(ps.UnhealthySince)
+		out.LastOK = utcOrNil(ps.LastOK)
+	}
+	return out
+}
+
+func (s *Server) policyToAPI(p routing.Policy) api.Policy {
+	ps, ok := s.State.PolicyStats(p.ID)
+	return toAPI(p, ps, ok)
 }
 
 func (s *Server) toAPIList(ps []routing.Policy) api.PolicyList {
+	stats := s.State.Stats()
+	byID := make(map[string]int, len(stats.Policies))
+	for i, st := range stats.Policies {
+		byID[st.Policy.ID] = i
+	}
 	out := api.PolicyList{Policies: make([]api.Policy, len(ps))}
 	for i, p := range ps {
-		out.Policies[i] = s.toAPI(p)
+		j, ok := byID[p.ID]
+		var st routing.PolicyStats
+		if ok {
+			st = stats.Policies[j]
+		}
+		out.Policies[i] = toAPI(p, st, ok)
 	}
 	return out
 }
@@ -64,7 +99,7 @@ func (s *Server) registerPolicy(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 		w.Header().Set("Location", "/policies/"+p.ID)
 	}
-	writeJSON(w, status, s.toAPI(p))
+	writeJSON(w, status, s.policyToAPI(p))
 }
 
 func (s *Server) replacePolicies(w http.ResponseWriter, r *http.Request) {
@@ -77,14 +112,10 @@ func (s *Server) replacePolicies(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fieldError("policies", "is required (send [] to remove every policy)"))
 		return
 	}
-	specs := make([]registry.Spec, len(req.Policies))
-	for i, pr := range req.Policies {
-		spec, err := specOf("policies["+strconv.Itoa(i)+"].", pr)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		specs[i] = spec
+	specs, err := specsOf(req.Policies)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	ps, err := s.Registry.Replace(r.Context(), specs)
 	if err != nil {
@@ -99,16 +130,26 @@ func (s *Server) listPolicies(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
-	p, err := s.Registry.Get(policyID(r))
+	id, err := s.policyID(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.toAPI(p))
+	p, err := s.Registry.Get(id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.policyToAPI(p))
 }
 
 func (s *Server) deletePolicy(w http.ResponseWriter, r *http.Request) {
-	if err := s.Registry.Delete(r.Context(), policyID(r)); err != nil {
+	id, err := s.policyID(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.Registry.Delete(r.Context(), id); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -119,71 +160,90 @@ func (s *Server) drainPolicy(w http.ResponseWriter, r *http.Request)  { s.setDra
 func (s *Server) resumePolicy(w http.ResponseWriter, r *http.Request) { s.setDraining(w, r, false) }
 
 func (s *Server) setDraining(w http.ResponseWriter, r *http.Request, draining bool) {
-	p, err := s.Registry.SetDraining(r.Context(), policyID(r), draining)
+	id, err := s.policyID(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.toAPI(p))
+	p, err := s.Registry.SetDraining(r.Context(), id, draining)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.policyToAPI(p))
 }
 
-func (s *Server) putTopology(w http.ResponseWriter, r *http.Request) {
-	var req api.Topology
+func (s *Server) putRegistration(w http.ResponseWriter, r *http.Request) {
+	var req api.RegistrationRequest
 	if err := s.decode(w, r, 16*s.MaxBodyBytes, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if req == nil {
-		s.writeError(w, r, errorf(api.CodeBadRequest, "topology must be a JSON object of nodes, not null"))
+	if req.Policies == nil {
+		s.writeError(w, r, fieldError("policies", "is required (send [] to remove every policy)"))
 		return
 	}
-	t := make(store.Topology, len(req))
-	for node, kinds := range req {
-		if len(node) > 253 {
-			s.writeError(w, r, fieldError("topology", "node ids must have at most 253 characters"))
-			return
-		}
-		if kinds == nil {
-			s.writeError(w, r, fieldError("topology."+node, "must be an object of components, not null"))
-			return
-		}
-		t[node] = make(map[string][]int, len(kinds))
-		for kind, c := range kinds {
-			if c.IDs == nil {
-				c.IDs = []int{}
-			}
-			t[node][kind] = c.IDs
-		}
-	}
-	if err := s.Registry.SetTopology(r.Context(), t); err != nil {
+	specs, err := specsOf(req.Policies)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, topologyToAPI(t))
+	t, err := decodeTopology(req.Topology, "topology")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	reg, err := s.Registry.ReplaceRegistration(r.Context(), specs, t)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Registration{Policies: s.toAPIList(reg.Policies).Policies, Topology: topologyToAPI(reg.Topology)})
 }
 
-func (s *Server) getTopology(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, topologyToAPI(s.Registry.Current().Topology))
+func (s *Server) getRegistration(w http.ResponseWriter, r *http.Request) {
+	reg := s.Registry.Current()
+	writeJSON(w, http.StatusOK, api.Registration{Policies: s.toAPIList(reg.Policies).Policies, Topology: topologyToAPI(reg.Topology)})
 }
 
-func topologyToAPI(t store.Topology) api.Topology {
-	out := make(api.Topology, len(t))
-	for node, kinds := range t {
-		out[node] = make(map[string]api.Component, len(kinds))
-		for kind, ids := range kinds {
-			out[node][kind] = api.Component{IDs: ids}
+// byIndexSegment is the path segment of administration by index:
+// /policies/by-index/3 is the policy registered at index 3.
+const byIndexSegment = "by-index"
+
+// policyID returns the id of the policy a request's path names: the {id}
+// path parameter, unescaped (chi matches on the raw path when the client
+// escaped characters Go would not have, and then hands back the escaped
+// form), or the id of the policy at {index} for /policies/by-index/{index}.
+func (s *Server) policyID(r *http.Request) (string, error) {
+	if raw := chi.URLParam(r, "index"); raw != "" {
+		index, err := strconv.Atoi(raw)
+		if err != nil || index < 0 {
+			return "", fieldError("index", "must be a policy index (an integer >= 0), not "+strconv.Quote(raw))
+		}
+		snap := s.State.Snapshot()
+		pos, ok := snap.ByIndex(index)
+		if !ok {
+			return "", errorf(api.CodeNotFound, "no policy is registered at index "+raw)
+		}
+		return snap.Policies()[pos].ID, nil
+	}
+	raw := chi.URLParam(r, "id")
+	id := raw
+	if u, err := url.PathUnescape(raw); err == nil {
+		id = u
+	}
+	if _, err := s.Registry.Get(id); err != nil && isDigits(id) {
+		return "", errorf(api.CodeNotFound, "no policy has id "+strconv.Quote(id)+
+			"; to address the policy at index "+id+" use /policies/"+byIndexSegment+"/"+id)
+	}
+	return id, nil
+}
+
+func isDigits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
 		}
 	}
-	return out
-}
-
-// policyID returns the {id} path parameter, unescaped: chi matches on the
-// raw path when the client escaped characters Go would not have, and then
-// hands back the escaped form.
-func policyID(r *http.Request) string {
-	raw := chi.URLParam(r, "id")
-	if id, err := url.PathUnescape(raw); err == nil {
-		return id
-	}
-	return raw
+	return s != ""
 }

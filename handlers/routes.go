@@ -43,16 +43,14 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	a, err := s.State.Assign(routing.AssignRequest{
 		Kind:     router.Assign,
-		NumTasks: req.NumTasks,
+		NumTasks: *req.NumTasks,
 		Loads:    req.CurrentLoads,
 		EnvIDs:   req.EnvIDs,
 	})
 	s.observeDecision("assign", router.Name, start)
 	if err != nil {
-		if errors.Is(err, routing.ErrNoPolicies) && req.CurrentLoads == nil {
-			err = errorf(api.CodeUnavailable, "no policies available: none registered, or all unhealthy or draining")
-		} else if errors.Is(err, routing.ErrNoPolicies) {
-			err = errorf(api.CodeUnavailable, "no policies available: every policy in current_loads is unhealthy or draining")
+		if errors.Is(err, routing.ErrAllUnavailable) && req.CurrentLoads != nil {
+			err = errorf(api.CodeAllUnavailable, "no policy to route to: every policy in current_loads is registered and unhealthy, draining or not yet heard from")
 		}
 		s.writeError(w, r, err)
 		return
@@ -99,17 +97,14 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 	case s.stopping.Err() != nil:
-		s.writeError(w, r, errorf(api.CodeUnavailable, "server is shutting down"))
+		s.writeError(w, r, errorf(api.CodeShuttingDown, "server is shutting down"))
 		return
 	case r.Context().Err() != nil:
 		// The caller left while waiting; Select consumed nothing and there
 		// is nobody to answer.
 		return
 	case errors.Is(err, context.DeadlineExceeded):
-		s.writeError(w, r, errorf(api.CodeUnavailable, "no idle policy within "+wait.String()))
-		return
-	case errors.Is(err, routing.ErrNoPolicies):
-		s.writeError(w, r, errorf(api.CodeUnavailable, "no policies available: none registered, or all unhealthy or draining"))
+		s.writeError(w, r, errorf(api.CodeNoIdlePolicy, "no idle policy within "+wait.String()))
 		return
 	default:
 		s.writeError(w, r, err)

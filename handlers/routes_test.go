@@ -96,7 +96,7 @@ func TestAssignMatchesSeed(t *testing.T) {
 			envIDs[j] = []string{"env-" + strconv.Itoa(rng.IntN(8)), "env-x", "env", "worker-env-" + strconv.Itoa(rng.IntN(6))}[rng.IntN(4)]
 		}
 		router := []string{"simple", "node_affinity"}[i%2]
-		body, _ := json.Marshal(api.AssignRequest{NumTasks: n, CurrentLoads: loads, EnvIDs: envIDs, Router: router})
+		body, _ := json.Marshal(api.AssignRequest{NumTasks: &n, CurrentLoads: loads, EnvIDs: envIDs, Router: router})
 		var got api.AssignResponse
 		want(t, ts.do(t, "POST", "/assign", string(body)), http.StatusOK, &got)
 		wantIdx := seedSimple(loads, n)
@@ -125,10 +125,10 @@ func TestAssignStatelessWithoutRegistration(t *testing.T) {
 
 func TestAssignErrors(t *testing.T) {
 	ts := newTestServer(t, Config{})
-	wantError(t, ts.do(t, "POST", "/assign", `{"num_tasks":2}`), http.StatusServiceUnavailable, api.CodeUnavailable, "")
+	wantError(t, ts.do(t, "POST", "/assign", `{"num_tasks":2}`), http.StatusServiceUnavailable, api.CodeNoPolicies, "")
 	ts.register(t, 2)
 	tests := []struct{ name, body, field string }{
-		{"zero tasks", `{"num_tasks":0}`, "num_tasks"},
+		{"negative tasks", `{"num_tasks":-1}`, "num_tasks"},
 		{"missing num_tasks", `{}`, "num_tasks"},
 		{"empty loads", `{"num_tasks":1,"current_loads":[]}`, "current_loads"},
 		{"env_ids too short", `{"num_tasks":3,"env_ids":["env-0"]}`, "env_ids"},
@@ -194,7 +194,7 @@ func TestSelectReleaseCycle(t *testing.T) {
 		t.Errorf("selected %v, want the idle deque's order 0 1 2", got)
 	}
 	rec := ts.do(t, "POST", "/select", `{"timeout_ms":20}`)
-	wantError(t, rec, http.StatusServiceUnavailable, api.CodeUnavailable, "")
+	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoIdlePolicy, "")
 	if rec.Header().Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
 	}

@@ -150,8 +150,14 @@ func (s *Server) Handler() http.Handler {
 	admin.Delete("/policies/{id}", s.deletePolicy)
 	admin.Post("/policies/{id}/drain", s.drainPolicy)
 	admin.Post("/policies/{id}/resume", s.resumePolicy)
+	read.Get("/policies/"+byIndexSegment+"/{index}", s.getPolicy)
+	admin.Delete("/policies/"+byIndexSegment+"/{index}", s.deletePolicy)
+	admin.Post("/policies/"+byIndexSegment+"/{index}/drain", s.drainPolicy)
+	admin.Post("/policies/"+byIndexSegment+"/{index}/resume", s.resumePolicy)
 	admin.Put("/topology", s.putTopology)
 	read.Get("/topology", s.getTopology)
+	admin.Put("/registration", s.putRegistration)
+	read.Get("/registration", s.getRegistration)
 
 	route.Post("/assign", s.assign)
 	route.Post("/select", s.selectPolicy)
@@ -172,7 +178,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.Ready != nil {
 		if err := s.Ready(); err != nil {
-			s.writeError(w, r, errorf(api.CodeUnavailable, "not ready: "+err.Error()))
+			s.writeError(w, r, errorf(api.CodeNotReady, "not ready: "+err.Error()))
 			return
 		}
 	}

@@ -183,7 +183,7 @@ func TestOpenAPISpecValid(t *testing.T) {
 
 func TestSpecCheckSpec(t *testing.T) {
 	jsonCT := http.Header{"Content-Type": {"application/json"}}
-	envelope := `{"error":{"code":"unavailable","message":"no idle policy within 0s","request_id":"r1"}}`
+	envelope := `{"error":{"code":"no_idle_policy","message":"no idle policy within 0s","request_id":"r1"}}`
 	type response struct {
 		name   string
 		req    *http.Request

@@ -48,10 +48,10 @@ func (s *Server) buildStats() api.Stats {
 			ProbeFailuresTotal:  p.ProbeFailures,
 			ExpiredTotal:        p.Expired,
 		}
-		if !p.LastProbe.IsZero() {
-			t := p.LastProbe.UTC()
-			ps.LastPoll = &t
-		}
+		ps.LastPoll = utcOrNil(p.LastProbe)
+		ps.UnhealthySince = utcOrNil(p.UnhealthySince)
+		ps.LastOK = utcOrNil(p.LastOK)
+		ps.LastError = p.LastError
 		out.Policies[i] = ps
 		node := out.Nodes[p.Node]
 		count(&node, p)
@@ -59,6 +59,15 @@ func (s *Server) buildStats() api.Stats {
 		count(&out.Totals, p)
 	}
 	return out
+}
+
+// utcOrNil renders a time for JSON: null when zero.
+func utcOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }
 
 func pollerStats(s poller.Stats) *api.PollerStats {

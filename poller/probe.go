@@ -42,6 +42,7 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	}
 	p.probes.Add(1)
 	if err != nil {
+		pr.Err = err.Error()
 		p.failures.Add(1)
 		if p.log.Enabled(ctx, slog.LevelDebug) {
 			p.log.Debug("probe failed", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err)

@@ -36,6 +36,9 @@ type Spec struct {
 	ID       string
 	Capacity *int
 	Labels   map[string]string
+	// AllowSharedURL registers the policy even when another index has the
+	// same URL (one server serving as two policies).
+	AllowSharedURL bool
 }
 
 // Registry serialises registration changes. It is safe for concurrent use.
@@ -97,6 +100,14 @@ func (r *Registry) Register(ctx context.Context, spec Spec) (p routing.Policy, c
 	if existing, ok, err := r.sameAsLocked(spec); ok || err != nil {
 		return existing, false, err
 	}
+	if !spec.AllowSharedURL {
+		for _, other := range r.cur.Policies {
+			if other.URL == spec.URL {
+				return routing.Policy{}, false, fmt.Errorf("%w: url %q is already registered at index %d (policy %q); "+
+					"set allow_shared_url to register one server twice", ErrConflict, spec.URL, other.Index, other.ID)
+			}
+		}
+	}
 	p = r.fromSpec(spec, r.lowestFreeLocked(nil))
 	next := append(slices.Clone(r.cur.Policies), p)
 	if err := r.checkLocked(next, r.cur.Topology); err != nil {
@@ -119,24 +130,44 @@ func (r *Registry) sameAsLocked(spec Spec) (routing.Policy, bool, error) {
 		if !byIndex && !byID {
 			continue
 		}
-		if (spec.Index == nil || byIndex) && (spec.ID == "" || byID) && sameBody(p, spec) {
+		diff := bodyDiff(p, spec)
+		switch {
+		case spec.ID != "" && !byID:
+			diff = fmt.Sprintf("id (registered %q, sent %q)", p.ID, spec.ID)
+		case spec.Index != nil && !byIndex:
+			diff = fmt.Sprintf("index (registered %d, sent %d)", p.Index, *spec.Index)
+		}
+		if diff == "" {
 			return p.Clone(), true, nil
 		}
-		if byIndex {
-			return routing.Policy{}, false, fmt.Errorf("%w: index %d is registered to policy %q with a different body", ErrConflict, p.Index, p.ID)
+		what := fmt.Sprintf("index %d is registered to policy %q", p.Index, p.ID)
+		if !byIndex {
+			what = fmt.Sprintf("id %q is registered at index %d", p.ID, p.Index)
 		}
-		return routing.Policy{}, false, fmt.Errorf("%w: id %q is registered at index %d with a different body", ErrConflict, p.ID, p.Index)
+		return routing.Policy{}, false, fmt.Errorf("%w: %s, with a different %s; DELETE /policies/%s first, or replace the whole set with PUT /policies or PUT /registration",
+			ErrConflict, what, diff, p.ID)
 	}
 	return routing.Policy{}, false, nil
 }
 
-func sameBody(p routing.Policy, spec Spec) bool {
+// bodyDiff names the first field in which spec differs from the
+// registered p, with both values, or returns "" when it repeats it.
+func bodyDiff(p routing.Policy, spec Spec) string {
 	capacity := 1
 	if spec.Capacity != nil {
 		capacity = *spec.Capacity
 	}
-	return p.URL == spec.URL && p.NodeID == spec.NodeID && p.Capacity == capacity &&
-		maps.Equal(p.Labels, spec.Labels)
+	switch {
+	case p.URL != spec.URL:
+		return fmt.Sprintf("url (registered %q, sent %q)", p.URL, spec.URL)
+	case p.NodeID != spec.NodeID:
+		return fmt.Sprintf("node_id (registered %q, sent %q)", p.NodeID, spec.NodeID)
+	case p.Capacity != capacity:
+		return fmt.Sprintf("capacity (registered %d, sent %d)", p.Capacity, capacity)
+	case !maps.Equal(p.Labels, spec.Labels):
+		return "labels"
+	}
+	return ""
 }
 
 func (r *Registry) fromSpec(spec Spec, freeIndex int) routing.Policy {
@@ -166,15 +197,59 @@ func (r *Registry) lowestFreeLocked(taken map[int]bool) int {
 	}
 }
 
-// Replace replaces every registered policy at once. A spec without an id
-// keeps the id of the policy registered at the same index with the same
-// URL, so that a trainer re-sending its set at start-up keeps the live
-// state (loads, leases) of its policies; drain flags stay with their ids.
+// Replace replaces every registered policy at once and keeps the
+// topology. A spec without an id keeps the id of the policy registered at
+// the same index with the same URL, so that a trainer re-sending its set at
+// start-up keeps the live state (loads, leases) of its policies; drain
+// flags stay with their ids. Removing a policy the topology names as an
+// eval worker is ErrConflict: PUT /registration changes both at once.
 func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]routing.Policy, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	next, err := r.planLocked(specs)
+	if err != nil {
+		return nil, err
+	}
+	if err := evalsRegistered(next, r.cur.Topology); err != nil {
+		return nil, err
+	}
+	if err := r.checkLocked(next, r.cur.Topology); err != nil {
+		return nil, err
+	}
+	if err := r.store.ReplacePolicies(ctx, next); err != nil {
+		return nil, fmt.Errorf("replace policies: %w", err)
+	}
+	r.commitLocked(next, r.cur.Topology)
+	return clonePolicies(next), nil
+}
+
+// ReplaceRegistration replaces every policy and the topology in one durable
+// write, checked as a whole: what a trainer does at start-up, and how to
+// shrink or reshape a fleet the topology describes.
+func (r *Registry) ReplaceRegistration(ctx context.Context, specs []Spec, t store.Topology) (store.Registration, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next, err := r.planLocked(specs)
+	if err != nil {
+		return store.Registration{}, err
+	}
+	if err := r.checkLocked(next, t); err != nil {
+		return store.Registration{}, err
+	}
+	reg := store.Registration{Policies: next, Topology: t.Clone()}
+	if err := r.store.PutRegistration(ctx, reg); err != nil {
+		return store.Registration{}, fmt.Errorf("replace registration: %w", err)
+	}
+	r.commitLocked(next, t)
+	return store.Registration{Policies: clonePolicies(next), Topology: t.Clone()}, nil
+}
+
+// planLocked turns the specs of a whole new policy set into policies in
+// index order, checking that indices, ids and URLs are unique in it.
+func (r *Registry) planLocked(specs []Spec) ([]routing.Policy, error) {
 	taken := make(map[int]bool)
 	ids := make(map[string]bool)
+	urls := make(map[string]int)
 	for i, s := range specs {
 		field := "policies[" + strconv.Itoa(i) + "]"
 		if s.Index != nil {
@@ -189,6 +264,10 @@ func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]routing.Policy,
 			}
 			ids[s.ID] = true
 		}
+		if j, dup := urls[s.URL]; dup && !s.AllowSharedURL {
+			return nil, &routing.InputError{Field: field + ".url", Msg: fmt.Sprintf("%q is also the url of policies[%d]; set allow_shared_url to register one server twice", s.URL, j)}
+		}
+		urls[s.URL] = i
 	}
 	old := make(map[int]routing.Policy, len(r.cur.Policies))
 	for _, p := range r.cur.Policies {
@@ -205,22 +284,37 @@ func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]routing.Policy,
 			index = free
 			taken[free] = true
 		}
-		p := r.fromSpecKeeping(s, index, old, ids)
-		next = append(next, p)
+		next = append(next, r.fromSpecKeeping(s, index, old, ids))
 	}
 	slices.SortFunc(next, func(a, b routing.Policy) int { return a.Index - b.Index })
-	if err := r.checkLocked(next, r.cur.Topology); err != nil {
-		return nil, err
+	return next, nil
+}
+
+// evalsRegistered is ErrConflict when t names as an eval worker an index
+// that ps does not register.
+func evalsRegistered(ps []routing.Policy, t store.Topology) error {
+	have := make(map[int]bool, len(ps))
+	for _, p := range ps {
+		have[p.Index] = true
 	}
-	if err := r.store.ReplacePolicies(ctx, next); err != nil {
-		return nil, fmt.Errorf("replace policies: %w", err)
+	nodes := slices.Sorted(maps.Keys(t))
+	for _, node := range nodes {
+		for _, idx := range t[node]["eval"] {
+			if !have[idx] {
+				return fmt.Errorf("%w: policy index %d is an eval worker of node %q in the topology; "+
+					"replace policies and topology together with PUT /registration, or change the topology first", ErrConflict, idx, node)
+			}
+		}
 	}
-	r.commitLocked(next, r.cur.Topology)
-	out := make([]routing.Policy, len(next))
-	for i, p := range next {
+	return nil
+}
+
+func clonePolicies(ps []routing.Policy) []routing.Policy {
+	out := make([]routing.Policy, len(ps))
+	for i, p := range ps {
 		out[i] = p.Clone()
 	}
-	return out, nil
+	return out
 }
 
 func (r *Registry) fromSpecKeeping(s Spec, freeIndex int, old map[int]routing.Policy, ids map[string]bool) routing.Policy {
@@ -251,8 +345,11 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 		return ErrNotFound
 	}
 	next := slices.Delete(slices.Clone(r.cur.Policies), i, i+1)
+	if err := evalsRegistered(next, r.cur.Topology); err != nil {
+		return err
+	}
 	if err := r.checkLocked(next, r.cur.Topology); err != nil {
-		return fmt.Errorf("%w: %v; change the topology first", ErrConflict, err)
+		return err
 	}
 	if err := r.store.DeletePolicy(ctx, id); err != nil {
 		return fmt.Errorf("delete policy %q: %w", id, err)
@@ -296,8 +393,28 @@ func (r *Registry) SetTopology(ctx context.Context, t store.Topology) error {
 	return nil
 }
 
+// checkLocked checks a registration change before it is stored: the
+// routing rules, and that no policy's node_id contradicts the topology
+// (the seed allowed that, and its affinity routers then disagree about
+// where the policy is; a stored registration that has it still loads).
 func (r *Registry) checkLocked(ps []routing.Policy, t store.Topology) error {
-	return r.state.Check(ps, RoutingTopology(t))
+	if err := r.state.Check(ps, RoutingTopology(t)); err != nil {
+		return err
+	}
+	evalNode := make(map[int]string)
+	for node, kinds := range t {
+		for _, idx := range kinds["eval"] {
+			evalNode[idx] = node
+		}
+	}
+	for _, p := range ps {
+		if node := evalNode[p.Index]; p.NodeID != "" && node != "" && node != p.NodeID {
+			return &routing.InputError{Field: "topology." + node + ".eval.ids", Msg: fmt.Sprintf(
+				"policy %d is registered with node_id %q but the topology puts eval %d on node %q; change one of them (PUT /registration changes both at once)",
+				p.Index, p.NodeID, p.Index, node)}
+		}
+	}
+	return nil
 }
 
 // commitLocked records a change the store has accepted and publishes it.

@@ -19,6 +19,12 @@ const (
 // ValueError("No policies available for routing") for the first case.
 var ErrNoPolicies = errors.New("no policies available")
 
+// ErrAllUnavailable is returned when policies are registered but none passes
+// the availability filter: every one is unhealthy, draining or not yet
+// heard from. Waiting for a busy policy cannot help then, so Select answers
+// at once.
+var ErrAllUnavailable = errors.New("every policy is unhealthy, draining or not yet heard from")
+
 // loadBias shifts loads into the non-negative range so that packed keys
 // order like (load, index) tuples.
 const loadBias = 1 << 30

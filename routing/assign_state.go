@@ -27,8 +27,9 @@ type Assignment struct {
 // heard from) are left out; with every policy
 // available the answer is the seed's exactly. Registered policies are not
 // needed in stateless mode: an index with no registration is routed to like
-// the seed does. It returns ErrNoPolicies when nothing is left to route to
-// and an *InputError for bad input.
+// the seed does. It returns ErrNoPolicies when no policy is registered (or
+// current_loads is empty), ErrAllUnavailable when policies are but none is
+// available, and an *InputError for bad input.
 func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	if req.EnvIDs != nil && len(req.EnvIDs) != req.NumTasks {
 		return Assignment{}, inputErr("env_ids", "has %d entries, num_tasks is %d", len(req.EnvIDs), req.NumTasks)
@@ -36,6 +37,9 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	snap := st.snap.Load()
 	if req.Loads != nil {
 		in := stateless(snap, req.Loads)
+		if len(in.Indices) == 0 && len(req.Loads) > 0 {
+			return Assignment{Snapshot: snap}, ErrAllUnavailable
+		}
 		out, err := st.assignOver(snap, req, in)
 		if err != nil {
 			return Assignment{Snapshot: snap}, err
@@ -59,6 +63,9 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 			in.Nodes = append(in.Nodes, snap.nodes[pos])
 			rts = append(rts, rt)
 		}
+	}
+	if len(in.Indices) == 0 && n > 0 {
+		return Assignment{Snapshot: snap}, ErrAllUnavailable
 	}
 	out, err := st.assignOver(snap, req, in)
 	if err != nil {

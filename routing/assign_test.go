@@ -274,11 +274,11 @@ func TestAssignErrors(t *testing.T) {
 		},
 		{
 			name: "tracked with every policy draining", policies: densePolicies(2), drain: []string{"p0", "p1"},
-			req: AssignRequest{Kind: AssignLeastLoaded, NumTasks: 1},
+			req: AssignRequest{Kind: AssignLeastLoaded, NumTasks: 1}, field: "unavailable",
 		},
 		{
 			name: "stateless with every registered index draining", policies: densePolicies(2), drain: []string{"p0", "p1"},
-			req: AssignRequest{Kind: AssignLeastLoaded, NumTasks: 1, Loads: []int64{0, 0}},
+			req: AssignRequest{Kind: AssignLeastLoaded, NumTasks: 1, Loads: []int64{0, 0}}, field: "unavailable",
 		},
 		{
 			name: "negative num_tasks", policies: densePolicies(2),
@@ -308,6 +308,10 @@ func TestAssignErrors(t *testing.T) {
 			case "":
 				if !errors.Is(err, ErrNoPolicies) {
 					t.Fatalf("Assign = %v, %v; want ErrNoPolicies", got.Indices, err)
+				}
+			case "unavailable":
+				if !errors.Is(err, ErrAllUnavailable) {
+					t.Fatalf("Assign = %v, %v; want ErrAllUnavailable", got.Indices, err)
 				}
 			case "-":
 				if err == nil {

@@ -80,15 +80,18 @@ func TestConcurrentSelectRelease(t *testing.T) {
 				runtime.Gosched()
 				_ = st.SetDraining(p.ID, false)
 			case 2:
-				// Failed probes past the threshold, then enough passes;
-				// busy answers, so no lease is freed behind its holder.
+				// Failed probes past the threshold, then enough passes: a
+				// busy answer (it holds the policy's idle slots), then an
+				// idle one that gives them back. Both were sent at time
+				// zero, before any hand-out, so no lease is freed behind
+				// its holder.
 				for range 3 {
 					st.ObserveProbe(p.ID, Probe{OK: false})
 				}
 				runtime.Gosched()
-				for range 2 {
-					st.ObserveProbe(p.ID, Probe{OK: true, Idle: false})
-				}
+				st.ObserveProbe(p.ID, Probe{OK: true, Idle: false})
+				runtime.Gosched()
+				st.ObserveProbe(p.ID, Probe{OK: true, Idle: true})
 			case 3:
 				if _, err := st.Assign(AssignRequest{Kind: AssignNodeAffinity, NumTasks: 3, EnvIDs: []string{"env-0", "env-2", "env-x"}}); err != nil && !errors.Is(err, ErrNoPolicies) {
 					t.Errorf("Assign: %v", err)

@@ -18,6 +18,9 @@ type Probe struct {
 	// tracked estimate.
 	Load    int64
 	HasLoad bool
+	// Err says why a failed probe failed (shown as the policy's last
+	// error); it must not hold secrets such as a URL's password.
+	Err string
 }
 
 // Transition is a change of a policy's health caused by a probe.
@@ -59,15 +62,24 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	if !p.OK {
 		rt.probeFailures.Add(1)
 		rt.passStreak = 0
+		if rt.failStreak == 0 {
+			rt.failingSince = p.SentAt
+		}
 		rt.failStreak++
+		rt.lastError = p.Err
+		if rt.lastError == "" {
+			rt.lastError = "probe failed"
+		}
 		if rt.failStreak >= st.opts.FailThreshold && rt.healthy.Load() {
 			rt.healthy.Store(false)
+			rt.unhealthySince = rt.failingSince
 			st.setAvailableLocked(rt)
 			return BecameUnhealthy
 		}
 		return NoTransition
 	}
 
+	rt.lastOK = p.SentAt
 	rt.failStreak = 0
 	rt.passStreak++
 	rt.lastIdle.Store(p.Idle)
@@ -78,7 +90,11 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	tr := NoTransition
 	if !rt.healthy.Load() && rt.passStreak >= st.opts.PassThreshold {
 		rt.healthy.Store(true)
+		rt.unhealthySince = time.Time{}
 		tr = BecameHealthy
+	}
+	if rt.healthy.Load() {
+		rt.lastError = ""
 	}
 	rt.heard.Store(true)
 	if p.Idle {

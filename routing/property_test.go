@@ -161,8 +161,8 @@ func TestAssignTrackedMatchesReference(t *testing.T) {
 				}
 				got, err := st.Assign(req)
 				if len(cand) == 0 {
-					if !errors.Is(err, ErrNoPolicies) {
-						t.Fatalf("case %d step %d: all draining: %v, %v; want ErrNoPolicies", i, step, got.Indices, err)
+					if !errors.Is(err, ErrAllUnavailable) {
+						t.Fatalf("case %d step %d: all draining: %v, %v; want ErrAllUnavailable", i, step, got.Indices, err)
 					}
 					continue
 				}

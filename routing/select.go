@@ -34,7 +34,9 @@ type Selection struct {
 // become idle, whatever its node. A ctx that is already done makes Select a
 // non-blocking try: it returns ctx.Err() at once when nothing is idle.
 // Routers that do not lease never wait. ErrNoPolicies means no policy is
-// registered (leasing routers) or available (the others).
+// registered, ErrAllUnavailable that none passes the availability filter
+// (unhealthy, draining, not heard from) or is awaiting its first probe:
+// Select answers those at once instead of waiting.
 func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, error) {
 	r := req.Router
 	if r == nil {
@@ -62,9 +64,13 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 		st.mu.Unlock()
 		return sel, nil
 	}
-	if !r.leases() || len(st.runtimes) == 0 {
+	if len(st.runtimes) == 0 {
 		st.mu.Unlock()
 		return Selection{}, ErrNoPolicies
+	}
+	if !r.leases() || !st.anyAvailableLocked() {
+		st.mu.Unlock()
+		return Selection{}, ErrAllUnavailable
 	}
 	if err := ctx.Err(); err != nil {
 		st.mu.Unlock()
@@ -95,6 +101,19 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 		st.offerLocked(s, true)
 	}
 	return Selection{}, ctx.Err()
+}
+
+// anyAvailableLocked reports whether a registered policy passes the
+// availability filter, or may pass it soon: it was just registered (or the
+// router just started) and its first probe has not been answered yet.
+// Caller must hold mu.
+func (st *State) anyAvailableLocked() bool {
+	for _, rt := range st.ledger.snap.rts {
+		if rt.available() || (!rt.heard.Load() && rt.probes.Load() == 0 && rt.healthy.Load() && !rt.draining.Load()) {
+			return true
+		}
+	}
+	return false
 }
 
 // Release returns a leased slot to idle at once. It returns ErrLeaseEnded

@@ -79,6 +79,14 @@ type policyRuntime struct {
 	// before that probe was sent are held (slot.held) until it answers
 	// idle again.
 	busy bool
+	// lastError is why the last probe failed, kept while the policy fails
+	// or is unhealthy; failingSince is when the current failure streak
+	// began, unhealthySince when the one that made it unhealthy began
+	// (zero while healthy), lastOK when the last good probe was sent.
+	lastError      string
+	failingSince   time.Time
+	unhealthySince time.Time
+	lastOK         time.Time
 
 	// Written under State.mu, read without it.
 	healthy  atomic.Bool

@@ -33,15 +33,23 @@ type PolicyStats struct {
 	Probes        uint64
 	ProbeFailures uint64
 	// LastProbe is when the last probe was sent; zero if never.
-	LastProbe    time.Time
-	LastLatency  time.Duration
-	FailStreak   int
-	LastIdle     bool
-	Healthy      bool
-	Draining     bool
-	Heard        bool // a probe answered (always, without a poller)
-	ReportedBusy bool // the last answer was busy
-	IdleCapacity int  // slots that could be selected now
+	LastProbe   time.Time
+	LastLatency time.Duration
+	FailStreak  int
+	// LastError is why the last probe failed, while the policy fails or is
+	// unhealthy; "" otherwise.
+	LastError string
+	// UnhealthySince is when the failures that made the policy unhealthy
+	// began; zero while healthy. LastOK is when the last good probe was
+	// sent; zero if none.
+	UnhealthySince time.Time
+	LastOK         time.Time
+	LastIdle       bool
+	Healthy        bool
+	Draining       bool
+	Heard          bool // a probe answered (always, without a poller)
+	ReportedBusy   bool // the last answer was busy
+	IdleCapacity   int  // slots that could be selected now
 }
 
 // Stats is a consistent picture of the routing state.
@@ -50,6 +58,18 @@ type Stats struct {
 	Waiters  int           // /select callers waiting for an idle policy
 	Leases   int           // leases out
 	Idle     int           // idle slots in the global deque
+}
+
+// PolicyStats returns the live state of the policy with the given id, and
+// false when no policy has it.
+func (st *State) PolicyStats(id string) (PolicyStats, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rt := st.runtimes[id]
+	if rt == nil {
+		return PolicyStats{}, false
+	}
+	return statsLocked(rt), true
 }
 
 // Stats returns the live state of every policy. It holds the state's lock
@@ -63,47 +83,56 @@ func (st *State) Stats() Stats {
 	out.Leases = len(st.leases)
 	out.Idle = st.global.len
 	for i, rt := range snap.rts {
-		ps := PolicyStats{
-			Policy:        rt.policy,
-			Node:          rt.node,
-			Load:          rt.load,
-			Inflight:      rt.inflight,
-			Capacity:      len(rt.slots),
-			Selected:      rt.selected.Load(),
-			Assigned:      rt.assigned.Load(),
-			Completed:     rt.completed.Load(),
-			Expired:       rt.expired.Load(),
-			Probes:        rt.probes.Load(),
-			ProbeFailures: rt.probeFailures.Load(),
-			LastLatency:   time.Duration(rt.lastLatency.Load()),
-			FailStreak:    rt.failStreak,
-			LastIdle:      rt.lastIdle.Load(),
-			Healthy:       rt.healthy.Load(),
-			Draining:      rt.draining.Load(),
-			Heard:         rt.heard.Load(),
-			ReportedBusy:  rt.busy,
-		}
-		if ns := rt.lastProbe.Load(); ns != 0 {
-			ps.LastProbe = time.Unix(0, ns)
-		}
-		for _, s := range rt.slots {
-			if s.listed {
-				ps.IdleCapacity++
-			}
-		}
-		switch {
-		case !ps.Healthy:
-			ps.State = StateUnhealthy
-		case ps.Draining:
-			ps.State = StateDraining
-		case !ps.Heard:
-			ps.State = StateUnknown
-		case ps.IdleCapacity == 0:
-			ps.State = StateBusy
-		default:
-			ps.State = StateIdle
-		}
+		ps := statsLocked(rt)
 		out.Policies[i] = ps
 	}
 	return out
+}
+
+// statsLocked is the live state of one policy. Caller must hold State.mu.
+func statsLocked(rt *policyRuntime) PolicyStats {
+	ps := PolicyStats{
+		Policy:         rt.policy,
+		Node:           rt.node,
+		Load:           rt.load,
+		Inflight:       rt.inflight,
+		Capacity:       len(rt.slots),
+		Selected:       rt.selected.Load(),
+		Assigned:       rt.assigned.Load(),
+		Completed:      rt.completed.Load(),
+		Expired:        rt.expired.Load(),
+		Probes:         rt.probes.Load(),
+		ProbeFailures:  rt.probeFailures.Load(),
+		LastLatency:    time.Duration(rt.lastLatency.Load()),
+		FailStreak:     rt.failStreak,
+		LastError:      rt.lastError,
+		UnhealthySince: rt.unhealthySince,
+		LastOK:         rt.lastOK,
+		LastIdle:       rt.lastIdle.Load(),
+		Healthy:        rt.healthy.Load(),
+		Draining:       rt.draining.Load(),
+		Heard:          rt.heard.Load(),
+		ReportedBusy:   rt.busy,
+	}
+	if ns := rt.lastProbe.Load(); ns != 0 {
+		ps.LastProbe = time.Unix(0, ns)
+	}
+	for _, s := range rt.slots {
+		if s.listed {
+			ps.IdleCapacity++
+		}
+	}
+	switch {
+	case !ps.Healthy:
+		ps.State = StateUnhealthy
+	case ps.Draining:
+		ps.State = StateDraining
+	case !ps.Heard:
+		ps.State = StateUnknown
+	case ps.IdleCapacity == 0:
+		ps.State = StateBusy
+	default:
+		ps.State = StateIdle
+	}
+	return ps
 }

@@ -46,8 +46,8 @@ func TestRestartWhileHeldHandsOutNothingUntilIdle(t *testing.T) {
 			t.Errorf("Select(%T) before any answer = policy %d; want nothing", r, sel.Policy.Index)
 		}
 	}
-	if a, err := st.Assign(AssignRequest{NumTasks: 1}); !errors.Is(err, ErrNoPolicies) {
-		t.Errorf("Assign before any answer = %v, %v; want ErrNoPolicies", a.Indices, err)
+	if a, err := st.Assign(AssignRequest{NumTasks: 1}); !errors.Is(err, ErrAllUnavailable) {
+		t.Errorf("Assign before any answer = %v, %v; want ErrAllUnavailable", a.Indices, err)
 	}
 	// Ten rounds of busy answers change nothing.
 	for range 10 {
@@ -309,4 +309,35 @@ func fmtRouter(r Selector) string {
 		}
 	}
 	return "unlisted"
+}
+
+// Why a policy fails, since when it is unhealthy and when it last answered
+// are kept for /stats, and cleared once it is healthy again.
+func TestHealthYouCanActOn(t *testing.T) {
+	clock := newFakeClock()
+	st := newState(t, Options{Polled: true, FailThreshold: 2, PassThreshold: 2}, densePolicies(1), Topology{})
+	ok := clock.Now()
+	answer(t, st, 0, ok, true)
+	clock.Advance(time.Second)
+	firstFail := clock.Now()
+	st.ObserveProbe("p0", Probe{SentAt: firstFail, Err: "connection refused"})
+	if ps := policyStats(t, st, 0); ps.LastError != "connection refused" || !ps.UnhealthySince.IsZero() || !ps.LastOK.Equal(ok) {
+		t.Errorf("after one failure: last error %q, unhealthy since %v, last ok %v", ps.LastError, ps.UnhealthySince, ps.LastOK)
+	}
+	clock.Advance(time.Second)
+	st.ObserveProbe("p0", Probe{SentAt: clock.Now(), Err: "status 404"})
+	ps := policyStats(t, st, 0)
+	if ps.State != StateUnhealthy || ps.LastError != "status 404" || !ps.UnhealthySince.Equal(firstFail) {
+		t.Errorf("unhealthy: state %s, last error %q, since %v; want unhealthy, status 404, %v", ps.State, ps.LastError, ps.UnhealthySince, firstFail)
+	}
+	clock.Advance(time.Second)
+	answer(t, st, 0, clock.Now(), true)
+	if ps := policyStats(t, st, 0); ps.LastError != "status 404" || ps.UnhealthySince.IsZero() {
+		t.Errorf("one pass of two: last error %q, since %v; want both kept", ps.LastError, ps.UnhealthySince)
+	}
+	clock.Advance(time.Second)
+	answer(t, st, 0, clock.Now(), true)
+	if ps := policyStats(t, st, 0); ps.State != StateIdle || ps.LastError != "" || !ps.UnhealthySince.IsZero() || !ps.LastOK.Equal(clock.Now()) {
+		t.Errorf("healthy again: state %s, last error %q, since %v, last ok %v", ps.State, ps.LastError, ps.UnhealthySince, ps.LastOK)
+	}
 }

@@ -266,19 +266,58 @@ func (b *Bolt) ReplacePolicies(ctx context.Context, ps []routing.Policy) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: replace policies: %w", err)
 	}
+	write, err := rewritePolicies(ps)
+	if err != nil {
+		return fmt.Errorf("store: replace policies: %w", err)
+	}
+	if err := b.db.Update(write); err != nil {
+		return fmt.Errorf("store: replace policies: %w", err)
+	}
+	return nil
+}
+
+// PutRegistration implements Store: the policies bucket and the topology
+// are rewritten in one transaction.
+func (b *Bolt) PutRegistration(ctx context.Context, reg Registration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: put registration: %w", err)
+	}
+	write, err := rewritePolicies(reg.Policies)
+	if err != nil {
+		return fmt.Errorf("store: put registration: %w", err)
+	}
+	topo, err := json.Marshal(reg.Topology)
+	if err != nil {
+		return fmt.Errorf("store: put registration: %w", err)
+	}
+	err = b.db.Update(func(tx *bolt.Tx) error {
+		if err := write(tx); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketTopology).Put(keyTopology, topo)
+	})
+	if err != nil {
+		return fmt.Errorf("store: put registration: %w", err)
+	}
+	return nil
+}
+
+// rewritePolicies encodes ps and returns the transaction step that
+// replaces the policies bucket with them.
+func rewritePolicies(ps []routing.Policy) (func(*bolt.Tx) error, error) {
 	type kv struct{ key, val []byte }
 	kvs := make([]kv, 0, len(ps))
 	for _, p := range ps {
 		key, val, err := encodePolicy(p)
 		if err != nil {
-			return fmt.Errorf("store: replace policies: policy %q: %w", p.ID, err)
+			return nil, fmt.Errorf("policy %q: %w", p.ID, err)
 		}
 		kvs = append(kvs, kv{key, val})
 	}
 	// Sorted keys make bbolt's inserts appends. The sort is stable so
 	// that, as in Memory, the last of duplicate ids wins.
 	slices.SortStableFunc(kvs, func(a, b kv) int { return bytes.Compare(a.key, b.key) })
-	err := b.db.Update(func(tx *bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
 		if err := tx.DeleteBucket(bucketPolicies); err != nil {
 			return err
 		}
@@ -293,11 +332,7 @@ func (b *Bolt) ReplacePolicies(ctx context.Context, ps []routing.Policy) error {
 			}
 		}
 		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("store: replace policies: %w", err)
-	}
-	return nil
+	}, nil
 }
 
 // PutTopology implements Store. A nil topology is stored as nil, an

@@ -77,6 +77,22 @@ func (m *Memory) ReplacePolicies(ctx context.Context, ps []routing.Policy) error
 	return nil
 }
 
+// PutRegistration implements Store.
+func (m *Memory) PutRegistration(ctx context.Context, reg Registration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	next := make(map[string]routing.Policy, len(reg.Policies))
+	for _, p := range reg.Policies {
+		next[p.ID] = p.Clone()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.policies = next
+	m.topology = reg.Topology.Clone()
+	return nil
+}
+
 // PutTopology implements Store.
 func (m *Memory) PutTopology(ctx context.Context, t Topology) error {
 	if err := ctx.Err(); err != nil {

@@ -60,6 +60,9 @@ type Store interface {
 	ReplacePolicies(ctx context.Context, ps []routing.Policy) error
 	// PutTopology replaces the topology.
 	PutTopology(ctx context.Context, t Topology) error
+	// PutRegistration replaces every stored policy and the topology at
+	// once: after a crash either both changed or neither did.
+	PutRegistration(ctx context.Context, reg Registration) error
 	// Close releases the store's resources.
 	Close() error
 }

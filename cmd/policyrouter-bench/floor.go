@@ -109,7 +109,10 @@ func (f *floorServer) assign(w http.ResponseWriter, r *http.Request) {
 	if len(req.CurrentLoads) > 0 {
 		p = min(len(req.CurrentLoads), f.policies)
 	}
-	n := min(max(req.NumTasks, 0), maxTasks)
+	n := 0
+	if req.NumTasks != nil {
+		n = min(max(*req.NumTasks, 0), maxTasks)
+	}
 	resp := api.AssignResponse{Assignments: make([]int, n)}
 	first := f.pick()
 	for k := range resp.Assignments {

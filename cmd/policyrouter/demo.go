@@ -152,7 +152,7 @@ func demoWorker(ctx context.Context, base string, w, nEnv int, logger *slog.Logg
 		cancel()
 		if step%5 == 4 {
 			var a api.AssignResponse
-			if call(ctx, http.MethodPost, base+"/assign", api.AssignRequest{NumTasks: 4}, &a) == nil {
+			if call(ctx, http.MethodPost, base+"/assign", api.AssignRequest{NumTasks: new(4)}, &a) == nil {
 				for _, idx := range a.Assignments {
 					i := idx
 					_ = call(ctx, http.MethodPost, base+"/complete", api.CompleteRequest{Index: &i}, nil)

@@ -24,5 +24,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if envErr != nil {
 		return envErr
 	}
-	return fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q (flags go before nothing else; see %s -h)", fs.Name(), fs.Arg(0), fs.Name())
+	}
+	return nil
 }

@@ -1,9 +1,11 @@
 // Command policyrouter is the policyrouter control plane.
 //
-//	policyrouter [serve] [flags]   run the router (the default command)
-//	policyrouter demo [flags]      run the router with simulated policies on two nodes
-//	policyrouter token [flags]     mint a bearer token
-//	policyrouter fake-policy       serve simulated policies' /idle endpoints
+//	policyrouter serve [flags]        run the router
+//	policyrouter demo [flags]         run the router with simulated policies on two nodes
+//	policyrouter status [flags]       print the policies of a running router
+//	policyrouter token [flags]        mint a bearer token
+//	policyrouter fake-policy [flags]  serve simulated policies' /idle endpoints
+//	policyrouter version              print the version and build information
 //
 // Every flag can also be set by an environment variable POLICYROUTER_<NAME>,
 // e.g. POLICYROUTER_POLL_INTERVAL=200ms for --poll-interval.
@@ -19,35 +21,71 @@ import (
 	"syscall"
 )
 
+// usage lists the commands.
+const usage = `policyrouter: the control plane that routes RL rollout requests to policy servers.
+
+Usage: policyrouter COMMAND [flags]
+
+Commands:
+  serve        run the router
+  demo         run the router with simulated policies and env workers
+  status       print the policies of a running router (exit 1 if any is unhealthy)
+  token        mint a bearer token
+  fake-policy  serve simulated policies
+  version      print the version and build information
+  help         print this help
+
+Run "policyrouter COMMAND -h" for a command's flags.
+`
+
+// errUsage is a command line that names no command: usage was printed.
+var errUsage = errors.New("no command given")
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "policyrouter:", err)
-		}
+	err := run(ctx, os.Args[1:])
+	switch {
+	case err == nil:
+	case errors.Is(err, errUnhealthy):
+		stop()
+		os.Exit(1)
+	case errors.Is(err, flag.ErrHelp), errors.Is(err, errUsage):
+		stop()
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "policyrouter:", err)
+		stop()
 		os.Exit(2)
 	}
 }
 
 func run(ctx context.Context, args []string) error {
-	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return errUsage
 	}
+	cmd, args := args[0], args[1:]
 	switch cmd {
 	case "serve":
 		return serveCommand(ctx, args)
 	case "demo":
 		return demoCommand(ctx, args)
+	case "status":
+		return statusCommand(ctx, os.Stdout, args)
 	case "token":
 		return tokenCommand(args)
 	case "fake-policy":
 		return fakePolicyCommand(ctx, args)
-	case "help":
-		fmt.Println("usage: policyrouter [serve|demo|token|fake-policy] [flags]; policyrouter COMMAND -h for flags")
+	case "version":
+		if len(args) > 0 {
+			return fmt.Errorf("version: unexpected argument %q", args[0])
+		}
+		return printVersion(os.Stdout)
+	case "help", "-h", "-help", "--help":
+		fmt.Print(usage)
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q (want serve, demo, token or fake-policy)", cmd)
+		return fmt.Errorf("unknown command %q; commands: serve, demo, status, token, fake-policy, version (policyrouter help)", cmd)
 	}
 }

@@ -129,6 +129,13 @@ class RemoteSyncRouter:
         lease_ttl_ms: ask the server to end each lease this long after the
             hand-out unless released first; ``None`` uses the server's
             ``--lease-ttl``.
+        unavailable_after_s: when the server keeps answering that there is
+            no policy to wait for at all (``no_policies``, or
+            ``all_unavailable``: every policy unhealthy, drained or not yet
+            heard from) for this long, raise
+            :class:`~policyrouter.errors.Unavailable` instead of waiting on;
+            busy policies (``no_idle_policy``) are still waited for as
+            ``max_wait_s`` says. ``None`` waits on.
     """
 
     def __init__(
@@ -142,6 +149,7 @@ class RemoteSyncRouter:
         release_previous: bool = False,
         keep_leases: int = 64,
         lease_ttl_ms: Optional[int] = None,
+        unavailable_after_s: Optional[float] = 30.0,
     ) -> None:
         self.client = client
         self.router = router
@@ -151,6 +159,7 @@ class RemoteSyncRouter:
         self.release_previous = release_previous
         self._keep = max(1, int(keep_leases))
         self.lease_ttl_ms = lease_ttl_ms
+        self.unavailable_after_s = unavailable_after_s
         self._lock = threading.Lock()
         self._held: Dict[int, Deque[str]] = {}
         self._local = threading.local()
@@ -246,6 +255,7 @@ class RemoteSyncRouter:
     def _select_waiting(self, env_id: Optional[str]) -> Dict[str, Any]:
         start = time.monotonic()
         deadline = None if self.max_wait_s is None else start + self.max_wait_s
+        nothing_since: Optional[float] = None  # first of a run of no_policies / all_unavailable
         while True:
             wait_ms = self.timeout_ms
             if deadline is not None:
@@ -258,6 +268,13 @@ class RemoteSyncRouter:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     raise
+                if exc.code in ("no_policies", "all_unavailable"):
+                    if nothing_since is None:
+                        nothing_since = asked
+                    if self.unavailable_after_s is not None and now - nothing_since >= self.unavailable_after_s:
+                        raise
+                else:
+                    nothing_since = None
                 log.warning("policyrouter: %s; waited %.1fs, still waiting", exc.message, now - start)
                 # An answer well before the wait ended means there was
                 # nothing to wait for (no policies, shutting down), and with

@@ -21,6 +21,7 @@ Retries are limited to what is safe to repeat:
 from __future__ import annotations
 
 import json
+import numbers
 import random
 import time
 import uuid
@@ -192,20 +193,23 @@ class Client:
         id: Optional[str] = None,  # noqa: A002 - the wire field's name
         capacity: Optional[int] = None,
         labels: Optional[Mapping[str, str]] = None,
+        allow_shared_url: bool = False,
     ) -> RegisteredPolicy:
         """``POST /policies``: register one policy.
 
         ``index`` defaults to the lowest free one and ``id`` to a UUID.
         Registering the same index with the same body again is a no-op: the
         answer's ``created`` is then ``False``. A different body for a
-        taken index or id raises :class:`~policyrouter.errors.Conflict`.
-        Retried like a PUT when ``index`` or ``id`` is given, else only
+        taken index or id raises :class:`~policyrouter.errors.Conflict`
+        naming the field that differs, and so does a ``url`` another index
+        already has, unless ``allow_shared_url`` is set. Retried like a PUT when ``index`` or ``id`` is given, else only
         when the request was never sent.
         """
         body = _omit_none(
             url=url, node_id=node_id, index=None if index is None else int(index), id=id,
             capacity=None if capacity is None else int(capacity),
             labels=None if labels is None else dict(labels),
+            allow_shared_url=True if allow_shared_url else None,
         )
         # With an index or id the call is idempotent (same body -> 200), so
         # it may be repeated; without either a repeat would register a
@@ -220,26 +224,44 @@ class Client:
         body = {"policies": [dict(p) for p in policies]}
         return self._request("PUT", "/policies", body, idempotent=True).json()["policies"]
 
+    def replace_registration(
+        self, policies: Iterable[Mapping[str, Any]], topology: Mapping[str, Any]
+    ) -> Dict[str, Any]:
+        """``PUT /registration``: replace every policy and the topology (the
+        seed's ``component_distribution``) in one atomic call, checked as a
+        whole: what a trainer does at start-up, and how to shrink or
+        reshape a fleet. Returns ``{"policies": [...], "topology": {...}}``."""
+        body = {"policies": [dict(p) for p in policies], "topology": dict(topology)}
+        return self._request("PUT", "/registration", body, idempotent=True).json()
+
+    def get_registration(self) -> Dict[str, Any]:
+        """``GET /registration``: every policy and the topology."""
+        return self._request("GET", "/registration").json()
+
     def list_policies(self) -> List[Dict[str, Any]]:
         """``GET /policies``: every policy, in index order."""
         return self._request("GET", "/policies").json()["policies"]
 
-    def get_policy(self, id: str) -> Dict[str, Any]:  # noqa: A002
-        """``GET /policies/{id}``; raises NotFound for an unknown id."""
+    def get_policy(self, id: Union[str, int]) -> Dict[str, Any]:  # noqa: A002
+        """``GET /policies/{id}``, with the policy's live ``state`` and
+        health (``last_error``, ``unhealthy_since``, ``last_ok``). An
+        ``int`` names the policy by its index (``/policies/by-index/3``), a
+        ``str`` by its id. Raises NotFound for an unknown one."""
         return self._request("GET", self._policy_path(id)).json()
 
-    def delete_policy(self, id: str) -> None:  # noqa: A002
+    def delete_policy(self, id: Union[str, int]) -> None:  # noqa: A002
         """``DELETE /policies/{id}``; raises NotFound for an unknown id,
         except when an earlier attempt of this same call may have deleted
         it (then the 404 of the retry is the expected answer)."""
         self._request("DELETE", self._policy_path(id), idempotent=True, missing_ok_on_retry=True)
 
-    def drain(self, id: str) -> Dict[str, Any]:  # noqa: A002
+    def drain(self, id: Union[str, int]) -> Dict[str, Any]:  # noqa: A002
         """``POST /policies/{id}/drain``: stop new work to the policy without
-        deleting it. Returns the policy (``draining`` true)."""
+        deleting it. Returns the policy (``draining`` true). An ``int``
+        names the policy by its index, a ``str`` by its id."""
         return self._request("POST", self._policy_path(id) + "/drain", idempotent=True).json()
 
-    def resume(self, id: str) -> Dict[str, Any]:  # noqa: A002
+    def resume(self, id: Union[str, int]) -> Dict[str, Any]:  # noqa: A002
         """``POST /policies/{id}/resume``: undo :meth:`drain`."""
         return self._request("POST", self._policy_path(id) + "/resume", idempotent=True).json()
 
@@ -343,9 +365,11 @@ class Client:
     # -- plumbing --------------------------------------------------------
 
     @staticmethod
-    def _policy_path(id: str) -> str:  # noqa: A002
+    def _policy_path(id: Union[str, int]) -> str:  # noqa: A002
+        if isinstance(id, numbers.Integral) and not isinstance(id, bool) and int(id) >= 0:
+            return "/policies/by-index/" + str(int(id))
         if not isinstance(id, str) or not id:
-            raise ValueError(f"policy id must be a non-empty string, not {id!r}")
+            raise ValueError(f"policy must be an id (a non-empty string) or an index (an int >= 0), not {id!r}")
         # Escape exactly as Go does for a path (RFC 3986 sub-delims, ':' and
         # '@' stay literal). Any other escaping makes Go keep the raw path,
         # which the server's router matches undecoded, and the id is not found.

@@ -151,6 +151,17 @@ class RemoteSyncRouterTest(ServerTestCase):
         self.assertGreaterEqual(time.monotonic() - start, 0.3)
         self.assertGreaterEqual(len(logs.records), 2)  # asked again every 100ms
 
+    def test_all_unavailable_fails_fast(self):
+        (p,) = self.register_n(1)
+        self.client.drain(p["id"])
+        router = RemoteSyncRouter(self.client, timeout_ms=1000, max_wait_s=60, unavailable_after_s=0.3)
+        start = time.monotonic()
+        with self.assertLogs("policyrouter", "WARNING"), self.assertRaises(Unavailable) as cm:
+            router.select_policy()
+        self.assertEqual(cm.exception.code, "all_unavailable")
+        # Raised for unavailable_after_s, long before max_wait_s.
+        self.assertLess(time.monotonic() - start, 30)
+
     def test_no_policies_is_not_a_busy_loop(self):
         calls = []
 

@@ -125,12 +125,54 @@ class RegistrationTest(ServerTestCase):
         self.register_n(3)
         topo = {
             "node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}},
-            "node-b": {"env": {"ids": [2]}, "eval": {"ids": [2]}, "trainer": {"ids": [7]}},
+            "node-b": {"env": {"ids": [2]}, "eval": {"ids": [2]}},
         }
         self.assertEqual(self.client.set_topology(copy.deepcopy(topo)), topo)
         self.assertEqual(self.client.get_topology(), topo)
         # a policy registered without node_id takes the node of its eval id
         self.assertEqual([p["node_id"] for p in self.client.list_policies()], ["node-a", "node-a", "node-b"])
+
+    def test_a_typo_in_the_topology_names_its_path(self):
+        self.register_n(1)
+        with self.assertRaises(ValidationError) as cm:
+            self.client.set_topology({"node-a": {"envs": {"ids": [0]}, "eval": {"ids": [0]}}})
+        self.assertIn("topology.node-a.envs", cm.exception.fields)
+
+    def test_replace_registration_shrinks_a_fleet_in_one_call(self):
+        topo = {"node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}},
+                "node-b": {"env": {"ids": [2, 3]}, "eval": {"ids": [2, 3]}}}
+        pols = [{"url": f"http://127.0.0.1:9/p{i}", "index": i} for i in range(4)]
+        got = self.client.replace_registration(pols, topo)
+        self.assertEqual([p["node_id"] for p in got["policies"]], ["node-a", "node-a", "node-b", "node-b"])
+        # Shrinking with PUT /policies alone conflicts with the topology ...
+        with self.assertRaises(Conflict) as cm:
+            self.client.replace_policies(pols[:2])
+        self.assertIn("PUT /registration", cm.exception.message)
+        # ... and with the topology in the same call it is one atomic change.
+        small = {"node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}}}
+        got = self.client.replace_registration(pols[:2], small)
+        self.assertEqual((len(got["policies"]), got["topology"]), (2, small))
+        self.assertEqual(self.client.get_registration()["topology"], small)
+
+    def test_admin_by_index(self):
+        self.register_n(2)
+        self.assertTrue(self.client.drain(1)["draining"])
+        self.assertEqual(self.client.get_policy(1)["state"], "draining")
+        self.assertEqual(self.client.resume(1)["state"], "idle")
+        self.client.delete_policy(1)
+        with self.assertRaises(NotFound) as cm:
+            self.client.get_policy(1)
+        self.assertIn("index 1", cm.exception.message)
+        with self.assertRaises(NotFound) as cm:
+            self.client.drain("0")  # an id, not an index: the answer says what to use
+        self.assertIn("/policies/by-index/0", cm.exception.message)
+
+    def test_a_url_registered_twice_is_a_conflict_unless_asked_for(self):
+        self.client.register_policy("http://127.0.0.1:9/p0", index=0)
+        with self.assertRaises(Conflict) as cm:
+            self.client.register_policy("http://127.0.0.1:9/p0", index=1)
+        self.assertIn("allow_shared_url", cm.exception.message)
+        self.assertEqual(self.client.register_policy("http://127.0.0.1:9/p0", index=1, allow_shared_url=True)["index"], 1)
 
     def test_topology_rule_is_a_validation_error(self):
         self.register_n(1)
@@ -198,9 +240,12 @@ class AssignTest(ServerTestCase):
         self.assertEqual(self.client.complete(2, count=1)["load"], 0)
         self.assertEqual(self.client.assign(2)["assignments"], [2, 0])
 
+    def test_zero_tasks_is_no_assignment_as_in_the_seed(self):
+        self.assertEqual(self.client.assign(0, current_loads=[1, 2]), {"assignments": [], "policies": {}})
+
     def test_assign_validation(self):
         with self.assertRaises(ValidationError) as cm:
-            self.client.assign(0, current_loads=[1, 2])
+            self.client.assign(-1, current_loads=[1, 2])
         e = cm.exception
         self.assertEqual((e.status, e.code), (422, "validation_failed"))
         self.assertIn("num_tasks", e.fields)
@@ -260,7 +305,7 @@ class SelectTest(ServerTestCase):
             self.client.select(timeout_ms=50)
         self.assertGreaterEqual(time.monotonic() - start, 0.045)
         e = cm.exception
-        self.assertEqual((e.status, e.code, e.retry_after), (503, "unavailable", 1.0))
+        self.assertEqual((e.status, e.code, e.retry_after), (503, "no_idle_policy", 1.0))
         self.assertIn("retry after 1s", str(e))
 
     def test_select_waits_longer_than_the_client_timeout(self):
@@ -347,7 +392,7 @@ def envelope(code, message, **extra):
     return {"error": {"code": code, "message": message, "request_id": "rid-1", **extra}}
 
 
-UNAVAILABLE = (503, {"Retry-After": "0"}, envelope("unavailable", "busy"))
+UNAVAILABLE = (503, {"Retry-After": "0"}, envelope("no_idle_policy", "busy"))
 
 
 class FakeServerTest(unittest.TestCase):

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+)
+
+// errUnhealthy is the status command's answer when a policy is unhealthy:
+// exit status 1, after the table.
+var errUnhealthy = errors.New("a policy is unhealthy")
+
+// statusCommand prints the policies of a running router from its /stats,
+// one line each, and returns errUnhealthy when any is unhealthy, so that
+// scripts and probes can use its exit status.
+func statusCommand(ctx context.Context, out io.Writer, args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	var (
+		url, token string
+		timeout    time.Duration
+	)
+	fs.StringVar(&url, "url", "http://127.0.0.1:8080", "the router's base URL")
+	fs.StringVar(&token, "token", "", "bearer token with scope read, when the router has a token key")
+	fs.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the router")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	stats, err := fetchStats(ctx, http.DefaultClient, strings.TrimRight(url, "/"), token)
+	if err != nil {
+		return err
+	}
+	if err := printStatus(out, stats); err != nil {
+		return err
+	}
+	if stats.Totals.Unhealthy > 0 {
+		return errUnhealthy
+	}
+	return nil
+}
+
+// fetchStats reads GET {base}/stats.
+func fetchStats(ctx context.Context, client *http.Client, base, token string) (api.Stats, error) {
+	var stats api.Stats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/stats", nil)
+	if err != nil {
+		return stats, fmt.Errorf("--url: %w", err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return stats, fmt.Errorf("GET %s/stats: %w", base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return stats, fmt.Errorf("GET %s/stats: %w", base, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var env api.ErrorResponse
+		if json.Unmarshal(body, &env) == nil && env.Error.Message != "" {
+			return stats, fmt.Errorf("GET %s/stats: %s: %s", base, resp.Status, env.Error.Message)
+		}
+		return stats, fmt.Errorf("GET %s/stats: %s", base, resp.Status)
+	}
+	if err := json.Unmarshal(body, &stats); err != nil {
+		return stats, fmt.Errorf("GET %s/stats: %w", base, err)
+	}
+	return stats, nil
+}
+
+// printStatus writes one line per policy, then the totals.
+func printStatus(w io.Writer, s api.Stats) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tNODE\tSTATE\tLOAD\tIN FLIGHT\tLAST ERROR")
+	for _, p := range s.Policies {
+		node := p.NodeID
+		if node == "" {
+			node = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d/%d\t%s\n", p.Index, node, p.State, p.Load, p.Inflight, p.Capacity,
+			valueOr(p.LastError, "-"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	t := s.Totals
+	_, err := fmt.Fprintf(w, "%d policies: %d idle, %d busy, %d unhealthy, %d draining, %d unknown; %d waiters, %d leases\n",
+		t.Policies, t.Idle, t.Busy, t.Unhealthy, t.Draining, t.Unknown, s.Waiters, s.Leases)
+	return err
+}
