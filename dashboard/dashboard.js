@@ -136,7 +136,8 @@
     t.flight = num("in flight");
     t.rate = num("/s");
     t.poll = el("div", "t-poll");
-    t.root.append(head, t.id, bar, nums, t.poll);
+    t.err = el("div", "t-err");
+    t.root.append(head, t.id, bar, nums, t.poll, t.err);
     t.meter = new Rate();
     t.cls = "";
     t.width = "";
@@ -183,6 +184,11 @@
     }
     setText(t.poll, poll);
     if (t.poll.className !== pollCls) t.poll.className = pollCls;
+    // Why it fails, and since when: what an operator acts on.
+    let err = p.last_error || "";
+    if (err && p.unhealthy_since) err = "down " + fmtMS(Math.max(0, now - Date.parse(p.unhealthy_since))) + ": " + err;
+    setText(t.err, err);
+    t.err.hidden = err === "";
 
     const title = [
       "policy " + p.index + " — " + (p.state || "unknown"),
@@ -194,7 +200,9 @@
       "throughput " + fmtRate(t.r) + "/s over the last " + RATE_WINDOW_MS / 1000 + " s",
       p.last_poll ? "last poll " + fmtMS(age) + " ago, latency " + fmtMS(p.latency_ms) : "not polled yet",
       "probes " + p.probes_total + " (" + p.probe_failures_total + " failed), " + p.consecutive_failures + " failing in a row",
-    ].join("\n");
+      p.last_error ? "last error: " + p.last_error : "",
+      p.last_ok ? "last good probe " + fmtMS(Math.max(0, now - Date.parse(p.last_ok))) + " ago" : "",
+    ].filter(Boolean).join("\n");
     if (t.root.title !== title) t.root.title = title;
   };
 

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -55,6 +56,25 @@ func toAPI(p routing.Policy, ps routing.PolicyStats, live bool) api.Policy {
 	return out
 }
 
+// awaitFirstProbes waits, when a poller runs, until the poller has probed
+// the policies just registered, for at most one probe timeout plus one
+// period: a policy gets no work until it has answered, so a trainer that
+// registers and then routes at once would otherwise find nothing to route
+// to. The answer shows each policy's state either way.
+func (s *Server) awaitFirstProbes(r *http.Request, ps []routing.Policy) {
+	if s.Poller == nil || len(ps) == 0 {
+		return
+	}
+	ps0 := s.Poller.Stats()
+	ctx, cancel := context.WithTimeout(r.Context(), ps0.Timeout+ps0.Interval)
+	defer cancel()
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	_ = s.State.WaitProbed(ctx, ids)
+}
+
 func (s *Server) policyToAPI(p routing.Policy) api.Policy {
 	ps, ok := s.State.PolicyStats(p.ID)
 	return toAPI(p, ps, ok)
@@ -94,6 +114,7 @@ func (s *Server) registerPolicy(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	s.awaitFirstProbes(r, []routing.Policy{p})
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -122,6 +143,7 @@ func (s *Server) replacePolicies(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	s.awaitFirstProbes(r, ps)
 	writeJSON(w, http.StatusOK, s.toAPIList(ps))
 }
 
@@ -198,6 +220,7 @@ func (s *Server) putRegistration(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	s.awaitFirstProbes(r, reg.Policies)
 	writeJSON(w, http.StatusOK, api.Registration{Policies: s.toAPIList(reg.Policies).Policies, Topology: topologyToAPI(reg.Topology)})
 }
 

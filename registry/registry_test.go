@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/policyrouter/policyrouter/routing"
@@ -45,6 +46,13 @@ func (f *failingStore) PutTopology(ctx context.Context, t store.Topology) error 
 	return f.Memory.PutTopology(ctx, t)
 }
 
+func (f *failingStore) PutRegistration(ctx context.Context, reg store.Registration) error {
+	if f.fail {
+		return errDisk
+	}
+	return f.Memory.PutRegistration(ctx, reg)
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func open(tb testing.TB) (*Registry, *failingStore, *routing.State) {
@@ -74,6 +82,10 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 		"delete":   func() error { return r.Delete(ctx, "a") },
 		"drain":    func() error { _, err := r.SetDraining(ctx, "a", true); return err },
 		"topology": func() error { return r.SetTopology(ctx, topo) },
+		"registration": func() error {
+			_, err := r.ReplaceRegistration(ctx, []Spec{{URL: "http://d:1", Index: ptr(0)}}, topo)
+			return err
+		},
 	}
 	for name, step := range steps {
 		if err := step(); !errors.Is(err, errDisk) {
@@ -195,5 +207,48 @@ func TestCallerMapsAreNeitherChangedNorKept(t *testing.T) {
 	cur.Policies[0].Labels["gpu"] = "changed by the caller of Current"
 	if got := r.Current().Policies[0].Labels["gpu"]; got != "a100" {
 		t.Errorf("Current shares its labels: %q", got)
+	}
+}
+
+// Conflicts name what differs and what to do.
+func TestConflictsSayWhatDiffers(t *testing.T) {
+	ctx := context.Background()
+	r, _, _ := open(t)
+	if _, _, err := r.Register(ctx, Spec{URL: "http://a:1", Index: ptr(0), ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"another url at the index", Spec{URL: "http://b:1", Index: ptr(0)}, `url (registered "http://a:1", sent "http://b:1")`},
+		{"another capacity", Spec{URL: "http://a:1", Index: ptr(0), Capacity: ptr(2)}, "capacity (registered 1, sent 2)"},
+		{"the id at another index", Spec{URL: "http://a:1", Index: ptr(3), ID: "a"}, "index (registered 0, sent 3)"},
+		{"another id at the index", Spec{URL: "http://a:1", Index: ptr(0), ID: "z"}, `id (registered "a", sent "z")`},
+		{"the url at another index", Spec{URL: "http://a:1", Index: ptr(1)}, "allow_shared_url"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := r.Register(ctx, tt.spec)
+			if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Register = %v; want a conflict naming %s", err, tt.want)
+			}
+		})
+	}
+	if p, created, err := r.Register(ctx, Spec{URL: "http://a:1", Index: ptr(1), AllowSharedURL: true}); err != nil || !created || p.Index != 1 {
+		t.Errorf("Register with allow_shared_url = %+v, %v, %v; want index 1 created", p, created, err)
+	}
+	// Shrinking under a topology that names the policy points to the call
+	// that changes both.
+	if err := r.SetTopology(ctx, store.Topology{"n": {"env": {0}, "eval": {0, 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.Replace(ctx, []Spec{{URL: "http://a:1", Index: ptr(0)}})
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "PUT /registration") {
+		t.Errorf("Replace removing an eval policy = %v; want a conflict pointing to PUT /registration", err)
+	}
+	reg, err := r.ReplaceRegistration(ctx, []Spec{{URL: "http://a:1", Index: ptr(0)}}, store.Topology{"n": {"env": {0}, "eval": {0}}})
+	if err != nil || len(reg.Policies) != 1 || reg.Policies[0].ID != "a" {
+		t.Errorf("ReplaceRegistration = %+v, %v; want policy a kept alone", reg, err)
 	}
 }

@@ -56,7 +56,11 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	if rt == nil {
 		return NoTransition
 	}
-	rt.probes.Add(1)
+	if rt.probes.Add(1) == 1 {
+		// First news of this policy: wake WaitProbed callers.
+		close(st.firstProbe)
+		st.firstProbe = make(chan struct{})
+	}
 	rt.lastProbe.Store(p.SentAt.UnixNano())
 	rt.lastLatency.Store(int64(p.Latency))
 	if !p.OK {

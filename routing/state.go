@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -131,6 +132,9 @@ type ledger struct {
 	nextLease uint64
 	rr        map[string]uint64 // per-node round-robin positions
 	grr       uint64            // global round-robin position
+	// firstProbe is closed, and replaced, whenever a policy gets its
+	// first probe report.
+	firstProbe chan struct{}
 }
 
 // State is the live routing state: the current snapshot of policies and
@@ -151,11 +155,12 @@ func New(opts Options) *State {
 		opts:  opts.withDefaults(),
 		codec: newLeaseCodec(),
 		ledger: ledger{
-			runtimes: make(map[string]*policyRuntime),
-			global:   slotList{kind: globalList},
-			byNode:   make(map[string]*slotList),
-			leases:   make(map[uint64]*slot),
-			rr:       make(map[string]uint64),
+			runtimes:   make(map[string]*policyRuntime),
+			global:     slotList{kind: globalList},
+			byNode:     make(map[string]*slotList),
+			leases:     make(map[uint64]*slot),
+			rr:         make(map[string]uint64),
+			firstProbe: make(chan struct{}),
 		},
 	}
 	empty, _ := newSnapshot(nil, Topology{})
@@ -428,6 +433,33 @@ func (st *State) Complete(index int, count int64) (int64, error) {
 	defer st.mu.Unlock()
 	rt.load = max(rt.load-count, 0)
 	return rt.load, nil
+}
+
+// WaitProbed returns once every policy with one of the given ids that is
+// still registered has had a probe reported (answered or failed), or when
+// ctx is done (returning ctx.Err()). Registration calls it so that a
+// trainer that registers and then routes at once finds its policies known.
+func (st *State) WaitProbed(ctx context.Context, ids []string) error {
+	for {
+		st.mu.Lock()
+		waiting := false
+		for _, id := range ids {
+			if rt := st.runtimes[id]; rt != nil && rt.probes.Load() == 0 && rt.policy.URL != "" {
+				waiting = true
+				break
+			}
+		}
+		ch := st.firstProbe
+		st.mu.Unlock()
+		if !waiting {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Unprobed returns how many registered policies have had no probe reported

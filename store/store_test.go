@@ -100,6 +100,27 @@ var storeCases = []struct {
 	name string
 	run  func(t *testing.T, s Store)
 }{
+	{"PutRegistration replaces policies and topology together", func(t *testing.T, s Store) {
+		ctx := context.Background()
+		mustPut(t, s, testPolicy(0), testPolicy(1), testPolicy(2))
+		if err := s.PutTopology(ctx, Topology{"old": {"env": {0}, "eval": {0}}}); err != nil {
+			t.Fatal(err)
+		}
+		topo := Topology{"node-a": {"env": {1}, "eval": {1}}}
+		if err := s.PutRegistration(ctx, Registration{Policies: []routing.Policy{testPolicy(1), testPolicy(5)}, Topology: topo}); err != nil {
+			t.Fatal(err)
+		}
+		wantPolicies(t, s, []routing.Policy{testPolicy(1), testPolicy(5)})
+		wantTopology(t, s, topo)
+		// A cancelled call changes nothing.
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := s.PutRegistration(cctx, Registration{Topology: Topology{}}); !errors.Is(err, context.Canceled) {
+			t.Errorf("PutRegistration with a cancelled context = %v; want context.Canceled", err)
+		}
+		wantPolicies(t, s, []routing.Policy{testPolicy(1), testPolicy(5)})
+		wantTopology(t, s, topo)
+	}},
 	{"empty", func(t *testing.T, s Store) {
 		reg := mustLoad(t, s)
 		if reg.Policies == nil || len(reg.Policies) != 0 {

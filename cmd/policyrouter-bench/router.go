@@ -112,11 +112,13 @@ func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ 
 	goLabelled(&r.serving, sideRouter, func() { _ = r.srv.Serve(ln) })
 	r.URL = "http://" + ln.Addr().String()
 
-	if err := r.register(ctx, client, cfg.Nodes); err != nil {
-		return nil, fmt.Errorf("register the fleet: %w", err)
-	}
+	// Polling first: registration waits for the first probes of the new
+	// policies, which get no work until they have answered.
 	if cfg.PollInterval > 0 {
 		r.startPolling()
+	}
+	if err := r.register(ctx, client, cfg.Nodes); err != nil {
+		return nil, fmt.Errorf("register the fleet: %w", err)
 	}
 	return r, nil
 }

@@ -4,9 +4,10 @@
     policyrouter serve &                       # in another terminal
     python3 trainer.py [BASE_URL]              # default $POLICYROUTER_URL or http://127.0.0.1:8080
 
-1. registers 4 policies on two nodes (PUT /policies replaces the router's
-   whole set: run this against a router of your own),
-2. sets the topology (the seed's component_distribution),
+1. registers 4 policies on two nodes and the topology (the seed's
+   component_distribution) in one atomic call (PUT /registration replaces
+   the router's whole registration: run this against a router of your own),
+2. waits until the router has heard from them (GET /readyz),
 3. assigns a batch of 8 rollout tasks with node affinity (async mode) and
    reports them finished,
 4. selects an idle policy for one sync step, then releases it.
@@ -21,6 +22,7 @@ import json
 import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 try:
@@ -29,7 +31,7 @@ except ImportError:  # running from a checkout: use the package next door
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import policyrouter  # noqa: F401
 
-from policyrouter import Client, NotFound
+from policyrouter import Client
 
 
 class _IdlePolicy(BaseHTTPRequestHandler):
@@ -56,6 +58,18 @@ def start_stub_policies(n):
     return servers
 
 
+def wait_until_heard(client, n, timeout_s=10.0):
+    """Wait until none of the n policies is still unknown to the router."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        unknown = client.stats()["totals"]["unknown"]
+        if unknown == 0:
+            return
+        if time.monotonic() > deadline:
+            sys.exit("the router has not heard from %d of %d policies after %.0fs: see GET /stats" % (unknown, n, timeout_s))
+        time.sleep(0.05)
+
+
 def main(argv):
     base_url = argv[1] if len(argv) > 1 else os.environ.get("POLICYROUTER_URL", "http://127.0.0.1:8080")
     client = Client(base_url, token=os.environ.get("POLICYROUTER_TOKEN"))
@@ -70,18 +84,21 @@ def main(argv):
         sys.exit("POLICYROUTER_POLICY_URLS must name 4 policy servers")
 
     try:
-        # The topology's eval ids must be registered policy indices, so:
-        # clear the old topology, register the policies, set the new topology.
-        client.set_topology({})
-        policies = client.replace_policies(
-            [{"url": url, "index": i, "node_id": "node-a" if i < 2 else "node-b"} for i, url in enumerate(urls)]
+        # Policies and the seed's component_distribution in one call: env
+        # workers 0-1 and policies (eval workers) 0-1 on node-a, env workers
+        # 2-3 and policies 2-3 on node-b. Policies take their node from the
+        # topology.
+        reg = client.replace_registration(
+            [{"url": url, "index": i} for i, url in enumerate(urls)],
+            {
+                "node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}},
+                "node-b": {"env": {"ids": [2, 3]}, "eval": {"ids": [2, 3]}},
+            },
         )
-        # The seed's component_distribution: env workers 0-1 and policies
-        # (eval workers) 0-1 on node-a, env workers 2-3 and policies 2-3 on node-b.
-        client.set_topology({
-            "node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}},
-            "node-b": {"env": {"ids": [2, 3]}, "eval": {"ids": [2, 3]}},
-        })
+        policies = reg["policies"]
+        # A polling router hands a policy out only once it has answered its
+        # first /idle probe; that takes one probe round trip.
+        wait_until_heard(client, len(policies))
         for p in policies:
             print("policy %d on %s: %s" % (p["index"], p["node_id"], p["url"]))
 
@@ -99,11 +116,13 @@ def main(argv):
         sel = client.select(env_id="env-2", router="idle_affinity", timeout_ms=5000)
         print("env-2 selected policy %d on %s (lease %s)" % (sel["index"], sel["node_id"], sel["lease_id"]))
         # ... send the request to sel["url"]; when its answer is back:
-        try:
-            client.release(lease_id=sel["lease_id"])
-        except NotFound:
-            pass  # the router already saw the policy idle and freed it
-        print("released policy %d" % sel["index"])
+        released = client.release(lease_id=sel["lease_id"])
+        if released["released"]:
+            print("released policy %d" % sel["index"])
+        else:
+            # A late release: the router already saw the policy idle (or the
+            # lease expired) and freed it. Nothing to do.
+            print("policy %d was already freed by the router" % sel["index"])
 
         totals = client.stats()["totals"]
         print("router totals: %d policies, %d idle, %d assigned, %d selected"
@@ -111,8 +130,7 @@ def main(argv):
     finally:
         if stubs:
             # The stand-ins go away with this process: unregister them.
-            client.set_topology({})
-            client.replace_policies([])
+            client.replace_registration([], {})
             for s in stubs:
                 s.shutdown()
         client.close()

@@ -13,7 +13,7 @@ to the service by changing one constructor::
 env_ids=None) -> List[int]`` and :class:`RemoteSyncRouter` its
 ``select_policy(env_id=None)``. The policies and, for node affinity, the
 ``component_distribution`` must be registered with the server first
-(:meth:`Client.replace_policies`, :meth:`Client.set_topology`); policy
+(:meth:`Client.replace_registration`, in one call); policy
 ``index`` values are positions in the seed's ``eval_policies`` list.
 
 Leases and the seed's ``check_idle``

@@ -19,7 +19,7 @@ class ExampleTest(ServerTestCase):
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertIn("env-2 selected policy 2 on node-b", proc.stdout)
         self.assertIn("env-3 -> policy 3", proc.stdout)
-        self.assertIn("released policy 2", proc.stdout)
+        self.assertRegex(proc.stdout, r"released policy 2|policy 2 was already freed by the router")
         # it cleans up after its stand-in policies; a second run works too
         self.assertEqual(self.client.list_policies(), [])
         env = dict(os.environ, POLICYROUTER_URL=self.server.url)

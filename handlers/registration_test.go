@@ -1,0 +1,114 @@
+package handlers
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// PUT /registration replaces policies and topology at once; GET returns
+// both; a bad half changes neither.
+func TestRegistration(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	body := `{"policies":[{"url":"http://127.0.0.1:9/p0","index":0},{"url":"http://127.0.0.1:9/p1","index":1},{"url":"http://127.0.0.1:9/p2","index":2}],
+		"topology":{"node-a":{"env":{"ids":[0]},"eval":{"ids":[0,1]}},"node-b":{"env":{"ids":[1]},"eval":{"ids":[2]}}}}`
+	var reg api.Registration
+	want(t, ts.do(t, "PUT", "/registration", body), http.StatusOK, &reg)
+	if len(reg.Policies) != 3 || reg.Policies[2].NodeID != "node-b" || reg.Policies[0].State != "idle" {
+		t.Errorf("registration answer %+v; want 3 idle policies, policy 2 on node-b", reg.Policies)
+	}
+	// Shrink to one node in one call.
+	small := `{"policies":[{"url":"http://127.0.0.1:9/p0","index":0}],"topology":{"node-a":{"env":{"ids":[0]},"eval":{"ids":[0]}}}}`
+	want(t, ts.do(t, "PUT", "/registration", small), http.StatusOK, nil)
+	reg = api.Registration{}
+	want(t, ts.do(t, "GET", "/registration", ""), http.StatusOK, &reg)
+	if len(reg.Policies) != 1 || len(reg.Topology) != 1 || reg.Topology["node-a"]["eval"].IDs[0] != 0 {
+		t.Errorf("GET /registration = %+v; want the small registration", reg)
+	}
+	// A bad topology, or a bad policy, changes nothing.
+	for _, tt := range []struct{ name, body, field string }{
+		{"topology typo", `{"policies":[],"topology":{"n":{"evals":{"ids":[0]}}}}`, "topology.n.evals"},
+		{"eval not registered", `{"policies":[],"topology":{"n":{"env":{"ids":[0]},"eval":{"ids":[0]}}}}`, "topology.n.eval.ids"},
+		{"bad url", `{"policies":[{"url":"ftp://x"}],"topology":{}}`, "policies[0].url"},
+		{"url twice", `{"policies":[{"url":"http://a:1"},{"url":"http://a:1"}],"topology":{}}`, "policies[1].url"},
+		{"no topology", `{"policies":[]}`, "topology"},
+		{"no policies", `{"topology":{}}`, "policies"},
+		{"id by-index", `{"policies":[{"url":"http://a:1","id":"by-index"}],"topology":{}}`, "policies[0].id"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			wantError(t, ts.do(t, "PUT", "/registration", tt.body), http.StatusUnprocessableEntity, api.CodeValidationFailed, tt.field)
+		})
+	}
+	reg = api.Registration{}
+	want(t, ts.do(t, "GET", "/registration", ""), http.StatusOK, &reg)
+	if len(reg.Policies) != 1 || len(reg.Topology) != 1 {
+		t.Errorf("failed calls changed the registration: %+v", reg)
+	}
+	// PUT /policies alone cannot remove what the topology names.
+	e := wantError(t, ts.do(t, "PUT", "/policies", `{"policies":[]}`), http.StatusConflict, api.CodeConflict, "")
+	if !strings.Contains(e.Message, "PUT /registration") {
+		t.Errorf("409 message %q does not point to PUT /registration", e.Message)
+	}
+}
+
+// An operator who knows an index can get, drain, resume and delete that
+// policy; an index used where an id goes says what to use.
+func TestAdministrationByIndex(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ps := ts.register(t, 4)
+	var p api.Policy
+	want(t, ts.do(t, "GET", "/policies/by-index/3", ""), http.StatusOK, &p)
+	if p.ID != ps[3].ID || p.State != routing.StateIdle {
+		t.Errorf("GET by index 3 = %+v; want %s, idle", p, ps[3].ID)
+	}
+	want(t, ts.do(t, "POST", "/policies/by-index/3/drain", ""), http.StatusOK, &p)
+	if !p.Draining || p.State != routing.StateDraining {
+		t.Errorf("drain by index = %+v; want draining", p)
+	}
+	want(t, ts.do(t, "POST", "/policies/by-index/3/resume", ""), http.StatusOK, &p)
+	if p.Draining {
+		t.Errorf("resume by index = %+v", p)
+	}
+	if rec := ts.do(t, "DELETE", "/policies/by-index/3", ""); rec.Code != http.StatusNoContent {
+		t.Fatalf("delete by index: %d %s", rec.Code, rec.Body)
+	}
+	e := wantError(t, ts.do(t, "GET", "/policies/by-index/3", ""), http.StatusNotFound, api.CodeNotFound, "")
+	if !strings.Contains(e.Message, "index 3") {
+		t.Errorf("404 %q does not name the index", e.Message)
+	}
+	wantError(t, ts.do(t, "POST", "/policies/by-index/x/drain", ""), http.StatusUnprocessableEntity, api.CodeValidationFailed, "index")
+	e = wantError(t, ts.do(t, "POST", "/policies/2/drain", ""), http.StatusNotFound, api.CodeNotFound, "")
+	if !strings.Contains(e.Message, "/policies/by-index/2") {
+		t.Errorf("404 for an index used as an id %q does not say what to use", e.Message)
+	}
+}
+
+// Each 503 says why; messages name JSON fields; zero tasks is the seed's [].
+func TestErrorsYouCanActOn(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	wantError(t, ts.do(t, "POST", "/select", `{"timeout_ms":0}`), http.StatusServiceUnavailable, api.CodeNoPolicies, "")
+	ps := ts.register(t, 2)
+	var a api.AssignResponse
+	want(t, ts.do(t, "POST", "/assign", `{"num_tasks":0}`), http.StatusOK, &a)
+	if a.Assignments == nil || len(a.Assignments) != 0 || a.Policies == nil {
+		t.Errorf("num_tasks 0 = %+v; want empty assignments and policies", a)
+	}
+	wantError(t, ts.do(t, "POST", "/assign", `{}`), http.StatusUnprocessableEntity, api.CodeValidationFailed, "num_tasks")
+	for _, p := range ps {
+		want(t, ts.do(t, "POST", "/policies/"+p.ID+"/drain", ""), http.StatusOK, nil)
+	}
+	// Nothing to wait for: answered at once, though timeout_ms is long.
+	rec := ts.do(t, "POST", "/select", `{"timeout_ms":600000}`)
+	wantError(t, rec, http.StatusServiceUnavailable, api.CodeAllUnavailable, "")
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	wantError(t, ts.do(t, "POST", "/assign", `{"num_tasks":1}`), http.StatusServiceUnavailable, api.CodeAllUnavailable, "")
+	e := wantError(t, ts.do(t, "POST", "/release", `{}`), http.StatusUnprocessableEntity, api.CodeValidationFailed, "lease_id")
+	if !strings.Contains(e.Fields["lease_id"], "when index is absent") {
+		t.Errorf("release {} says %q; want JSON field names", e.Fields["lease_id"])
+	}
+}
