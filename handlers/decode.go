@@ -98,6 +98,9 @@ func decodeError(err error, limit int64) error {
 		return fieldError(field, fmt.Sprintf("must be %s, not %s", jsonKind(typeErr.Type), typeErr.Value))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		if name == "topology" {
+			return fieldError(name, "is not a known field here; PUT /registration takes policies and topology together")
+		}
 		return fieldError(name, "is not a known field")
 	default:
 		return errorf(api.CodeBadRequest, "malformed JSON: "+err.Error())

@@ -47,6 +47,11 @@ func TestRegistration(t *testing.T) {
 	if len(reg.Policies) != 1 || len(reg.Topology) != 1 {
 		t.Errorf("failed calls changed the registration: %+v", reg)
 	}
+	// PUT /policies with a topology says where that goes.
+	e0 := wantError(t, ts.do(t, "PUT", "/policies", `{"policies":[],"topology":{}}`), http.StatusUnprocessableEntity, api.CodeValidationFailed, "topology")
+	if !strings.Contains(e0.Fields["topology"], "PUT /registration") {
+		t.Errorf("PUT /policies with a topology says %q; want it to point to PUT /registration", e0.Fields["topology"])
+	}
 	// PUT /policies alone cannot remove what the topology names.
 	e := wantError(t, ts.do(t, "PUT", "/policies", `{"policies":[]}`), http.StatusConflict, api.CodeConflict, "")
 	if !strings.Contains(e.Message, "PUT /registration") {
