@@ -252,12 +252,31 @@ type Stats struct {
 	Totals   StateCounts            `json:"totals"`
 	// Waiters is the number of /select calls waiting for an idle policy,
 	// Leases the number of leases out.
-	Waiters       int          `json:"waiters"`
-	Leases        int          `json:"leases"`
-	Router        string       `json:"router"`
-	Poller        *PollerStats `json:"poller"`
-	UptimeSeconds float64      `json:"uptime_seconds"`
-	Time          time.Time    `json:"time"`
+	Waiters       int           `json:"waiters"`
+	Leases        int           `json:"leases"`
+	Router        string        `json:"router"`
+	Decisions     DecisionStats `json:"decisions"`
+	Poller        *PollerStats  `json:"poller"`
+	UptimeSeconds float64       `json:"uptime_seconds"`
+	Time          time.Time     `json:"time"`
+}
+
+// DecisionStats counts routing decisions since the server started; the
+// differences between two reads are what happened between them.
+type DecisionStats struct {
+	AssignTotal uint64 `json:"assign_total"` // /assign calls answered
+	SelectTotal uint64 `json:"select_total"` // /select calls answered
+	// SelectWait counts /select calls by how long they took to answer,
+	// waiting for an idle policy included.
+	SelectWait Histogram `json:"select_wait"`
+}
+
+// Histogram is a cumulative histogram: Counts[i] counts observations at
+// most BoundsMS[i] (and above BoundsMS[i-1]); the last count, one more than
+// the bounds, those above every bound.
+type Histogram struct {
+	BoundsMS []float64 `json:"bounds_ms"`
+	Counts   []uint64  `json:"counts"`
 }
 
 // Health is the body of GET /healthz and GET /readyz.

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -158,6 +159,13 @@ func (b *browser) screenshot(tb testing.TB, name string) {
 		tb.Fatal(err)
 	}
 	tb.Logf("screenshot: %s", path)
+	// POLICYROUTER_SCREENSHOT_DIR refreshes the README's picture:
+	// POLICYROUTER_SCREENSHOT_DIR=$PWD/docs go test -run InBrowser ./dashboard
+	if dir := os.Getenv("POLICYROUTER_SCREENSHOT_DIR"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, "dashboard-"+name+".png"), png, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 // TestDashboardInBrowser runs `policyrouter demo` and watches its
@@ -215,6 +223,21 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitFor(t, b, "total throughput shows work", `!["0", "—"].includes(document.getElementById("f-rate").textContent)`, 8*time.Second)
 	if got := eval[string](t, b, `document.getElementById("conn").dataset.status`); got != "live" {
 		t.Errorf("connection status = %q, want live", got)
+	}
+
+	// After a few seconds of the demo every chart has points, and the
+	// decision and wait charts show the demo's selects.
+	charts := eval[[]string](t, b, `Array.from(document.querySelectorAll(".chart"), c => c.id)`)
+	for _, want := range []string{"chart-decisions", "chart-waiters", "chart-wait", "chart-utilisation", "chart-health"} {
+		if !slices.Contains(charts, want) {
+			t.Errorf("charts %v lack %s", charts, want)
+		}
+	}
+	waitFor(t, b, "every chart has data points", `Array.from(document.querySelectorAll(".chart")).every(c => +c.dataset.points >= 3)`, 15*time.Second)
+	waitFor(t, b, "the decision chart draws selects", `document.querySelector("#chart-decisions polyline.series").getAttribute("points").split(" ").length >= 3`, 5*time.Second)
+	waitFor(t, b, "the wait chart draws p50 and p99", `document.querySelectorAll("#chart-wait polyline.series").length === 2`, 5*time.Second)
+	if got := eval[int](t, b, `document.querySelectorAll("#chart-utilisation polyline.series").length`); got != len(stats.Nodes) {
+		t.Errorf("utilisation chart has %d lines; the demo has %d nodes", got, len(stats.Nodes))
 	}
 
 	b.screenshot(t, "demo")

@@ -3,7 +3,7 @@
 // its state, load, in-flight work against capacity, recent throughput and
 // last poll, plus the router's totals.
 //
-// The page is three static files embedded in the binary (HTML, CSS and
+// The page is four static files embedded in the binary (HTML, CSS and
 // JavaScript; no CDN, fonts or build step). The script reads GET /stats of
 // the same origin once a second and renders it. When /stats answers 401
 // the page asks for a bearer token with scope read and keeps it in the
@@ -25,15 +25,20 @@ import (
 	"time"
 )
 
-//go:embed index.html dashboard.css dashboard.js
+//go:embed index.html dashboard.css dashboard.js charts.js
 var files embed.FS
 
-// Paths of the files the handler serves. Route all three to Handler.
+// Paths of the files the handler serves. Route all of them (Paths) to
+// Handler.
 const (
 	PagePath   = "/"
 	ScriptPath = "/dashboard.js"
+	ChartsPath = "/charts.js"
 	StylePath  = "/dashboard.css"
 )
+
+// Paths lists every path the handler serves.
+var Paths = []string{PagePath, ScriptPath, ChartsPath, StylePath}
 
 // ContentSecurityPolicy is sent with every answer of the handler.
 const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; " +
@@ -63,6 +68,7 @@ func Handler() http.Handler {
 	for _, a := range []struct{ path, name, contentType string }{
 		{PagePath, "index.html", "text/html; charset=utf-8"},
 		{ScriptPath, "dashboard.js", "text/javascript; charset=utf-8"},
+		{ChartsPath, "charts.js", "text/javascript; charset=utf-8"},
 		{StylePath, "dashboard.css", "text/css; charset=utf-8"},
 	} {
 		body, err := files.ReadFile(a.name)
@@ -109,6 +115,8 @@ func (h *handler) lookup(path string) (asset, bool) {
 	switch {
 	case strings.HasSuffix(path, ScriptPath):
 		return h.byPath[ScriptPath], true
+	case strings.HasSuffix(path, ChartsPath):
+		return h.byPath[ChartsPath], true
 	case strings.HasSuffix(path, StylePath):
 		return h.byPath[StylePath], true
 	case path == "" || strings.HasSuffix(path, "/"):

@@ -446,6 +446,7 @@
       if (!editingToken) $("auth").hidden = true;
       $("token-button").hidden = !token;
       render(s);
+      drawCharts(s, Date.now());
       setConn("live", "live");
       setText($("updated"), "updated " + fmtClock(Date.parse(s.time) || Date.now()));
       showBanner("");
@@ -480,7 +481,10 @@
 
   // ---- wiring -----------------------------------------------------------
 
+  let drawCharts = () => {};
+
   const init = () => {
+    if (window.policyrouterCharts) drawCharts = window.policyrouterCharts.create($("charts"));
     for (const b of document.querySelectorAll(".count")) {
       b.addEventListener("click", () => setFilter(b.dataset.state));
     }

@@ -101,8 +101,8 @@ func TestNoInlineCode(t *testing.T) {
 			t.Errorf("page contains %q", bad)
 		}
 	}
-	if n := strings.Count(lower, "<script"); n != 1 {
-		t.Errorf("page has %d script elements, want 1 (dashboard.js)", n)
+	if n := strings.Count(lower, "<script"); n != 2 {
+		t.Errorf("page has %d script elements, want 2 (charts.js, dashboard.js)", n)
 	}
 }
 

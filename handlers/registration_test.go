@@ -117,3 +117,31 @@ func TestErrorsYouCanActOn(t *testing.T) {
 		t.Errorf("release {} says %q; want JSON field names", e.Fields["lease_id"])
 	}
 }
+
+// /stats counts decisions and /select waits for the live page's charts.
+func TestStatsCountDecisions(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.register(t, 1)
+	want(t, ts.do(t, "POST", "/assign", `{"num_tasks":2}`), http.StatusOK, nil)
+	want(t, ts.do(t, "POST", "/select", `{}`), http.StatusOK, nil)
+	wantError(t, ts.do(t, "POST", "/select", `{"timeout_ms":30}`), http.StatusServiceUnavailable, api.CodeNoIdlePolicy, "")
+	var s api.Stats
+	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &s)
+	d := s.Decisions
+	if d.AssignTotal != 1 || d.SelectTotal != 2 {
+		t.Errorf("decisions %d assign, %d select; want 1, 2", d.AssignTotal, d.SelectTotal)
+	}
+	if len(d.SelectWait.Counts) != len(d.SelectWait.BoundsMS)+1 {
+		t.Fatalf("histogram has %d counts for %d bounds", len(d.SelectWait.Counts), len(d.SelectWait.BoundsMS))
+	}
+	var total, slow uint64
+	for i, c := range d.SelectWait.Counts {
+		total += c
+		if i == len(d.SelectWait.BoundsMS) || d.SelectWait.BoundsMS[i] >= 30 {
+			slow += c // in a bucket that can hold a 30 ms wait
+		}
+	}
+	if total != 2 || slow != 1 {
+		t.Errorf("wait histogram %v over %v: %d calls, %d in buckets reaching 30 ms; want 2 and 1 (the one that waited 30 ms)", d.SelectWait.Counts, d.SelectWait.BoundsMS, total, slow)
+	}
+}

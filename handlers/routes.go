@@ -185,8 +185,10 @@ var doneContext = func() context.Context {
 }()
 
 func (s *Server) observeDecision(endpoint, router string, start time.Time) {
+	took := time.Since(start)
+	s.decisions.observe(endpoint, took)
 	if s.Metrics != nil {
-		s.Metrics.ObserveDecision(endpoint, router, time.Since(start))
+		s.Metrics.ObserveDecision(endpoint, router, took)
 	}
 }
 

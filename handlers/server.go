@@ -77,6 +77,7 @@ type Server struct {
 	stopping  context.Context
 	stop      context.CancelFunc
 	refs      atomic.Pointer[policyRefs] // of the last snapshot /assign answered on
+	decisions decisionCounts
 }
 
 // New returns a Server for cfg.
@@ -133,7 +134,7 @@ func (s *Server) Handler() http.Handler {
 	// The dashboard's files are public; the data they show comes from
 	// /stats, which needs a read token when auth is on.
 	page := dashboard.Handler()
-	for _, p := range []string{dashboard.PagePath, dashboard.ScriptPath, dashboard.StylePath} {
+	for _, p := range dashboard.Paths {
 		r.Method(http.MethodGet, p, page)
 		r.Method(http.MethodHead, p, page)
 	}

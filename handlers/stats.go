@@ -23,6 +23,7 @@ func (s *Server) buildStats() api.Stats {
 		Waiters:       st.Waiters,
 		Leases:        st.Leases,
 		Router:        s.DefaultRouter,
+		Decisions:     s.decisions.stats(),
 		UptimeSeconds: now.Sub(s.started).Seconds(),
 		Time:          now.UTC(),
 	}

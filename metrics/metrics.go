@@ -175,13 +175,17 @@ type stateCollector struct {
 
 var (
 	policiesDesc = prometheus.NewDesc("policyrouter_policies",
-		"Registered policies by node and state (idle, busy, unhealthy, draining).", []string{"node", "state"}, nil)
+		"Registered policies by node and state (idle, busy, unhealthy, draining, unknown).", []string{"node", "state"}, nil)
 	waitersDesc = prometheus.NewDesc("policyrouter_select_waiters",
 		"/select calls waiting for an idle policy.", nil, nil)
 	leasesDesc = prometheus.NewDesc("policyrouter_leases",
 		"Leases out (selected policies not yet released or seen idle).", nil, nil)
 	loadDesc = prometheus.NewDesc("policyrouter_node_load",
 		"Tracked load (tasks assigned and not completed) per node.", []string{"node"}, nil)
+	inflightDesc = prometheus.NewDesc("policyrouter_node_inflight",
+		"/select hand-outs in flight (leases out) per node; over policyrouter_node_capacity, the node's utilisation.", []string{"node"}, nil)
+	capacityDesc = prometheus.NewDesc("policyrouter_node_capacity",
+		"Concurrent /select hand-outs the node's policies take in all.", []string{"node"}, nil)
 )
 
 var _ prometheus.Collector = (*stateCollector)(nil)
@@ -191,6 +195,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- waitersDesc
 	ch <- leasesDesc
 	ch <- loadDesc
+	ch <- inflightDesc
+	ch <- capacityDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -198,7 +204,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ node, state string }
 	counts := make(map[key]int)
 	loads := make(map[string]int64)
+	inflight := make(map[string]int)
+	capacity := make(map[string]int)
 	for _, p := range st.Policies {
+		inflight[p.Node] += p.Inflight
+		capacity[p.Node] += p.Capacity
 		for _, s := range routing.States {
 			counts[key{p.Node, s}] += 0 // every state of a node is reported, zeros included
 		}
@@ -210,6 +220,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for node, l := range loads {
 		ch <- prometheus.MustNewConstMetric(loadDesc, prometheus.GaugeValue, float64(l), node)
+		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(inflight[node]), node)
+		ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(capacity[node]), node)
 	}
 	ch <- prometheus.MustNewConstMetric(waitersDesc, prometheus.GaugeValue, float64(st.Waiters))
 	ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.GaugeValue, float64(st.Leases))
