@@ -67,6 +67,26 @@ func New(state *routing.State) *Metrics {
 			Help: "Policy health transitions caused by probes, by new state.",
 		}, []string{"to"}),
 	}
+	// Every series whose labels are known up front starts at zero, so that
+	// rate() and dashboards see it before its first event.
+	for _, r := range routing.Routers() {
+		for endpoint, offered := range map[string]bool{"assign": r.Assign != nil, "select": r.Select != nil} {
+			if !offered {
+				continue
+			}
+			m.decision.WithLabelValues(endpoint, r.Name)
+			if r.EnvAffine {
+				m.affinity.WithLabelValues(endpoint, r.Name, "hit")
+				m.affinity.WithLabelValues(endpoint, r.Name, "fallback")
+			}
+		}
+	}
+	for _, result := range []string{"ok", "failed"} {
+		m.probes.WithLabelValues(result)
+	}
+	for _, to := range []string{"unhealthy", "healthy"} {
+		m.transitions.WithLabelValues(to)
+	}
 	m.reg.MustRegister(m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
 		&stateCollector{state: state},
 		collectors.NewGoCollector(),

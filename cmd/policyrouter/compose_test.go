@@ -144,11 +144,11 @@ func flagValue(fs *flag.FlagSet, name string) string {
 
 func TestComposeServicesAndPorts(t *testing.T) {
 	p := loadCompose(t)
-	if got, want := slices.Sorted(maps.Keys(p.Services)), []string{"policy-a", "policy-b", "prometheus", "register", "router"}; !slices.Equal(got, want) {
+	if got, want := slices.Sorted(maps.Keys(p.Services)), []string{"grafana", "policy-a", "policy-b", "prometheus", "register", "router"}; !slices.Equal(got, want) {
 		t.Fatalf("services %v, want %v", got, want)
 	}
 	// Published ports, all on the host's loopback (see the file's comment).
-	wantPorts := map[string]string{"router": "127.0.0.1:8080->8080/tcp", "prometheus": "127.0.0.1:9090->9090/tcp"}
+	wantPorts := map[string]string{"router": "127.0.0.1:8080->8080/tcp", "prometheus": "127.0.0.1:9090->9090/tcp", "grafana": "127.0.0.1:3000->3000/tcp"}
 	for name, s := range p.Services {
 		var got []string
 		for _, port := range s.Ports {
