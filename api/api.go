@@ -25,6 +25,9 @@ type PolicyRequest struct {
 	ID       string            `json:"id,omitempty" validate:"omitempty,max=128,printascii,excludesall=/?#%"`
 	Capacity *int              `json:"capacity,omitempty" validate:"omitempty,min=1,max=65536"`
 	Labels   map[string]string `json:"labels,omitempty" validate:"omitempty,max=64,dive,keys,min=1,max=128,endkeys,max=1024"`
+	// Version is the policy's weight version at registration; its /idle
+	// answers replace it with the version they report. Default 0.
+	Version *int64 `json:"version,omitempty" validate:"omitempty,min=0"`
 	// AllowSharedURL registers the policy even when another index has the
 	// same URL; without it that is a conflict (a copy-paste slip more often
 	// than one server meant as two policies).
@@ -50,6 +53,9 @@ type Policy struct {
 	// State is the live state, as in GET /stats: idle, busy, unhealthy,
 	// draining or unknown.
 	State string `json:"state"`
+	// Version is the policy's weight version: registered, or reported by
+	// its /idle answers.
+	Version int64 `json:"version"`
 	// LastError, UnhealthySince and LastOK are the policy's health, as in
 	// GET /stats.
 	LastError      string     `json:"last_error"`
@@ -207,6 +213,10 @@ type PolicyStats struct {
 	ProbeFailuresTotal uint64     `json:"probe_failures_total"`
 	// ExpiredTotal counts leases ended by their TTL.
 	ExpiredTotal uint64 `json:"expired_total"`
+	// Version is the policy's weight version: registered, or reported by
+	// its /idle answers ("version" or "weight_version"); 0 when neither
+	// named one.
+	Version int64 `json:"version"`
 }
 
 // StateCounts counts policies by state.

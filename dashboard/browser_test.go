@@ -228,7 +228,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// After a few seconds of the demo every chart has points, and the
 	// decision and wait charts show the demo's selects.
 	charts := eval[[]string](t, b, `Array.from(document.querySelectorAll(".chart"), c => c.id)`)
-	for _, want := range []string{"chart-decisions", "chart-waiters", "chart-wait", "chart-utilisation", "chart-health"} {
+	for _, want := range []string{"chart-decisions", "chart-waiters", "chart-wait", "chart-utilisation", "chart-health", "chart-versions"} {
 		if !slices.Contains(charts, want) {
 			t.Errorf("charts %v lack %s", charts, want)
 		}
@@ -539,6 +539,7 @@ func TestDashboardManyPoliciesInBrowser(t *testing.T) {
 		let t0 = 0;
 		for (let i = 0; i < 600; i++) {
 			const s = { time: new Date(t + i * 1000).toISOString(), waiters: i % 7, nodes,
+				policies: [{ version: 1 }, { version: i < 300 ? 1 : 2 }],
 				totals: { unhealthy: i % 3, draining: 1 },
 				decisions: { select_total: i * 100, assign_total: i * 10, select_wait: { bounds_ms: [1, 10], counts: [i * 90, i * 10, 0] } } };
 			if (i === 599) t0 = performance.now();
@@ -552,7 +553,7 @@ func TestDashboardManyPoliciesInBrowser(t *testing.T) {
 	if run.Min < 590 {
 		t.Errorf("charts drew %d points of 10 minutes' 600 at least; want all", run.Min)
 	}
-	t.Logf("redraw of five charts with 600 points each (12 node lines): %.1f ms", run.MS)
+	t.Logf("redraw of six charts with 600 points each (12 node lines): %.1f ms", run.MS)
 	b.screenshot(t, "1000")
 
 	b.do(t, 5*time.Second, chromedp.Click(chromedp.CSS(`button.count[data-state="unhealthy"]`)))

@@ -159,6 +159,7 @@ window.policyrouterCharts = (() => {
       wait: new Chart(parent, "wait", "/select wait, ms", ""),
       util: new Chart(parent, "utilisation", "utilisation per node (in flight / capacity)", "%", 1),
       health: new Chart(parent, "health", "unhealthy and draining policies", ""),
+      versions: new Chart(parent, "versions", "policies per weight version", ""),
     };
     let prev = null; // the previous /stats, for rates and histogram deltas
 
@@ -202,6 +203,13 @@ window.policyrouterCharts = (() => {
         util["hottest node"] = hot;
       }
       charts.util.push(now, util);
+
+      const versions = {};
+      for (const p of s.policies || []) {
+        const v = "v" + (p.version || 0);
+        versions[v] = (versions[v] || 0) + 1;
+      }
+      charts.versions.push(now, versions);
 
       for (const c of Object.values(charts)) c.draw(now);
     };

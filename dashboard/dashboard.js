@@ -119,7 +119,9 @@
     t.state.append(t.word, t.abbr);
     t.glyph = t.state.firstChild;
     t.glyph.setAttribute("aria-hidden", "true");
-    head.append(t.idx, t.state);
+    t.ver = el("span", "t-ver");
+    t.ver.title = "weight version";
+    head.append(t.idx, t.ver, t.state);
     t.id = el("div", "t-id");
     const bar = el("div", "t-bar");
     t.fill = el("i");
@@ -155,6 +157,7 @@
     t.root.dataset.index = String(p.index);
     t.root.hidden = filter !== null && filter !== state;
     setText(t.idx, String(p.index));
+    setText(t.ver, "v" + (p.version || 0));
     setText(t.word, p.state || "unknown");
     setText(t.abbr, ABBR[state]);
     setText(t.id, shortID(p.id || ""));
@@ -195,6 +198,7 @@
       "id: " + p.id,
       "node: " + (p.node_id || "(none)"),
       "url: " + p.url,
+      "weight version: " + (p.version || 0),
       "load " + p.load + ", in flight " + p.inflight + " of " + p.capacity,
       "selected " + p.selected_total + ", assigned " + p.assigned_total + ", completed " + p.completed_total,
       "throughput " + fmtRate(t.r) + "/s over the last " + RATE_WINDOW_MS / 1000 + " s",

@@ -314,3 +314,22 @@ func TestNotFound(t *testing.T) {
 		t.Errorf("New(-1) succeeded")
 	}
 }
+
+// A policy given a weight version reports it in /idle.
+func TestVersionReported(t *testing.T) {
+	f, err := New(1, rand.NewPCG(1, 1), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Policy(0).SetVersion(8)
+	resp, err := http.Get(f.URL(0) + "/idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct{ Version int64 }
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || got.Version != 8 {
+		t.Errorf("/idle version %d, %v; want 8", got.Version, err)
+	}
+}

@@ -56,9 +56,10 @@ type Policy struct {
 	index int
 	url   string
 
-	mode  atomic.Int32
-	flaps atomic.Uint64 // probes since the mode was set, for ModeFlap
-	delay atomic.Int64  // nanoseconds before each /idle answer
+	mode    atomic.Int32
+	flaps   atomic.Uint64 // probes since the mode was set, for ModeFlap
+	delay   atomic.Int64  // nanoseconds before each /idle answer
+	version atomic.Int64  // weight version reported by /idle
 
 	probes atomic.Uint64
 	works  atomic.Uint64
@@ -81,6 +82,9 @@ func (p *Policy) SetMode(m Mode) {
 
 // Mode returns how the policy answers /idle.
 func (p *Policy) Mode() Mode { return Mode(p.mode.Load()) }
+
+// SetVersion sets the weight version the policy reports in /idle.
+func (p *Policy) SetVersion(v int64) { p.version.Store(v) }
 
 // SetDelay makes the policy wait d before answering each /idle (in any
 // mode), like a slow server; 0 answers at once.
@@ -163,8 +167,9 @@ func (p *Policy) wait(r *http.Request, d time.Duration) bool {
 
 // idleBody is the answer of GET /idle in ModeNormal.
 type idleBody struct {
-	Idle bool `json:"idle"`
-	Load int  `json:"load"`
+	Idle    bool  `json:"idle"`
+	Load    int   `json:"load"`
+	Version int64 `json:"version,omitempty"` // 0: the policy reports no version
 }
 
 func (p *Policy) serveIdle(w http.ResponseWriter, r *http.Request) {
@@ -198,7 +203,7 @@ func (p *Policy) serveIdle(w http.ResponseWriter, r *http.Request) {
 		_, _ = fmt.Fprintf(w, "%t\n", p.Idle())
 	default:
 		load := p.Load()
-		writeJSON(w, http.StatusOK, idleBody{Idle: load == 0, Load: load})
+		writeJSON(w, http.StatusOK, idleBody{Idle: load == 0, Load: load, Version: p.version.Load()})
 	}
 }
 

@@ -145,3 +145,19 @@ func TestStatsCountDecisions(t *testing.T) {
 		t.Errorf("wait histogram %v over %v: %d calls, %d in buckets reaching 30 ms; want 2 and 1 (the one that waited 30 ms)", d.SelectWait.Counts, d.SelectWait.BoundsMS, total, slow)
 	}
 }
+
+// A registered version shows in GET /policies/{id} and /stats.
+func TestRegisteredVersion(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	var p api.Policy
+	want(t, ts.do(t, "POST", "/policies", `{"url":"http://127.0.0.1:9/p0","version":6}`), http.StatusCreated, &p)
+	if p.Version != 6 {
+		t.Errorf("registered policy version %d; want 6", p.Version)
+	}
+	var s api.Stats
+	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &s)
+	if s.Policies[0].Version != 6 {
+		t.Errorf("/stats version %d; want 6", s.Policies[0].Version)
+	}
+	wantError(t, ts.do(t, "POST", "/policies", `{"url":"http://127.0.0.1:9/p1","version":-1}`), http.StatusUnprocessableEntity, api.CodeValidationFailed, "version")
+}

@@ -48,6 +48,7 @@ func (s *Server) buildStats() api.Stats {
 			ProbesTotal:         p.Probes,
 			ProbeFailuresTotal:  p.ProbeFailures,
 			ExpiredTotal:        p.Expired,
+			Version:             p.Version,
 		}
 		ps.LastPoll = utcOrNil(p.LastProbe)
 		ps.UnhealthySince = utcOrNil(p.UnhealthySince)

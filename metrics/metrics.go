@@ -204,6 +204,8 @@ var (
 		"Tracked load (tasks assigned and not completed) per node.", []string{"node"}, nil)
 	inflightDesc = prometheus.NewDesc("policyrouter_node_inflight",
 		"/select hand-outs in flight (leases out) per node; over policyrouter_node_capacity, the node's utilisation.", []string{"node"}, nil)
+	versionDesc = prometheus.NewDesc("policyrouter_policies_by_version",
+		"Registered policies by weight version (as registered, or reported by their /idle answers).", []string{"version"}, nil)
 	capacityDesc = prometheus.NewDesc("policyrouter_node_capacity",
 		"Concurrent /select hand-outs the node's policies take in all.", []string{"node"}, nil)
 )
@@ -217,6 +219,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- loadDesc
 	ch <- inflightDesc
 	ch <- capacityDesc
+	ch <- versionDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -226,7 +229,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	loads := make(map[string]int64)
 	inflight := make(map[string]int)
 	capacity := make(map[string]int)
+	versions := make(map[int64]int)
 	for _, p := range st.Policies {
+		versions[p.Version]++
 		inflight[p.Node] += p.Inflight
 		capacity[p.Node] += p.Capacity
 		for _, s := range routing.States {
@@ -242,6 +247,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(loadDesc, prometheus.GaugeValue, float64(l), node)
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(inflight[node]), node)
 		ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(capacity[node]), node)
+	}
+	for v, n := range versions {
+		ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(n), strconv.FormatInt(v, 10))
 	}
 	ch <- prometheus.MustNewConstMetric(waitersDesc, prometheus.GaugeValue, float64(st.Waiters))
 	ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.GaugeValue, float64(st.Leases))

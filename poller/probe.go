@@ -22,9 +22,11 @@ const maxDrain = 64 << 10
 
 // answer is a parsed /idle answer.
 type answer struct {
-	idle    bool
-	load    int64
-	hasLoad bool
+	idle       bool
+	load       int64
+	hasLoad    bool
+	version    int64
+	hasVersion bool
 }
 
 // probeAndReport probes m once and reports the result to the target, unless
@@ -39,6 +41,7 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	}
 	if err == nil {
 		pr.Idle, pr.Load, pr.HasLoad = ans.idle, ans.load, ans.hasLoad
+		pr.Version, pr.HasVersion = ans.version, ans.hasVersion
 	}
 	p.probes.Add(1)
 	if err != nil {
@@ -129,6 +132,10 @@ func readBody(r io.Reader, buf []byte) (int, error) {
 type idleJSON struct {
 	Idle *bool  `json:"idle"`
 	Load *int64 `json:"load"`
+	// Version is the policy's weight version; weight_version is accepted
+	// too, for servers that already report it under that name.
+	Version       *int64 `json:"version"`
+	WeightVersion *int64 `json:"weight_version"`
 }
 
 // parseAnswer reads an /idle answer: a bare true or false, or an object
@@ -155,6 +162,15 @@ func parseAnswer(body []byte) (answer, error) {
 	a := answer{idle: *v.Idle}
 	if v.Load != nil {
 		a.load, a.hasLoad = *v.Load, true
+	}
+	if v.Version == nil {
+		v.Version = v.WeightVersion
+	}
+	if v.Version != nil {
+		if *v.Version < 0 {
+			return answer{}, fmt.Errorf(`idle answer has a negative "version" %d`, *v.Version)
+		}
+		a.version, a.hasVersion = *v.Version, true
 	}
 	return a, nil
 }

@@ -45,6 +45,12 @@ func TestParseAnswer(t *testing.T) {
 		{body: `{"idle": true} {"idle": false}`, wantErr: true},
 		{body: `{"idle": true`, wantErr: true},
 		{body: `<html>ok</html>`, wantErr: true},
+		{body: `{"idle": true, "version": 8}`, want: answer{idle: true, version: 8, hasVersion: true}},
+		{body: `{"idle": false, "weight_version": 3}`, want: answer{version: 3, hasVersion: true}},
+		{body: `{"idle": true, "version": 5, "weight_version": 3}`, want: answer{idle: true, version: 5, hasVersion: true}},
+		{body: `{"idle": true, "version": null}`, want: answer{idle: true}},
+		{body: `{"idle": true, "version": -1}`, wantErr: true},
+		{body: `{"idle": true, "version": "8"}`, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.body, func(t *testing.T) {

@@ -36,6 +36,9 @@ type Spec struct {
 	ID       string
 	Capacity *int
 	Labels   map[string]string
+	// Version is the policy's weight version at registration; nil means 0,
+	// or, for a policy already registered, the version it has.
+	Version *int64
 	// AllowSharedURL registers the policy even when another index has the
 	// same URL (one server serving as two policies).
 	AllowSharedURL bool
@@ -180,6 +183,9 @@ func (r *Registry) fromSpec(spec Spec, freeIndex int) routing.Policy {
 	}
 	if spec.Capacity != nil {
 		p.Capacity = *spec.Capacity
+	}
+	if spec.Version != nil {
+		p.Version = *spec.Version
 	}
 	return p
 }
@@ -330,6 +336,9 @@ func (r *Registry) fromSpecKeeping(s Spec, freeIndex int, old map[int]routing.Po
 	for _, prev := range old {
 		if prev.ID == p.ID {
 			p.Draining = prev.Draining
+			if s.Version == nil {
+				p.Version = prev.Version
+			}
 		}
 	}
 	return p

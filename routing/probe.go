@@ -18,6 +18,9 @@ type Probe struct {
 	// tracked estimate.
 	Load    int64
 	HasLoad bool
+	// Version, when HasVersion, is the policy's weight version.
+	Version    int64
+	HasVersion bool
 	// Err says why a failed probe failed (shown as the policy's last
 	// error); it must not hold secrets such as a URL's password.
 	Err string
@@ -90,6 +93,9 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	rt.busy = !p.Idle
 	if p.HasLoad {
 		rt.load = min(max(p.Load, 0), MaxLoad)
+	}
+	if p.HasVersion {
+		rt.version.Store(max(p.Version, 0))
 	}
 	tr := NoTransition
 	if !rt.healthy.Load() && rt.passStreak >= st.opts.PassThreshold {

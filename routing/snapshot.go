@@ -23,6 +23,9 @@ type Policy struct {
 	Labels map[string]string
 	// Draining stops new work to the policy without removing it.
 	Draining bool
+	// Version is the weight version the policy was registered with; its
+	// /idle answers replace it with the version they report.
+	Version int64
 }
 
 // Clone returns a copy of p that shares nothing with it.

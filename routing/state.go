@@ -93,6 +93,10 @@ type policyRuntime struct {
 	healthy  atomic.Bool
 	draining atomic.Bool
 	heard    atomic.Bool // a probe answered (always true without a poller)
+	// version is the policy's weight version: the registered one, then the
+	// last one its /idle answers reported (a registration with a higher
+	// version raises it).
+	version atomic.Int64
 
 	// Counters for stats, updated without State.mu where possible.
 	selected      atomic.Uint64
@@ -216,10 +220,14 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 			// Nothing to probe without a URL: such a policy is taken as it is.
 			rt.heard.Store(!st.opts.Polled || p.URL == "")
 			rt.draining.Store(p.Draining)
+			rt.version.Store(p.Version)
 		} else {
 			delete(old, p.ID)
 			if rt.draining.Swap(p.Draining) != p.Draining {
 				redrained = append(redrained, rt)
+			}
+			if p.Version > rt.version.Load() {
+				rt.version.Store(p.Version)
 			}
 		}
 		rt.policy = p

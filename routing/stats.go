@@ -44,12 +44,15 @@ type PolicyStats struct {
 	// sent; zero if none.
 	UnhealthySince time.Time
 	LastOK         time.Time
-	LastIdle       bool
-	Healthy        bool
-	Draining       bool
-	Heard          bool // a probe answered (always, without a poller)
-	ReportedBusy   bool // the last answer was busy
-	IdleCapacity   int  // slots that could be selected now
+	// Version is the policy's weight version (registered, or reported by
+	// its /idle answers; 0 when neither named one).
+	Version      int64
+	LastIdle     bool
+	Healthy      bool
+	Draining     bool
+	Heard        bool // a probe answered (always, without a poller)
+	ReportedBusy bool // the last answer was busy
+	IdleCapacity int  // slots that could be selected now
 }
 
 // Stats is a consistent picture of the routing state.
@@ -108,6 +111,7 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		LastError:      rt.lastError,
 		UnhealthySince: rt.unhealthySince,
 		LastOK:         rt.lastOK,
+		Version:        rt.version.Load(),
 		LastIdle:       rt.lastIdle.Load(),
 		Healthy:        rt.healthy.Load(),
 		Draining:       rt.draining.Load(),

@@ -341,3 +341,27 @@ func TestHealthYouCanActOn(t *testing.T) {
 		t.Errorf("healthy again: state %s, last error %q, since %v, last ok %v", ps.State, ps.LastError, ps.UnhealthySince, ps.LastOK)
 	}
 }
+
+// A policy's weight version is the registered one until its /idle answers
+// report one; a registration with a higher version raises it.
+func TestWeightVersions(t *testing.T) {
+	clock := newFakeClock()
+	ps := densePolicies(2)
+	ps[1].Version = 4
+	st := newState(t, Options{Polled: true}, ps, Topology{})
+	if a, b := policyStats(t, st, 0).Version, policyStats(t, st, 1).Version; a != 0 || b != 4 {
+		t.Fatalf("registered versions %d, %d; want 0, 4", a, b)
+	}
+	st.ObserveProbe("p0", Probe{SentAt: clock.Now(), OK: true, Idle: true, Version: 7, HasVersion: true})
+	st.ObserveProbe("p1", Probe{SentAt: clock.Now(), OK: true, Idle: true}) // reports none: kept
+	if a, b := policyStats(t, st, 0).Version, policyStats(t, st, 1).Version; a != 7 || b != 4 {
+		t.Errorf("after answers: versions %d, %d; want 7, 4", a, b)
+	}
+	ps[0].Version, ps[1].Version = 2, 9 // a re-registration lowers nothing
+	if err := st.Update(ps, Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := policyStats(t, st, 0).Version, policyStats(t, st, 1).Version; a != 7 || b != 9 {
+		t.Errorf("after re-registration: versions %d, %d; want 7, 9", a, b)
+	}
+}

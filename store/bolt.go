@@ -373,6 +373,7 @@ type policyRecord struct {
 	Capacity int               `json:"capacity"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	Draining bool              `json:"draining,omitempty"`
+	Version  int64             `json:"version,omitempty"`
 }
 
 // encodePolicy returns p's key and stored value.

@@ -84,13 +84,13 @@ func fetchStats(ctx context.Context, client *http.Client, base, token string) (a
 // printStatus writes one line per policy, then the totals.
 func printStatus(w io.Writer, s api.Stats) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tNODE\tSTATE\tLOAD\tIN FLIGHT\tLAST ERROR")
+	fmt.Fprintln(tw, "INDEX\tNODE\tSTATE\tVERSION\tLOAD\tIN FLIGHT\tLAST ERROR")
 	for _, p := range s.Policies {
 		node := p.NodeID
 		if node == "" {
 			node = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d/%d\t%s\n", p.Index, node, p.State, p.Load, p.Inflight, p.Capacity,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", p.Index, node, p.State, p.Version, p.Load, p.Inflight, p.Capacity,
 			valueOr(p.LastError, "-"))
 	}
 	if err := tw.Flush(); err != nil {

@@ -194,6 +194,7 @@ class Client:
         capacity: Optional[int] = None,
         labels: Optional[Mapping[str, str]] = None,
         allow_shared_url: bool = False,
+        version: Optional[int] = None,
     ) -> RegisteredPolicy:
         """``POST /policies``: register one policy.
 
@@ -210,6 +211,7 @@ class Client:
             capacity=None if capacity is None else int(capacity),
             labels=None if labels is None else dict(labels),
             allow_shared_url=True if allow_shared_url else None,
+            version=None if version is None else int(version),
         )
         # With an index or id the call is idempotent (same body -> 200), so
         # it may be repeated; without either a repeat would register a

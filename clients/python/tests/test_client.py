@@ -154,6 +154,11 @@ class RegistrationTest(ServerTestCase):
         self.assertEqual((len(got["policies"]), got["topology"]), (2, small))
         self.assertEqual(self.client.get_registration()["topology"], small)
 
+    def test_weight_version_is_shown(self):
+        p = self.client.register_policy("http://127.0.0.1:9/p0", index=0, version=3)
+        self.assertEqual(p["version"], 3)
+        self.assertEqual(self.client.stats()["policies"][0]["version"], 3)
+
     def test_admin_by_index(self):
         self.register_n(2)
         self.assertTrue(self.client.drain(1)["draining"])
