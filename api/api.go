@@ -105,6 +105,9 @@ type AssignRequest struct {
 	// EnvIDs, when present, has num_tasks entries.
 	EnvIDs []string `json:"env_ids" validate:"omitempty,dive,max=256"`
 	Router string   `json:"router,omitempty" validate:"omitempty,assign_router"`
+	// MinVersion, when present, is this request's weight-version floor
+	// instead of the one PUT /weights set.
+	MinVersion *int64 `json:"min_version,omitempty" validate:"omitempty,min=0"`
 }
 
 // PolicyRef is the short form of a policy in answers.
@@ -131,6 +134,9 @@ type SelectRequest struct {
 	// TimeoutMS bounds the wait for an idle policy; default 30000, capped by
 	// the server's maximum. 0 means do not wait.
 	TimeoutMS *int `json:"timeout_ms,omitempty" validate:"omitempty,min=0,max=3600000"`
+	// MinVersion, when present, is this request's weight-version floor
+	// instead of the one PUT /weights set.
+	MinVersion *int64 `json:"min_version,omitempty" validate:"omitempty,min=0"`
 	// LeaseTTLMS ends the lease this long after the hand-out unless it is
 	// released before; absent or 0 means the server's --lease-ttl.
 	LeaseTTLMS *int `json:"lease_ttl_ms,omitempty" validate:"omitempty,min=0,max=86400000"`
@@ -262,13 +268,32 @@ type Stats struct {
 	Totals   StateCounts            `json:"totals"`
 	// Waiters is the number of /select calls waiting for an idle policy,
 	// Leases the number of leases out.
-	Waiters       int           `json:"waiters"`
-	Leases        int           `json:"leases"`
-	Router        string        `json:"router"`
+	Waiters int    `json:"waiters"`
+	Leases  int    `json:"leases"`
+	Router  string `json:"router"`
+	// MinVersion is the weight-version floor in force (PUT /weights).
+	MinVersion    int64         `json:"min_version"`
 	Decisions     DecisionStats `json:"decisions"`
 	Poller        *PollerStats  `json:"poller"`
 	UptimeSeconds float64       `json:"uptime_seconds"`
 	Time          time.Time     `json:"time"`
+}
+
+// WeightsRequest is the body of PUT /weights: the trainer's current weight
+// version, and how many versions behind a policy may be and still get
+// work. Without max_staleness no floor is set.
+type WeightsRequest struct {
+	Version      *int64 `json:"version" validate:"required,min=0"`
+	MaxStaleness *int64 `json:"max_staleness,omitempty" validate:"omitempty,min=0"`
+}
+
+// Weights is the body of GET /weights and the answer to PUT /weights.
+// MinVersion is the floor in force: version - max_staleness, or 0 without
+// max_staleness.
+type Weights struct {
+	Version      int64  `json:"version"`
+	MaxStaleness *int64 `json:"max_staleness"`
+	MinVersion   int64  `json:"min_version"`
 }
 
 // DecisionStats counts routing decisions since the server started; the
@@ -314,6 +339,7 @@ const (
 	CodeAllUnavailable = "all_unavailable" // every policy unhealthy, draining or not yet heard from
 	CodeNoIdlePolicy   = "no_idle_policy"  // /select waited timeout_ms and none became idle
 	CodeShuttingDown   = "shutting_down"   // the server is stopping
+	CodeNoFreshPolicy  = "no_fresh_policy" // available policies, none at the weight-version floor
 	CodeNotReady       = "not_ready"       // /readyz: not ready yet
 	CodeInternal       = "internal"        // 500: never for bad input
 )

@@ -50,7 +50,7 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case api.CodeUnsupportedMedia:
 		return http.StatusUnsupportedMediaType
-	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeNotReady:
+	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeNotReady, api.CodeNoFreshPolicy:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -75,6 +75,8 @@ func asError(err error) *Error {
 		return errorf(api.CodeNotFound, "lease not found: not issued by this server, or no lease out for that policy")
 	case errors.Is(err, routing.ErrNoPolicies):
 		return errorf(api.CodeNoPolicies, "no policies registered")
+	case errors.Is(err, routing.ErrNoFreshPolicy):
+		return errorf(api.CodeNoFreshPolicy, "no available policy has a fresh enough weight version (see GET /weights and the versions in GET /stats)")
 	case errors.Is(err, routing.ErrAllUnavailable):
 		return errorf(api.CodeAllUnavailable, "no policy to route to: every registered policy is unhealthy, draining or not yet heard from (see GET /stats)")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

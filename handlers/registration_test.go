@@ -161,3 +161,50 @@ func TestRegisteredVersion(t *testing.T) {
 	}
 	wantError(t, ts.do(t, "POST", "/policies", `{"url":"http://127.0.0.1:9/p1","version":-1}`), http.StatusUnprocessableEntity, api.CodeValidationFailed, "version")
 }
+
+// PUT /weights sets a floor every router respects; a request's
+// min_version overrides it; nothing fresh is a 503 that says so.
+func TestWeightsFloor(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	want(t, ts.do(t, "PUT", "/registration", `{"policies":[{"url":"http://127.0.0.1:9/p0","index":0,"version":7},{"url":"http://127.0.0.1:9/p1","index":1,"version":8}],"topology":{}}`), http.StatusOK, nil)
+	var w api.Weights
+	want(t, ts.do(t, "GET", "/weights", ""), http.StatusOK, &w)
+	if w.Version != 0 || w.MaxStaleness != nil || w.MinVersion != 0 {
+		t.Errorf("unset weights = %+v", w)
+	}
+	want(t, ts.do(t, "PUT", "/weights", `{"version":9,"max_staleness":1}`), http.StatusOK, &w)
+	if w.Version != 9 || w.MaxStaleness == nil || *w.MaxStaleness != 1 || w.MinVersion != 8 {
+		t.Errorf("weights = %+v; want version 9, max_staleness 1, min_version 8", w)
+	}
+	var a api.AssignResponse
+	want(t, ts.do(t, "POST", "/assign", `{"num_tasks":3}`), http.StatusOK, &a)
+	for _, idx := range a.Assignments {
+		if idx != 1 {
+			t.Errorf("assignments %v under floor 8; want only policy 1", a.Assignments)
+		}
+	}
+	var sel api.SelectResponse
+	want(t, ts.do(t, "POST", "/select", `{"timeout_ms":0}`), http.StatusOK, &sel)
+	if sel.Index != 1 {
+		t.Errorf("select under floor 8 = policy %d; want 1", sel.Index)
+	}
+	// Policy 0 is idle but stale, policy 1 fresh but busy: waiting ends in
+	// no_idle_policy; with a floor no policy meets, in no_fresh_policy.
+	wantError(t, ts.do(t, "POST", "/select", `{"timeout_ms":20}`), http.StatusServiceUnavailable, api.CodeNoIdlePolicy, "")
+	e := wantError(t, ts.do(t, "POST", "/select", `{"timeout_ms":20,"min_version":20}`), http.StatusServiceUnavailable, api.CodeNoFreshPolicy, "")
+	if !strings.Contains(e.Message, "at least 20") {
+		t.Errorf("no_fresh_policy message %q does not name the floor", e.Message)
+	}
+	want(t, ts.do(t, "POST", "/select", `{"timeout_ms":0,"min_version":7}`), http.StatusOK, &sel)
+	if sel.Index != 0 {
+		t.Errorf("select with min_version 7 = policy %d; want 0", sel.Index)
+	}
+	wantError(t, ts.do(t, "POST", "/assign", `{"num_tasks":1,"min_version":9}`), http.StatusServiceUnavailable, api.CodeNoFreshPolicy, "")
+	var s api.Stats
+	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &s)
+	if s.MinVersion != 8 {
+		t.Errorf("/stats min_version %d; want 8", s.MinVersion)
+	}
+	wantError(t, ts.do(t, "PUT", "/weights", `{"max_staleness":1}`), http.StatusUnprocessableEntity, api.CodeValidationFailed, "version")
+	wantError(t, ts.do(t, "PUT", "/weights", `{"version":1,"max_staleness":-1}`), http.StatusUnprocessableEntity, api.CodeValidationFailed, "max_staleness")
+}

@@ -9,7 +9,35 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
 )
+
+// minVersion is the floor a request's min_version gives, else the one in
+// force.
+func minVersion(st *routing.State, v *int64) int64 {
+	if v != nil {
+		return *v
+	}
+	return st.MinVersion()
+}
+
+func (s *Server) putWeights(w http.ResponseWriter, r *http.Request) {
+	var req api.WeightsRequest
+	if err := s.decode(w, r, s.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.Registry.SetWeights(r.Context(), store.Weights{Version: *req.Version, MaxStaleness: req.MaxStaleness}); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.getWeights(w, r)
+}
+
+func (s *Server) getWeights(w http.ResponseWriter, r *http.Request) {
+	ws := s.Registry.Weights()
+	writeJSON(w, http.StatusOK, api.Weights{Version: ws.Version, MaxStaleness: ws.MaxStaleness, MinVersion: ws.MinVersion()})
+}
 
 // router resolves a request's router name, the server's default when
 // empty, in the table of routers. A name the table does not offer for the
@@ -42,10 +70,11 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	a, err := s.State.Assign(routing.AssignRequest{
-		Kind:     router.Assign,
-		NumTasks: *req.NumTasks,
-		Loads:    req.CurrentLoads,
-		EnvIDs:   req.EnvIDs,
+		Kind:       router.Assign,
+		NumTasks:   *req.NumTasks,
+		Loads:      req.CurrentLoads,
+		EnvIDs:     req.EnvIDs,
+		MinVersion: req.MinVersion,
 	})
 	s.observeDecision("assign", router.Name, start)
 	if err != nil {
@@ -76,7 +105,7 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID}
+	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID, MinVersion: req.MinVersion}
 	if req.LeaseTTLMS != nil {
 		sreq.LeaseTTL = time.Duration(*req.LeaseTTLMS) * time.Millisecond
 	}
@@ -102,6 +131,10 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	case r.Context().Err() != nil:
 		// The caller left while waiting; Select consumed nothing and there
 		// is nobody to answer.
+		return
+	case errors.Is(err, context.DeadlineExceeded) && !s.State.AnyFresh(req.MinVersion):
+		s.writeError(w, r, errorf(api.CodeNoFreshPolicy, "no policy with a fresh enough weight version (at least "+
+			strconv.FormatInt(minVersion(s.State, req.MinVersion), 10)+") became idle within "+wait.String()))
 		return
 	case errors.Is(err, context.DeadlineExceeded):
 		s.writeError(w, r, errorf(api.CodeNoIdlePolicy, "no idle policy within "+wait.String()))

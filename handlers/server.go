@@ -158,6 +158,8 @@ func (s *Server) Handler() http.Handler {
 	admin.Put("/topology", s.putTopology)
 	read.Get("/topology", s.getTopology)
 	admin.Put("/registration", s.putRegistration)
+	admin.Put("/weights", s.putWeights)
+	read.Get("/weights", s.getWeights)
 	read.Get("/registration", s.getRegistration)
 
 	route.Post("/assign", s.assign)

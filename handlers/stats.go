@@ -24,6 +24,7 @@ func (s *Server) buildStats() api.Stats {
 		Leases:        st.Leases,
 		Router:        s.DefaultRouter,
 		Decisions:     s.decisions.stats(),
+		MinVersion:    s.State.MinVersion(),
 		UptimeSeconds: now.Sub(s.started).Seconds(),
 		Time:          now.UTC(),
 	}

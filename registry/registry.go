@@ -64,6 +64,7 @@ func Open(ctx context.Context, st store.Store, state *routing.State) (*Registry,
 	if err := r.publishLocked(reg); err != nil {
 		return nil, fmt.Errorf("registry: stored registration is invalid: %w", err)
 	}
+	state.SetMinVersion(reg.Weights.MinVersion())
 	return r, nil
 }
 
@@ -388,6 +389,28 @@ func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) (r
 	return p.Clone(), nil
 }
 
+// Weights returns the weights setting.
+func (r *Registry) Weights() store.Weights {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur.Weights.Clone()
+}
+
+// SetWeights records the trainer's current weight version and the
+// staleness allowed (durably), and from then on no router hands work to a
+// policy below Version - MaxStaleness unless a request names its own
+// floor.
+func (r *Registry) SetWeights(ctx context.Context, w store.Weights) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.store.PutWeights(ctx, w); err != nil {
+		return fmt.Errorf("set weights: %w", err)
+	}
+	r.cur.Weights = w.Clone()
+	r.state.SetMinVersion(w.MinVersion())
+	return nil
+}
+
 // SetTopology replaces the topology.
 func (r *Registry) SetTopology(ctx context.Context, t store.Topology) error {
 	r.mu.Lock()
@@ -430,7 +453,7 @@ func (r *Registry) checkLocked(ps []routing.Policy, t store.Topology) error {
 // The change was checked, so publishing cannot fail.
 func (r *Registry) commitLocked(ps []routing.Policy, t store.Topology) {
 	slices.SortFunc(ps, func(a, b routing.Policy) int { return a.Index - b.Index })
-	r.cur = store.Registration{Policies: ps, Topology: t.Clone()}
+	r.cur = store.Registration{Policies: ps, Topology: t.Clone(), Weights: r.cur.Weights}
 	if err := r.publishLocked(r.cur); err != nil {
 		panic(fmt.Sprintf("registry: checked registration rejected: %v", err))
 	}

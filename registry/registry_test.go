@@ -252,3 +252,24 @@ func TestConflictsSayWhatDiffers(t *testing.T) {
 		t.Errorf("ReplaceRegistration = %+v, %v; want policy a kept alone", reg, err)
 	}
 }
+
+// The weights setting is stored and restored, with its floor.
+func TestWeightsAreRestored(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	r, err := Open(ctx, st, routing.New(routing.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetWeights(ctx, store.Weights{Version: 12, MaxStaleness: ptr(int64(2))}); err != nil {
+		t.Fatal(err)
+	}
+	state := routing.New(routing.Options{})
+	r2, err := Open(ctx, st, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := r2.Weights(); w.Version != 12 || w.MinVersion() != 10 || state.MinVersion() != 10 {
+		t.Errorf("restored weights %+v, floor %d; want version 12 and floor 10", w, state.MinVersion())
+	}
+}

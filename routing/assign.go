@@ -19,6 +19,10 @@ const (
 // ValueError("No policies available for routing") for the first case.
 var ErrNoPolicies = errors.New("no policies available")
 
+// ErrNoFreshPolicy is returned by Assign when policies are available but
+// none meets the request's weight-version floor.
+var ErrNoFreshPolicy = errors.New("no available policy has a fresh enough weight version")
+
 // ErrAllUnavailable is returned when policies are registered but none passes
 // the availability filter: every one is unhealthy, draining or not yet
 // heard from. Waiting for a busy policy cannot help then, so Select answers

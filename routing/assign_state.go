@@ -11,6 +11,9 @@ type AssignRequest struct {
 	Loads []int64
 	// EnvIDs, when given, name one env id per task (node affinity).
 	EnvIDs []string
+	// MinVersion, when set, is the weight-version floor of this request
+	// instead of the State's (SetMinVersion).
+	MinVersion *int64
 }
 
 // Assignment is the answer of Assign.
@@ -35,8 +38,12 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 		return Assignment{}, inputErr("env_ids", "has %d entries, num_tasks is %d", len(req.EnvIDs), req.NumTasks)
 	}
 	snap := st.snap.Load()
+	floor := st.minVersionOf(req.MinVersion)
 	if req.Loads != nil {
-		in := stateless(snap, req.Loads)
+		in, stale := stateless(snap, req.Loads, floor)
+		if len(in.Indices) == 0 && stale > 0 {
+			return Assignment{Snapshot: snap}, ErrNoFreshPolicy
+		}
 		if len(in.Indices) == 0 && len(req.Loads) > 0 {
 			return Assignment{Snapshot: snap}, ErrAllUnavailable
 		}
@@ -56,13 +63,21 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	n := len(snap.rts)
 	in := AffinityInput{Indices: make([]int, 0, n), Loads: make([]int64, 0, n), Nodes: make([]string, 0, n)}
 	rts := make([]*policyRuntime, 0, n)
+	stale := 0
 	for pos, rt := range snap.rts {
+		if rt.available() && rt.version.Load() < floor {
+			stale++
+			continue
+		}
 		if rt.available() {
 			in.Indices = append(in.Indices, rt.policy.Index)
 			in.Loads = append(in.Loads, min(max(rt.load, -MaxLoad), MaxLoad))
 			in.Nodes = append(in.Nodes, snap.nodes[pos])
 			rts = append(rts, rt)
 		}
+	}
+	if len(in.Indices) == 0 && stale > 0 {
+		return Assignment{Snapshot: snap}, ErrNoFreshPolicy
 	}
 	if len(in.Indices) == 0 && n > 0 {
 		return Assignment{Snapshot: snap}, ErrAllUnavailable
@@ -88,13 +103,20 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 }
 
 // stateless returns the candidates of a stateless assignment: every index
-// of loads but those of registered, unavailable policies.
-func stateless(snap *Snapshot, loads []int64) AffinityInput {
-	in := AffinityInput{Indices: make([]int, 0, len(loads)), Loads: make([]int64, 0, len(loads)), Nodes: make([]string, 0, len(loads))}
+// of loads but those of registered policies that are unavailable or below
+// the weight-version floor, and how many were left out for the floor
+// alone. An index with no registration has no version and is kept.
+func stateless(snap *Snapshot, loads []int64, floor int64) (in AffinityInput, stale int) {
+	in = AffinityInput{Indices: make([]int, 0, len(loads)), Loads: make([]int64, 0, len(loads)), Nodes: make([]string, 0, len(loads))}
 	for i, l := range loads {
 		node := ""
 		if pos, ok := snap.posOf[i]; ok {
-			if !snap.rts[pos].available() {
+			rt := snap.rts[pos]
+			if !rt.available() {
+				continue
+			}
+			if rt.version.Load() < floor {
+				stale++
 				continue
 			}
 			node = snap.nodes[pos]
@@ -103,7 +125,7 @@ func stateless(snap *Snapshot, loads []int64) AffinityInput {
 		in.Loads = append(in.Loads, l)
 		in.Nodes = append(in.Nodes, node)
 	}
-	return in
+	return in, stale
 }
 
 // assignOver answers req over the candidates in, as positions in in.

@@ -95,7 +95,16 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 		rt.load = min(max(p.Load, 0), MaxLoad)
 	}
 	if p.HasVersion {
-		rt.version.Store(max(p.Version, 0))
+		if old := rt.version.Swap(max(p.Version, 0)); p.Version > old && st.waiters.len > 0 {
+			// Waiters with a floor the old version missed may take its
+			// idle slots now.
+			for _, s := range rt.slots {
+				if s.listed {
+					st.unlistLocked(s)
+					st.offerLocked(s, false)
+				}
+			}
+		}
 	}
 	tr := NoTransition
 	if !rt.healthy.Load() && rt.passStreak >= st.opts.PassThreshold {

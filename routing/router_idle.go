@@ -8,7 +8,7 @@ type idleDeque struct{}
 var _ Selector = idleDeque{}
 
 func (idleDeque) pick(l *ledger, _ string) (pick, bool) {
-	s := l.global.head
+	s := l.firstFresh(l.global.head, globalList)
 	return pick{slot: s}, s != nil
 }
 

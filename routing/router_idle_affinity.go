@@ -11,11 +11,11 @@ func (idleAffinity) pick(l *ledger, envNode string) (pick, bool) {
 	var s *slot
 	if envNode != "" {
 		if nl := l.byNode[envNode]; nl != nil {
-			s = nl.head
+			s = l.firstFresh(nl.head, nodeList)
 		}
 	}
 	if s == nil {
-		s = l.global.head
+		s = l.firstFresh(l.global.head, globalList)
 	}
 	return pick{slot: s}, s != nil
 }

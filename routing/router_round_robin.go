@@ -5,8 +5,8 @@ package routing
 // node, else round robin over all policies (the seed's
 // SyncNodeAffinityRouter). Like the seed it hands policies out blind to
 // whether they are busy and issues no lease; it only skips policies that
-// fail the availability filter, so that with every policy available the
-// sequence is the seed's exactly.
+// fail the availability filter or the weight-version floor, so that with
+// every policy available the sequence is the seed's exactly.
 type roundRobin struct{}
 
 var _ Selector = roundRobin{}
@@ -17,7 +17,7 @@ func (roundRobin) pick(l *ledger, envNode string) (pick, bool) {
 		for range ps {
 			pos := ps[l.rr[envNode]%uint64(len(ps))]
 			l.rr[envNode]++
-			if snap.rts[pos].available() {
+			if rt := snap.rts[pos]; rt.available() && l.fresh(rt) {
 				return pick{pos: pos}, true
 			}
 		}
@@ -26,7 +26,7 @@ func (roundRobin) pick(l *ledger, envNode string) (pick, bool) {
 	for range n {
 		pos := int(l.grr % n)
 		l.grr++
-		if snap.rts[pos].available() {
+		if rt := snap.rts[pos]; rt.available() && l.fresh(rt) {
 			return pick{pos: pos}, true
 		}
 	}

@@ -14,6 +14,9 @@ type SelectRequest struct {
 	// LeaseTTL ends the lease this long after the hand-out unless it was
 	// released before; 0 means the State's default (Options.LeaseTTL).
 	LeaseTTL time.Duration
+	// MinVersion, when set, is the weight-version floor of this request
+	// instead of the State's (SetMinVersion).
+	MinVersion *int64
 }
 
 // Selection is the answer of Select.
@@ -50,7 +53,10 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 	// registration change in between only makes it one snapshot old.
 	envNode := st.snap.Load().EnvNode(req.EnvID)
 
+	floor := st.minVersionOf(req.MinVersion)
+
 	st.mu.Lock()
+	st.ledger.minVersion = floor
 	if p, ok := r.pick(&st.ledger, envNode); ok {
 		var sel Selection
 		if p.slot != nil {
@@ -76,7 +82,7 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 		st.mu.Unlock()
 		return Selection{}, err
 	}
-	w := &waiter{ch: make(chan struct{}), ttl: ttl}
+	w := &waiter{ch: make(chan struct{}), ttl: ttl, minVersion: floor}
 	st.waiters.pushBack(w)
 	st.mu.Unlock()
 

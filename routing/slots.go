@@ -85,6 +85,7 @@ type waiter struct {
 	prev, next *waiter
 	ch         chan struct{}
 	ttl        time.Duration // of the lease it will get
+	minVersion int64         // the weight-version floor its policy must meet
 	sel        Selection
 	granted    *slot
 }

@@ -139,6 +139,21 @@ type ledger struct {
 	// firstProbe is closed, and replaced, whenever a policy gets its
 	// first probe report.
 	firstProbe chan struct{}
+	// minVersion is the weight-version floor of the decision in progress:
+	// set by Select and Assign for the duration of a pick.
+	minVersion int64
+}
+
+// fresh reports whether rt's weight version meets the floor of the
+// decision in progress. Caller must hold State.mu.
+func (l *ledger) fresh(rt *policyRuntime) bool { return rt.version.Load() >= l.minVersion }
+
+// firstFresh returns the first slot of a deque, from s on along links of
+// kind, whose policy meets the floor, or nil. Caller must hold State.mu.
+func (l *ledger) firstFresh(s *slot, kind int) *slot {
+	for ; s != nil && !l.fresh(s.rt); s = s.links[kind].next {
+	}
+	return s
 }
 
 // State is the live routing state: the current snapshot of policies and
@@ -148,6 +163,9 @@ type State struct {
 	opts  Options
 	snap  atomic.Pointer[Snapshot]
 	codec leaseCodec
+	// floor is the weight-version floor of decisions whose request names
+	// none (SetMinVersion): policies below it get no work.
+	floor atomic.Int64
 
 	mu sync.Mutex
 	ledger
@@ -339,7 +357,12 @@ func (st *State) offerLocked(s *slot, front bool) {
 	if s.listed || s.lease != 0 || !s.listable() {
 		return
 	}
-	if w := st.waiters.head; w != nil {
+	// The oldest waiter whose floor the slot's policy meets takes it.
+	version := s.rt.version.Load()
+	for w := st.waiters.head; w != nil; w = w.next {
+		if version < w.minVersion {
+			continue
+		}
 		st.waiters.remove(w)
 		w.granted = s
 		w.sel = st.leaseLocked(s, w.ttl)
@@ -468,6 +491,37 @@ func (st *State) WaitProbed(ctx context.Context, ids []string) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// SetMinVersion sets the weight-version floor of every decision whose
+// request names none: policies whose version is below it get no work from
+// any router. 0 means no floor. Waiters already queued keep the floor they
+// started with.
+func (st *State) SetMinVersion(v int64) { st.floor.Store(max(v, 0)) }
+
+// MinVersion returns the floor SetMinVersion set.
+func (st *State) MinVersion() int64 { return st.floor.Load() }
+
+// minVersionOf is a request's floor: its own when it names one, else the
+// State's.
+func (st *State) minVersionOf(v *int64) int64 {
+	if v != nil {
+		return max(*v, 0)
+	}
+	return st.floor.Load()
+}
+
+// AnyFresh reports whether an available policy meets the floor minVersion
+// (nil: the State's floor), so that a caller that waited in vain can say
+// whether staleness was the reason.
+func (st *State) AnyFresh(minVersion *int64) bool {
+	floor := st.minVersionOf(minVersion)
+	for _, rt := range st.snap.Load().rts {
+		if rt.available() && rt.version.Load() >= floor {
+			return true
+		}
+	}
+	return false
 }
 
 // Unprobed returns how many registered policies have had no probe reported

@@ -52,6 +52,7 @@ var (
 	bucketTopology    = []byte("topology")
 	keySchemaVersion  = []byte("schema_version")
 	keyTopology       = []byte("topology")
+	keyWeights        = []byte("weights") // in bucketMeta
 	schemaVersionText = []byte(strconv.Itoa(SchemaVersion))
 )
 
@@ -207,6 +208,11 @@ func (b *Bolt) Load(ctx context.Context) (Registration, error) {
 				return fmt.Errorf("topology: %w", err)
 			}
 		}
+		if v := tx.Bucket(bucketMeta).Get(keyWeights); v != nil {
+			if err := json.Unmarshal(v, &reg.Weights); err != nil {
+				return fmt.Errorf("weights: %w", err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -298,6 +304,21 @@ func (b *Bolt) PutRegistration(ctx context.Context, reg Registration) error {
 	})
 	if err != nil {
 		return fmt.Errorf("store: put registration: %w", err)
+	}
+	return nil
+}
+
+// PutWeights implements Store: one key of the meta bucket.
+func (b *Bolt) PutWeights(ctx context.Context, w Weights) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: put weights: %w", err)
+	}
+	val, err := json.Marshal(w)
+	if err != nil {
+		return fmt.Errorf("store: put weights: %w", err)
+	}
+	if err := b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyWeights, val) }); err != nil {
+		return fmt.Errorf("store: put weights: %w", err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ type Memory struct {
 	mu       sync.Mutex
 	policies map[string]routing.Policy
 	topology Topology
+	weights  Weights
 }
 
 var _ Store = (*Memory)(nil)
@@ -29,7 +30,7 @@ func (m *Memory) Load(ctx context.Context) (Registration, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	reg := Registration{Policies: make([]routing.Policy, 0, len(m.policies)), Topology: m.topology.Clone()}
+	reg := Registration{Policies: make([]routing.Policy, 0, len(m.policies)), Topology: m.topology.Clone(), Weights: m.weights.Clone()}
 	for _, p := range m.policies {
 		reg.Policies = append(reg.Policies, p.Clone())
 	}
@@ -74,6 +75,17 @@ func (m *Memory) ReplacePolicies(ctx context.Context, ps []routing.Policy) error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.policies = next
+	return nil
+}
+
+// PutWeights implements Store.
+func (m *Memory) PutWeights(ctx context.Context, w Weights) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.weights = w.Clone()
 	return nil
 }
 

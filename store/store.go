@@ -37,10 +37,37 @@ func (t Topology) Clone() Topology {
 	return out
 }
 
+// Weights is the trainer's current weight version and how stale a policy
+// may be: policies below Version - MaxStaleness get no work. A nil
+// MaxStaleness sets no floor.
+type Weights struct {
+	Version      int64  `json:"version"`
+	MaxStaleness *int64 `json:"max_staleness,omitempty"`
+}
+
+// Clone returns a copy that shares nothing with w.
+func (w Weights) Clone() Weights {
+	if w.MaxStaleness != nil {
+		k := *w.MaxStaleness
+		w.MaxStaleness = &k
+	}
+	return w
+}
+
+// MinVersion is the floor the setting puts on policies' versions: 0 when
+// it sets none.
+func (w Weights) MinVersion() int64 {
+	if w.MaxStaleness == nil {
+		return 0
+	}
+	return max(w.Version-*w.MaxStaleness, 0)
+}
+
 // Registration is everything a Store holds.
 type Registration struct {
 	Policies []routing.Policy // in index order
 	Topology Topology
+	Weights  Weights
 }
 
 // Store keeps the registration. A method returns only after its change is
@@ -61,8 +88,11 @@ type Store interface {
 	// PutTopology replaces the topology.
 	PutTopology(ctx context.Context, t Topology) error
 	// PutRegistration replaces every stored policy and the topology at
-	// once: after a crash either both changed or neither did.
+	// once: after a crash either both changed or neither did. The weights
+	// setting is left as it is.
 	PutRegistration(ctx context.Context, reg Registration) error
+	// PutWeights replaces the weights setting.
+	PutWeights(ctx context.Context, w Weights) error
 	// Close releases the store's resources.
 	Close() error
 }

@@ -100,6 +100,23 @@ var storeCases = []struct {
 	name string
 	run  func(t *testing.T, s Store)
 }{
+	{"PutWeights is kept, and PutRegistration leaves it", func(t *testing.T, s Store) {
+		ctx := context.Background()
+		k := int64(3)
+		if err := s.PutWeights(ctx, Weights{Version: 9, MaxStaleness: &k}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutRegistration(ctx, Registration{Policies: []routing.Policy{testPolicy(0)}}); err != nil {
+			t.Fatal(err)
+		}
+		reg, err := s.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reg.Weights.Version != 9 || reg.Weights.MaxStaleness == nil || *reg.Weights.MaxStaleness != 3 || reg.Weights.MinVersion() != 6 {
+			t.Errorf("loaded weights %+v; want version 9, max staleness 3", reg.Weights)
+		}
+	}},
 	{"PutRegistration replaces policies and topology together", func(t *testing.T, s Store) {
 		ctx := context.Background()
 		mustPut(t, s, testPolicy(0), testPolicy(1), testPolicy(2))

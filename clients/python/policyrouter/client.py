@@ -240,6 +240,19 @@ class Client:
         """``GET /registration``: every policy and the topology."""
         return self._request("GET", "/registration").json()
 
+    def set_weights(self, version: int, max_staleness: Optional[int] = None) -> Dict[str, Any]:
+        """``PUT /weights``: record the trainer's current weight version; with
+        ``max_staleness``, no router hands work to a policy whose version
+        (reported in its ``/idle`` answer) is below ``version -
+        max_staleness``. Returns ``{"version", "max_staleness",
+        "min_version"}``."""
+        body = _omit_none(version=int(version), max_staleness=None if max_staleness is None else int(max_staleness))
+        return self._request("PUT", "/weights", body, idempotent=True).json()
+
+    def get_weights(self) -> Dict[str, Any]:
+        """``GET /weights``."""
+        return self._request("GET", "/weights").json()
+
     def list_policies(self) -> List[Dict[str, Any]]:
         """``GET /policies``: every policy, in index order."""
         return self._request("GET", "/policies").json()["policies"]
@@ -285,6 +298,7 @@ class Client:
         current_loads: Optional[Sequence[int]] = None,
         env_ids: Optional[Sequence[str]] = None,
         router: Optional[str] = None,
+        min_version: Optional[int] = None,
     ) -> Dict[str, Any]:
         """``POST /assign``: spread ``num_tasks`` tasks over the policies.
 
@@ -301,6 +315,7 @@ class Client:
             current_loads=None if current_loads is None else [int(x) for x in current_loads],
             env_ids=None if env_ids is None else list(env_ids),
             router=router,
+            min_version=None if min_version is None else int(min_version),
         )
         return self._request("POST", "/assign", body).json()
 
@@ -310,6 +325,7 @@ class Client:
         router: Optional[str] = None,
         timeout_ms: Optional[int] = None,
         lease_ttl_ms: Optional[int] = None,
+        min_version: Optional[int] = None,
     ) -> Dict[str, Any]:
         """``POST /select``: take one idle policy for a sync request,
         waiting up to ``timeout_ms`` (server default 30000, capped by the
@@ -319,7 +335,9 @@ class Client:
         ``openapi.yaml`` lists them; default: the server's). ``lease_ttl_ms``
         ends the lease that long after the hand-out unless it is released
         first (default: the server's ``--lease-ttl``), so that a worker that
-        crashes cannot hold a policy forever.
+        crashes cannot hold a policy forever. ``min_version`` is this
+        request's weight-version floor instead of the one
+        :meth:`set_weights` set.
 
         Returns ``{"index", "id", "url", "node_id", "lease_id"}``; the
         ``node_affinity`` (round-robin) router issues no ``lease_id``.
@@ -330,7 +348,8 @@ class Client:
         """
         body = _omit_none(env_id=env_id, router=router,
                           timeout_ms=None if timeout_ms is None else int(timeout_ms),
-                          lease_ttl_ms=None if lease_ttl_ms is None else int(lease_ttl_ms))
+                          lease_ttl_ms=None if lease_ttl_ms is None else int(lease_ttl_ms),
+                          min_version=None if min_version is None else int(min_version))
         wait_s = (DEFAULT_SELECT_WAIT_MS if timeout_ms is None else max(0, int(timeout_ms))) / 1000.0
         return self._request("POST", "/select", body, extra_read_s=wait_s).json()
 

@@ -159,6 +159,19 @@ class RegistrationTest(ServerTestCase):
         self.assertEqual(p["version"], 3)
         self.assertEqual(self.client.stats()["policies"][0]["version"], 3)
 
+    def test_weights_floor(self):
+        self.client.register_policy("http://127.0.0.1:9/p0", index=0, version=3)
+        self.client.register_policy("http://127.0.0.1:9/p1", index=1, version=5)
+        self.assertEqual(self.client.set_weights(6, max_staleness=1),
+                         {"version": 6, "max_staleness": 1, "min_version": 5})
+        self.assertEqual(self.client.get_weights()["min_version"], 5)
+        self.assertEqual(self.client.assign(2)["assignments"], [1, 1])
+        self.assertEqual(self.client.select(timeout_ms=0)["index"], 1)
+        self.assertEqual(self.client.select(timeout_ms=0, min_version=3)["index"], 0)
+        with self.assertRaises(Unavailable) as cm:
+            self.client.assign(1, min_version=9)
+        self.assertEqual(cm.exception.code, "no_fresh_policy")
+
     def test_admin_by_index(self):
         self.register_n(2)
         self.assertTrue(self.client.drain(1)["draining"])
