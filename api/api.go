@@ -285,6 +285,7 @@ const (
 	CodeAllUnavailable = "all_unavailable" // every policy unhealthy, draining or not yet heard from
 	CodeNoIdlePolicy   = "no_idle_policy"  // /select waited timeout_ms and none became idle
 	CodeShuttingDown   = "shutting_down"   // the server is stopping
+	CodeOverloaded     = "overloaded"      // /select: too many calls waiting already (--max-waiters)
 	CodeNotReady       = "not_ready"       // /readyz: not ready yet
 	CodeInternal       = "internal"        // 500: never for bad input
 )

@@ -48,6 +48,9 @@ type Config struct {
 	// LeaseTTL is the lifetime of a lease whose /select names none; 0 means
 	// leases do not expire.
 	LeaseTTL time.Duration
+	// MaxWaiters bounds the /select calls waiting at once; one more is
+	// answered 503 overloaded. Default routing.DefaultMaxWaiters.
+	MaxWaiters int
 	// MaxSelectWait caps /select's timeout_ms. Default 1 minute.
 	MaxSelectWait time.Duration
 	// DataDir holds the durable (bbolt) store; empty keeps the registration
@@ -86,8 +89,8 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if !slices.Contains(routing.DefaultRouterNames(), cfg.Router) {
 		return nil, fmt.Errorf("router must be %s, not %q", routing.NameList(routing.DefaultRouterNames()), cfg.Router)
 	}
-	if cfg.PollInterval < 0 || cfg.LeaseTTL < 0 {
-		return nil, errors.New("poll interval and lease ttl must be >= 0")
+	if cfg.PollInterval < 0 || cfg.LeaseTTL < 0 || cfg.MaxWaiters < 0 {
+		return nil, errors.New("poll interval, lease ttl and max waiters must be >= 0")
 	}
 	if cfg.MaxSelectWait <= 0 {
 		cfg.MaxSelectWait = time.Minute
@@ -112,6 +115,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		PassThreshold: cfg.PassThreshold,
 		Polled:        cfg.PollInterval > 0,
 		LeaseTTL:      cfg.LeaseTTL,
+		MaxWaiters:    cfg.MaxWaiters,
 	})
 	loadStart := time.Now()
 	a.Registry, err = registry.Open(ctx, a.Store, a.State)

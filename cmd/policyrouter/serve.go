@@ -32,6 +32,7 @@ type serveConfig struct {
 	PassThreshold int
 	MaxSelectWait time.Duration
 	LeaseTTL      time.Duration
+	MaxWaiters    int
 	DataDir       string
 	JWTSecret     string
 	JWTPublicKey  string
@@ -56,6 +57,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.PassThreshold, "pass-threshold", 2, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", time.Minute, "cap on /select timeout_ms")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 0, "lifetime of a /select lease that names no lease_ttl_ms; 0: leases do not expire")
+	fs.IntVar(&c.MaxWaiters, "max-waiters", routing.DefaultMaxWaiters, "most /select calls waiting at once for an idle policy; one more is answered 503 overloaded")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the durable store; empty keeps registrations in memory")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for bearer tokens (at least 32 bytes)")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of an RSA or Ed25519 public key for bearer tokens")
@@ -75,6 +77,9 @@ func (c *serveConfig) check() error {
 	}
 	if c.LeaseTTL < 0 {
 		return errors.New("--lease-ttl must be >= 0")
+	}
+	if c.MaxWaiters < 1 {
+		return fmt.Errorf("--max-waiters must be >= 1, not %d", c.MaxWaiters)
 	}
 	switch c.LogFormat {
 	case "auto", "text", "json":
@@ -200,6 +205,7 @@ func (c *serveConfig) appConfig(verifier *auth.Verifier, logger *slog.Logger) ap
 		FailThreshold:   c.FailThreshold,
 		PassThreshold:   c.PassThreshold,
 		LeaseTTL:        c.LeaseTTL,
+		MaxWaiters:      c.MaxWaiters,
 		MaxSelectWait:   c.MaxSelectWait,
 		DataDir:         c.DataDir,
 		Auth:            verifier,
