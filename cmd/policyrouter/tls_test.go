@@ -15,9 +15,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -302,5 +305,60 @@ func eventually(tb testing.TB, cond func() bool) {
 			tb.Fatal("condition not reached within 20s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestREADMETLSStartup runs the README's three-command TLS start-up as
+// written (on a free port): openssl makes the certificate, the router
+// serves it, curl trusts it.
+func TestREADMETLSStartup(t *testing.T) {
+	for _, tool := range []string{"openssl", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(tool + " not installed")
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	i := strings.Index(section, "## Transport security")
+	if i < 0 {
+		t.Fatal("README has no Transport security section")
+	}
+	section = section[i:]
+	block := section[strings.Index(section, "```sh\n")+len("```sh\n"):]
+	block = block[:strings.Index(block, "```")]
+	if n := strings.Count(strings.TrimSpace(block), "\n") + 1; n != 3 {
+		t.Errorf("the TLS start-up has %d commands; the README promises three", n)
+	}
+	for _, want := range []string{"openssl req", "./policyrouter serve --tls-cert", "https://127.0.0.1:8080/"} {
+		if !strings.Contains(block, want) {
+			t.Fatalf("TLS start-up no longer contains %q; update this test with it", want)
+		}
+	}
+	addr := freeAddrs(t, 1)[0]
+	script := "set -euo pipefail\n" + strings.ReplaceAll(block, "127.0.0.1:8080", addr) + "\nkill %1\nwait\n"
+	dir := t.TempDir()
+	if err := os.Symlink(binary, filepath.Join(dir, "policyrouter")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "POLICYROUTER_ADDR="+addr, "POLICYROUTER_LOG_FORMAT=json")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if err != nil {
+		t.Fatalf("TLS start-up failed: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
+	}
+	if !strings.Contains(stdout.String(), `"status":"ok"`) {
+		t.Errorf("curl over HTTPS printed %q; want the /healthz answer", stdout.String())
 	}
 }
