@@ -215,6 +215,9 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 	if verifier == nil && !auth.IsLoopbackAddr(cfg.Addr) {
 		logger.Warn("serving WITHOUT authentication on a non-loopback address (--insecure)", "addr", cfg.Addr)
 	}
+	if cfg.TLSCert == "" && !auth.IsLoopbackAddr(cfg.Addr) {
+		logger.Info("serving plain HTTP on a non-loopback address: TLS is left to the proxy in front (--behind-tls-proxy)", "addr", cfg.Addr)
+	}
 	a, err := app.New(ctx, cfg.appConfig(verifier, logger))
 	if err != nil {
 		return err
