@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestConcurrentSelectRelease runs many selectors against registration,
@@ -228,7 +229,10 @@ func TestMaxWaiters(t *testing.T) {
 		}()
 		waitForWaiters(t, st, w+1)
 	}
-	if _, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle}); !errors.Is(err, ErrOverloaded) {
+	// Bounded, so that a missing limit fails rather than hangs.
+	over, cancelOver := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelOver()
+	if _, err := st.Select(over, SelectRequest{Router: SelectIdle}); !errors.Is(err, ErrOverloaded) {
 		t.Fatalf("Select beyond %d waiters = %v; want ErrOverloaded", max, err)
 	}
 	if _, err := st.Select(cancelled(), SelectRequest{Router: SelectIdle}); !errors.Is(err, context.Canceled) {
