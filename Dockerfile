@@ -4,7 +4,19 @@
 #
 #   docker build -t policyrouter .
 #   docker run --rm -p 127.0.0.1:8080:8080 \
-#     -e POLICYROUTER_JWT_SECRET="$(openssl rand -hex 32)" policyrouter
+#     -e POLICYROUTER_JWT_SECRET="$(openssl rand -hex 32)" \
+#     -v "$PWD/tls:/run/secrets/tls:ro" \
+#     -e POLICYROUTER_TLS_CERT=/run/secrets/tls/router.crt \
+#     -e POLICYROUTER_TLS_KEY=/run/secrets/tls/router.key policyrouter
+#
+# Transport. On 0.0.0.0 the default command refuses plain HTTP, since bearer
+# tokens would cross the network in clear text: it needs a certificate and
+# its key, mounted read-only as secrets (a compose secret, a Kubernetes
+# Secret volume; readable by uid 65532) and named by POLICYROUTER_TLS_CERT
+# and POLICYROUTER_TLS_KEY. Renewed files are served without a restart.
+# POLICYROUTER_TLS_CLIENT_CA adds mutual TLS. Behind an ingress or proxy
+# that terminates TLS, set POLICYROUTER_BEHIND_TLS_PROXY=true instead.
+# docker-compose.yml shows both (its profile "tls" serves HTTPS).
 #
 # Authentication. The default command serves on 0.0.0.0:8080 (it must: the
 # container's loopback is unreachable from outside) and does NOT pass

@@ -340,6 +340,7 @@ const (
 	CodeNoIdlePolicy   = "no_idle_policy"  // /select waited timeout_ms and none became idle
 	CodeShuttingDown   = "shutting_down"   // the server is stopping
 	CodeNoFreshPolicy  = "no_fresh_policy" // available policies, none at the weight-version floor
+	CodeOverloaded     = "overloaded"      // /select: too many calls waiting already (--max-waiters)
 	CodeNotReady       = "not_ready"       // /readyz: not ready yet
 	CodeInternal       = "internal"        // 500: never for bad input
 )

@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,8 +39,26 @@ type Config struct {
 	PollInterval time.Duration
 	// PollTimeout bounds one probe. Default poller.DefaultTimeout.
 	PollTimeout time.Duration
-	// PollClient, when set, sends the probes.
+	// PollClient, when set, sends the probes; the Policy* TLS settings must
+	// then be empty.
 	PollClient *http.Client
+	// PolicyCA is a PEM file of CA certificates trusted, besides the
+	// system's, for https:// policies. PolicyClientCert and PolicyClientKey
+	// are PEM files of the client certificate presented to policies that
+	// require one (mutual TLS); they are read again when they change.
+	PolicyCA         string
+	PolicyClientCert string
+	PolicyClientKey  string
+	// TLSCert and TLSKey are PEM files of the router's certificate and key:
+	// when set it serves HTTPS (TLS 1.2 or later, HTTP/2), and reads them
+	// again when they change on disk. TLSClientCA, a PEM file of CA
+	// certificates, makes it require client certificates signed by them.
+	TLSCert     string
+	TLSKey      string
+	TLSClientCA string
+	// ReadHeaderTimeout cuts off a client that has not sent its request
+	// headers in that time. Default 5 seconds.
+	ReadHeaderTimeout time.Duration
 	// Grace, FailThreshold and PassThreshold configure the routing state
 	// (routing.Options).
 	Grace         time.Duration
@@ -48,6 +67,9 @@ type Config struct {
 	// LeaseTTL is the lifetime of a lease whose /select names none; 0 means
 	// leases do not expire.
 	LeaseTTL time.Duration
+	// MaxWaiters bounds the /select calls waiting at once; one more is
+	// answered 503 overloaded. Default routing.DefaultMaxWaiters.
+	MaxWaiters int
 	// MaxSelectWait caps /select's timeout_ms. Default 1 minute.
 	MaxSelectWait time.Duration
 	// DataDir holds the durable (bbolt) store; empty keeps the registration
@@ -72,6 +94,8 @@ type App struct {
 	Poller  *poller.Poller
 	Metrics *metrics.Metrics
 	Server  *handlers.Server
+	// TLS is the listener's TLS configuration; nil serves plain HTTP.
+	TLS *tls.Config
 
 	ready atomic.Bool // the first probe round has been answered
 }
@@ -86,16 +110,29 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if !slices.Contains(routing.DefaultRouterNames(), cfg.Router) {
 		return nil, fmt.Errorf("router must be %s, not %q", routing.NameList(routing.DefaultRouterNames()), cfg.Router)
 	}
-	if cfg.PollInterval < 0 || cfg.LeaseTTL < 0 {
-		return nil, errors.New("poll interval and lease ttl must be >= 0")
+	if cfg.PollInterval < 0 || cfg.LeaseTTL < 0 || cfg.MaxWaiters < 0 {
+		return nil, errors.New("poll interval, lease ttl and max waiters must be >= 0")
 	}
 	if cfg.MaxSelectWait <= 0 {
 		cfg.MaxSelectWait = time.Minute
+	}
+	if cfg.ReadHeaderTimeout <= 0 {
+		cfg.ReadHeaderTimeout = 5 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	a := &App{Config: cfg}
+	if a.TLS, err = serverTLS(cfg); err != nil {
+		return nil, err
+	}
+	ptls, err := policyTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if ptls != nil && cfg.PollClient != nil {
+		return nil, errors.New("a poll client and policy TLS settings are exclusive")
+	}
 	a.Store, err = openStore(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -112,6 +149,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		PassThreshold: cfg.PassThreshold,
 		Polled:        cfg.PollInterval > 0,
 		LeaseTTL:      cfg.LeaseTTL,
+		MaxWaiters:    cfg.MaxWaiters,
 	})
 	loadStart := time.Now()
 	a.Registry, err = registry.Open(ctx, a.Store, a.State)
@@ -140,8 +178,10 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 			Interval: cfg.PollInterval,
 			Timeout:  cfg.PollTimeout,
 			Client:   cfg.PollClient,
-			Logger:   cfg.Logger,
-			OnProbe:  func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
+			// TLS towards https:// policies; the poller keeps its transport.
+			TLSClientConfig: ptls,
+			Logger:          cfg.Logger,
+			OnProbe:         func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
 		})
 		hcfg.Poller = a.Poller
 	} else {
@@ -199,10 +239,13 @@ func (a *App) Close() error { return a.Store.Close() }
 
 // HTTPServer returns the router's HTTP server, with its timeouts and
 // limits set: a slow-header client is cut off after ReadHeaderTimeout.
+// Its TLSConfig is App.TLS: serve it with ServeTLS(ln, "", "") when that
+// is set.
 func (a *App) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           a.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
+		TLSConfig:         a.TLS,
+		ReadHeaderTimeout: a.Config.ReadHeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      a.Config.MaxSelectWait + 30*time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -211,7 +254,8 @@ func (a *App) HTTPServer() *http.Server {
 	}
 }
 
-// Serve serves the router on ln, with its background work, until ctx is
+// Serve serves the router on ln (over TLS when App.TLS is set), with its
+// background work, until ctx is
 // done; then it ends /select waits, drains in-flight requests (for at most
 // 10 seconds), stops the background work and closes the store. It is what
 // `policyrouter serve` runs.
@@ -233,7 +277,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			// The certificate comes from TLSConfig.GetCertificate.
+			serveErr <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		serveErr <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)

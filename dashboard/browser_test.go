@@ -543,7 +543,7 @@ func TestDashboardManyPoliciesInBrowser(t *testing.T) {
 				totals: { unhealthy: i % 3, draining: 1 },
 				decisions: { select_total: i * 100, assign_total: i * 10, select_wait: { bounds_ms: [1, 10], counts: [i * 90, i * 10, 0] } } };
 			if (i === 599) t0 = performance.now();
-			draw(s, t + i * 1000);
+			draw(s, t + i * 1000, i < 599);
 		}
 		const ms = performance.now() - t0;
 		const pts = Array.from(div.querySelectorAll(".chart"), c => +c.dataset.points);

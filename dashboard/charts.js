@@ -151,7 +151,8 @@ window.policyrouterCharts = (() => {
   };
 
   // create builds the charts in parent and returns a function that takes
-  // each /stats document, with the page's clock, and redraws.
+  // each /stats document, with the page's clock, and redraws (unless
+  // noDraw: a test filling the history draws once, at the end).
   const create = (parent) => {
     const charts = {
       decisions: new Chart(parent, "decisions", "decisions per second", ""),
@@ -163,7 +164,7 @@ window.policyrouterCharts = (() => {
     };
     let prev = null; // the previous /stats, for rates and histogram deltas
 
-    return (s, now) => {
+    return (s, now, noDraw) => {
       const d = s.decisions || {};
       const wait = d.select_wait || { bounds_ms: [], counts: [] };
       if (prev && prev.time !== s.time) {
@@ -211,7 +212,7 @@ window.policyrouterCharts = (() => {
       }
       charts.versions.push(now, versions);
 
-      for (const c of Object.values(charts)) c.draw(now);
+      if (!noDraw) for (const c of Object.values(charts)) c.draw(now);
     };
   };
 

@@ -50,7 +50,7 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case api.CodeUnsupportedMedia:
 		return http.StatusUnsupportedMediaType
-	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeNotReady, api.CodeNoFreshPolicy:
+	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -79,6 +79,8 @@ func asError(err error) *Error {
 		return errorf(api.CodeNoFreshPolicy, "no available policy has a fresh enough weight version (see GET /weights and the versions in GET /stats)")
 	case errors.Is(err, routing.ErrAllUnavailable):
 		return errorf(api.CodeAllUnavailable, "no policy to route to: every registered policy is unhealthy, draining or not yet heard from (see GET /stats)")
+	case errors.Is(err, routing.ErrOverloaded):
+		return errorf(api.CodeOverloaded, "too many /select calls waiting for an idle policy already (--max-waiters): retry later")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return errorf(api.CodeNoIdlePolicy, "request cancelled or timed out")
 	default:

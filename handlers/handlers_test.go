@@ -455,3 +455,27 @@ func waitFor(tb testing.TB, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestSelectOverloaded fills the waiter list and checks that one more
+// waiting /select is answered 503 overloaded with Retry-After, while a
+// /select that would not wait still gets its usual answer.
+func TestSelectOverloaded(t *testing.T) {
+	ts := newTestServer(t, Config{State: routing.New(routing.Options{MaxWaiters: 1})})
+	ts.register(t, 1)
+	want(t, ts.do(t, "POST", "/select", `{}`), http.StatusOK, nil)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() {
+		rec := httptest.NewRecorder()
+		ts.h.ServeHTTP(rec, ts.request("POST", "/select", `{"timeout_ms":60000}`))
+		done <- rec
+	}()
+	waitFor(t, func() bool { return ts.State.Stats().Waiters == 1 })
+	rec := ts.do(t, "POST", "/select", `{"timeout_ms":60000}`)
+	wantError(t, rec, http.StatusServiceUnavailable, api.CodeOverloaded, "")
+	if rec.Header().Get("Retry-After") == "" {
+		t.Errorf("overloaded answer without Retry-After: %v", rec.Header())
+	}
+	wantError(t, ts.do(t, "POST", "/select", `{"timeout_ms":0}`), http.StatusServiceUnavailable, api.CodeNoIdlePolicy, "")
+	ts.Stop()
+	<-done
+}

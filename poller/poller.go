@@ -19,6 +19,7 @@ package poller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,6 +94,10 @@ type Config struct {
 	// CheckRedirect replaced: redirects are never followed (a 3xx answer is
 	// a failed probe).
 	Client *http.Client
+	// TLSClientConfig, when set, configures the default client's TLS
+	// towards https:// policies: a private CA (RootCAs), a client
+	// certificate for mutual TLS. It is ignored when Client is set.
+	TLSClientConfig *tls.Config
 	// Logger receives health transitions (Warn when a policy becomes
 	// unhealthy, Info when it recovers) and, at Debug, failed probes.
 	// Default slog.Default().
@@ -219,7 +224,7 @@ func New(target Target, cfg Config) *Poller {
 		c.CheckRedirect = noRedirect
 		p.client = &c
 	} else {
-		p.own = newTransport(conc, p.timeout)
+		p.own = newTransport(conc, p.timeout, cfg.TLSClientConfig)
 		// No Client.Timeout: each probe's context carries the timeout, and a
 		// client timeout would cost a timer and a goroutine per request.
 		p.client = &http.Client{Transport: p.own, CheckRedirect: noRedirect}

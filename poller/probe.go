@@ -3,6 +3,7 @@ package poller
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -191,7 +192,7 @@ func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastRe
 // concurrency), no proxy from the environment (policies are reached
 // directly), no compression, HTTP/1.1. The probe's context bounds each
 // request; the dial and TLS timeouts only repeat it.
-func newTransport(concurrency int, timeout time.Duration) *http.Transport {
+func newTransport(concurrency int, timeout time.Duration, tlsConf *tls.Config) *http.Transport {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		DialContext:            d.DialContext,
@@ -201,5 +202,6 @@ func newTransport(concurrency int, timeout time.Duration) *http.Transport {
 		TLSHandshakeTimeout:    timeout,
 		MaxResponseHeaderBytes: 64 << 10,
 		DisableCompression:     true,
+		TLSClientConfig:        tlsConf, // nil: the system's roots
 	}
 }

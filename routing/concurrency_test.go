@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestConcurrentSelectRelease runs many selectors against registration,
@@ -207,6 +208,57 @@ func TestCancelledWaiterIsSkipped(t *testing.T) {
 	sel := <-second
 	mustRelease(t, st, sel.Lease)
 	wantAllIdle(t, st, 1)
+}
+
+// TestMaxWaiters fills the waiter list of a busy policy and checks that one
+// more waiting Select is refused with ErrOverloaded at once, that a try
+// without waiting is not, and that a freed place is taken again.
+func TestMaxWaiters(t *testing.T) {
+	const max = 3
+	topo := nodes(map[string][2][]int{"a": {ints(0), ints(0)}})
+	st := newState(t, Options{MaxWaiters: max}, densePolicies(1), topo)
+	held := mustSelect(t, st, SelectIdle, "env-0")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, max+1)
+	for w := range max {
+		go func() {
+			_, err := st.Select(ctx, SelectRequest{Router: SelectIdle})
+			errs <- err
+		}()
+		waitForWaiters(t, st, w+1)
+	}
+	// Bounded, so that a missing limit fails rather than hangs.
+	over, cancelOver := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelOver()
+	if _, err := st.Select(over, SelectRequest{Router: SelectIdle}); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("Select beyond %d waiters = %v; want ErrOverloaded", max, err)
+	}
+	if _, err := st.Select(cancelled(), SelectRequest{Router: SelectIdle}); !errors.Is(err, context.Canceled) {
+		t.Errorf("non-waiting Select with %d waiters = %v; want context.Canceled", max, err)
+	}
+	if got := st.Stats().Waiters; got != max {
+		t.Errorf("%d waiters after the refusal; want %d", got, max)
+	}
+
+	// Serving one waiter frees a place.
+	mustRelease(t, st, held.Lease)
+	if err := <-errs; err != nil {
+		t.Fatalf("served waiter: %v", err)
+	}
+	waitForWaiters(t, st, max-1)
+	go func() {
+		_, err := st.Select(ctx, SelectRequest{Router: SelectIdle})
+		errs <- err
+	}()
+	waitForWaiters(t, st, max)
+	cancel()
+	for range max {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled waiter: %v; want context.Canceled", err)
+		}
+	}
 }
 
 // TestCancelledWaitersConsumeNothing cancels waiters while their slots are

@@ -39,7 +39,8 @@ type Selection struct {
 // Routers that do not lease never wait. ErrNoPolicies means no policy is
 // registered, ErrAllUnavailable that none passes the availability filter
 // (unhealthy, draining, not heard from) or is awaiting its first probe:
-// Select answers those at once instead of waiting.
+// Select answers those at once instead of waiting, and ErrOverloaded when
+// it would wait but Options.MaxWaiters calls are waiting already.
 func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, error) {
 	r := req.Router
 	if r == nil {
@@ -81,6 +82,10 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 	if err := ctx.Err(); err != nil {
 		st.mu.Unlock()
 		return Selection{}, err
+	}
+	if st.waiters.len >= st.opts.MaxWaiters {
+		st.mu.Unlock()
+		return Selection{}, ErrOverloaded
 	}
 	w := &waiter{ch: make(chan struct{}), ttl: ttl, minVersion: floor}
 	st.waiters.pushBack(w)

@@ -18,7 +18,13 @@ var (
 	// ErrLeaseEnded: the lease was issued but is no longer out: released
 	// already, freed by an idle probe, expired, or its policy removed.
 	ErrLeaseEnded = errors.New("lease already ended")
+	// ErrOverloaded: Select would have to wait, and Options.MaxWaiters
+	// calls are waiting already.
+	ErrOverloaded = errors.New("too many /select calls waiting")
 )
+
+// DefaultMaxWaiters is the default of Options.MaxWaiters.
+const DefaultMaxWaiters = 10000
 
 // Options configure a State. Zero fields take the defaults.
 type Options struct {
@@ -40,6 +46,10 @@ type Options struct {
 	// LeaseTTL is the lifetime of a lease whose Select names none; 0 means
 	// leases do not expire.
 	LeaseTTL time.Duration
+	// MaxWaiters bounds the Select calls waiting at once for an idle
+	// policy; one more gets ErrOverloaded at once. Each waiter holds a
+	// goroutine and a connection. Default DefaultMaxWaiters.
+	MaxWaiters int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -56,6 +66,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.LeaseTTL < 0 {
 		o.LeaseTTL = 0
+	}
+	if o.MaxWaiters <= 0 {
+		o.MaxWaiters = DefaultMaxWaiters
 	}
 	if o.Now == nil {
 		o.Now = time.Now

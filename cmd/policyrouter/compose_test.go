@@ -50,15 +50,16 @@ var composeFlagSets = map[string]func(fs *flag.FlagSet){
 
 // loadCompose loads docker-compose.yml as `docker compose` does, with
 // schema validation and consistency checks, and without the process's
-// environment so that the result does not depend on the machine.
-func loadCompose(tb testing.TB) *types.Project {
+// environment so that the result does not depend on the machine. Services
+// of the given profiles are enabled besides the default ones.
+func loadCompose(tb testing.TB, profiles ...string) *types.Project {
 	tb.Helper()
 	root, err := filepath.Abs(composeRoot)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
-		cli.WithWorkingDirectory(root), cli.WithConsistency(true), cli.WithResolvedPaths(true))
+		cli.WithWorkingDirectory(root), cli.WithConsistency(true), cli.WithResolvedPaths(true), cli.WithProfiles(profiles))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -214,9 +215,13 @@ func TestComposeCommands(t *testing.T) {
 		if cfg.Addr != "0.0.0.0:8080" {
 			t.Errorf("Dockerfile CMD listens on %s, want 0.0.0.0:8080", cfg.Addr)
 		}
-		// The image fails closed: without a token key it refuses to serve.
+		// The image fails closed: without a token key it refuses to serve,
+		// and without TLS (or the proxy escape hatch) too.
 		if _, err := cfg.verifier(); err == nil {
 			t.Error("Dockerfile CMD would serve without authentication; it must need a key or an explicit --insecure")
+		}
+		if err := cfg.checkTransport(); err == nil {
+			t.Error("Dockerfile CMD would serve plain HTTP on 0.0.0.0; it must need TLS or an explicit --behind-tls-proxy")
 		}
 	}
 	if df.user == "" || df.user == "root" || df.user == "0" || strings.HasPrefix(df.user, "0:") {
@@ -476,5 +481,59 @@ func TestComposePrometheus(t *testing.T) {
 	}
 	if !slices.ContainsFunc(p.Services["router"].Ports, func(pc types.ServicePortConfig) bool { return strconv.Itoa(int(pc.Target)) == port }) {
 		t.Errorf("the router listens on %s but its compose port targets another port", port)
+	}
+}
+
+// TestComposeTLS checks the "tls" profile: router-tls serves HTTPS with a
+// certificate and key that are compose secrets it mounts, on the port it
+// publishes.
+func TestComposeTLS(t *testing.T) {
+	p := loadCompose(t, "tls")
+	s, ok := p.Services["router-tls"]
+	if !ok {
+		t.Fatalf("no service router-tls in the tls profile: %v", slices.Sorted(maps.Keys(p.Services)))
+	}
+	if _, ok := loadCompose(t).Services["router-tls"]; ok {
+		t.Error("router-tls runs without the tls profile: a fresh checkout has no certificate for it")
+	}
+	sub, _ := parseCommand(t, "docker-compose.yml service router-tls", s.Command)
+	if sub != "serve" {
+		t.Fatalf("router-tls runs %s, want serve", sub)
+	}
+	cfg := serveConfigOf(t, s.Command[1:])
+	if err := cfg.check(); err != nil {
+		t.Errorf("router-tls: %v", err)
+	}
+	if _, err := cfg.verifier(); err != nil {
+		t.Errorf("router-tls would not start: %v", err)
+	}
+	if cfg.BehindTLSProxy || cfg.TLSCert == "" {
+		t.Errorf("router-tls: --tls-cert %q, --behind-tls-proxy %v; want TLS served by the router", cfg.TLSCert, cfg.BehindTLSProxy)
+	}
+	mounted := map[string]bool{}
+	for _, sec := range s.Secrets {
+		target := sec.Target
+		if target == "" {
+			target = sec.Source
+		}
+		if !strings.HasPrefix(target, "/") {
+			target = "/run/secrets/" + target
+		}
+		mounted[target] = true
+		if _, ok := p.Secrets[sec.Source]; !ok {
+			t.Errorf("router-tls mounts secret %q, which the file does not define", sec.Source)
+		}
+	}
+	for flagName, path := range map[string]string{"--tls-cert": cfg.TLSCert, "--tls-key": cfg.TLSKey} {
+		if !mounted[path] {
+			t.Errorf("router-tls %s %s: not a secret it mounts (%v)", flagName, path, mounted)
+		}
+	}
+	_, port, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Ports) != 1 || strconv.Itoa(int(s.Ports[0].Target)) != port || s.Ports[0].HostIP != "127.0.0.1" {
+		t.Errorf("router-tls listens on %s and publishes %+v; want that port on 127.0.0.1", port, s.Ports)
 	}
 }

@@ -276,13 +276,16 @@ func TestSIGTERMDrainsWaitingSelect(t *testing.T) {
 	}
 }
 
+// On a non-loopback address the router needs a token key or --insecure
+// (the transport is dealt with by --behind-tls-proxy here; see
+// TestNonLoopbackNeedsTLSOrProxy).
 func TestNonLoopbackNeedsKeyOrInsecure(t *testing.T) {
-	out, err := exec.Command(binary, "serve", "--addr", "0.0.0.0:0").CombinedOutput()
+	out, err := exec.Command(binary, "serve", "--addr", "0.0.0.0:0", "--behind-tls-proxy").CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || !strings.Contains(string(out), "refusing to serve without authentication") {
 		t.Fatalf("non-loopback bind without a key: err=%v output=%s", err, out)
 	}
-	p := start(t, nil, "serve", "--addr", "0.0.0.0:0", "--insecure")
+	p := start(t, nil, "serve", "--addr", "0.0.0.0:0", "--insecure", "--behind-tls-proxy")
 	if !strings.Contains(p.stderr.String(), "WITHOUT authentication") {
 		t.Errorf("--insecure start not warned about:\n%s", p.stderr)
 	}
@@ -290,7 +293,7 @@ func TestNonLoopbackNeedsKeyOrInsecure(t *testing.T) {
 		t.Fatalf("exit: %v", err)
 	}
 	// With a key a non-loopback bind is fine.
-	p = start(t, []string{"POLICYROUTER_JWT_SECRET=" + strings.Repeat("k", 40)}, "serve", "--addr", "0.0.0.0:0")
+	p = start(t, []string{"POLICYROUTER_JWT_SECRET=" + strings.Repeat("k", 40)}, "serve", "--addr", "0.0.0.0:0", "--behind-tls-proxy")
 	if err := p.stop(t); err != nil {
 		t.Fatalf("exit: %v", err)
 	}

@@ -32,14 +32,24 @@ type serveConfig struct {
 	PassThreshold int
 	MaxSelectWait time.Duration
 	LeaseTTL      time.Duration
+	MaxWaiters    int
 	DataDir       string
 	JWTSecret     string
 	JWTPublicKey  string
 	JWTIssuer     string
 	JWTAudience   string
 	Insecure      bool
-	LogFormat     string
-	LogLevel      string
+	// TLS of the listener, TLS towards the policies, and the escape hatch
+	// from the plain-text refusal.
+	TLSCert          string
+	TLSKey           string
+	TLSClientCA      string
+	PolicyCA         string
+	PolicyClientCert string
+	PolicyClientKey  string
+	BehindTLSProxy   bool
+	LogFormat        string
+	LogLevel         string
 
 	// requestLogLevel is the level of per-request log lines (the demo
 	// lowers it to keep its simulated traffic quiet).
@@ -56,12 +66,20 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.PassThreshold, "pass-threshold", 2, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", time.Minute, "cap on /select timeout_ms")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 0, "lifetime of a /select lease that names no lease_ttl_ms; 0: leases do not expire")
+	fs.IntVar(&c.MaxWaiters, "max-waiters", routing.DefaultMaxWaiters, "most /select calls waiting at once for an idle policy; one more is answered 503 overloaded")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the durable store; empty keeps registrations in memory")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for bearer tokens (at least 32 bytes)")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of an RSA or Ed25519 public key for bearer tokens")
 	fs.StringVar(&c.JWTIssuer, "jwt-issuer", "", "required iss claim, if set")
 	fs.StringVar(&c.JWTAudience, "jwt-audience", "", "required aud claim, if set")
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow running without a token key on a non-loopback address")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM file of the certificate (chain) to serve HTTPS with; read again when it changes")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM file of the key of --tls-cert")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", "", "PEM file of CA certificates: require client certificates signed by them (mutual TLS)")
+	fs.StringVar(&c.PolicyCA, "policy-ca", "", "PEM file of CA certificates trusted, besides the system's, for https:// policy URLs")
+	fs.StringVar(&c.PolicyClientCert, "policy-client-cert", "", "PEM file of the client certificate presented to https:// policies (mutual TLS)")
+	fs.StringVar(&c.PolicyClientKey, "policy-client-key", "", "PEM file of the key of --policy-client-cert")
+	fs.BoolVar(&c.BehindTLSProxy, "behind-tls-proxy", false, "allow plain HTTP on a non-loopback address: a TLS-terminating proxy in front of the router does TLS")
 	fs.StringVar(&c.LogFormat, "log-format", "auto", "text, json, or auto (text on a terminal, else json)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -75,6 +93,12 @@ func (c *serveConfig) check() error {
 	}
 	if c.LeaseTTL < 0 {
 		return errors.New("--lease-ttl must be >= 0")
+	}
+	if c.MaxWaiters < 1 {
+		return fmt.Errorf("--max-waiters must be >= 1, not %d", c.MaxWaiters)
+	}
+	if err := c.checkTransport(); err != nil {
+		return err
 	}
 	switch c.LogFormat {
 	case "auto", "text", "json":
@@ -99,6 +123,27 @@ func serveCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	return serve(ctx, cfg, logger, nil)
+}
+
+// checkTransport refuses plain HTTP on a non-loopback address, where
+// bearer tokens would cross the network in clear text, unless a
+// TLS-terminating proxy is said to be in front. --insecure does not lift
+// it: it is about tokens, not transport.
+func (c *serveConfig) checkTransport() error {
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if (c.PolicyClientCert == "") != (c.PolicyClientKey == "") {
+		return errors.New("--policy-client-cert and --policy-client-key go together")
+	}
+	if c.TLSCert == "" && !c.BehindTLSProxy && !auth.IsLoopbackAddr(c.Addr) {
+		return fmt.Errorf("refusing to serve plain HTTP on %s, which is not a loopback address: "+
+			"set --tls-cert and --tls-key to serve HTTPS, or pass --behind-tls-proxy when a TLS-terminating proxy in front of the router does TLS", c.Addr)
+	}
+	return nil
 }
 
 // authConfig is the part of the configuration that names token keys.
@@ -170,6 +215,9 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 	if verifier == nil && !auth.IsLoopbackAddr(cfg.Addr) {
 		logger.Warn("serving WITHOUT authentication on a non-loopback address (--insecure)", "addr", cfg.Addr)
 	}
+	if cfg.TLSCert == "" && !auth.IsLoopbackAddr(cfg.Addr) {
+		logger.Info("serving plain HTTP on a non-loopback address: TLS is left to the proxy in front (--behind-tls-proxy)", "addr", cfg.Addr)
+	}
 	a, err := app.New(ctx, cfg.appConfig(verifier, logger))
 	if err != nil {
 		return err
@@ -179,7 +227,8 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 		_ = a.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	logger.Info("policyrouter listening", "addr", ln.Addr().String(), "router", cfg.Router, "auth", verifier != nil)
+	logger.Info("policyrouter listening", "addr", ln.Addr().String(), "router", cfg.Router, "auth", verifier != nil,
+		"tls", cfg.TLSCert != "", "mtls", cfg.TLSClientCA != "")
 	if listening != nil {
 		listening <- ln.Addr().String()
 	}
@@ -193,17 +242,24 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 // appConfig is the router's configuration from the flags.
 func (c *serveConfig) appConfig(verifier *auth.Verifier, logger *slog.Logger) app.Config {
 	return app.Config{
-		Router:          c.Router,
-		PollInterval:    c.PollInterval,
-		PollTimeout:     c.PollTimeout,
-		Grace:           c.Grace,
-		FailThreshold:   c.FailThreshold,
-		PassThreshold:   c.PassThreshold,
-		LeaseTTL:        c.LeaseTTL,
-		MaxSelectWait:   c.MaxSelectWait,
-		DataDir:         c.DataDir,
-		Auth:            verifier,
-		Logger:          logger,
-		RequestLogLevel: c.requestLogLevel,
+		Router:           c.Router,
+		PollInterval:     c.PollInterval,
+		PollTimeout:      c.PollTimeout,
+		Grace:            c.Grace,
+		FailThreshold:    c.FailThreshold,
+		PassThreshold:    c.PassThreshold,
+		LeaseTTL:         c.LeaseTTL,
+		MaxWaiters:       c.MaxWaiters,
+		MaxSelectWait:    c.MaxSelectWait,
+		DataDir:          c.DataDir,
+		TLSCert:          c.TLSCert,
+		TLSKey:           c.TLSKey,
+		TLSClientCA:      c.TLSClientCA,
+		PolicyCA:         c.PolicyCA,
+		PolicyClientCert: c.PolicyClientCert,
+		PolicyClientKey:  c.PolicyClientKey,
+		Auth:             verifier,
+		Logger:           logger,
+		RequestLogLevel:  c.requestLogLevel,
 	}
 }

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,18 +28,26 @@ var errUnhealthy = errors.New("a policy is unhealthy")
 func statusCommand(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var (
-		url, token string
-		timeout    time.Duration
+		url, token, ca, cert, key string
+		timeout                   time.Duration
 	)
-	fs.StringVar(&url, "url", "http://127.0.0.1:8080", "the router's base URL")
+	fs.StringVar(&url, "url", "http://127.0.0.1:8080", "the router's base URL (https:// for a router serving TLS)")
 	fs.StringVar(&token, "token", "", "bearer token with scope read, when the router has a token key")
+	fs.StringVar(&ca, "ca", "", "PEM file of CA certificates trusted, besides the system's, for the router's certificate")
+	fs.StringVar(&cert, "cert", "", "PEM file of a client certificate, for a router that requires one (--tls-client-ca)")
+	fs.StringVar(&key, "key", "", "PEM file of the key of --cert")
 	fs.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the router")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	client, err := httpsClient(ca, cert, key)
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	stats, err := fetchStats(ctx, http.DefaultClient, strings.TrimRight(url, "/"), token)
+	stats, err := fetchStats(ctx, client, strings.TrimRight(url, "/"), token)
 	if err != nil {
 		return err
 	}
@@ -47,6 +58,41 @@ func statusCommand(ctx context.Context, out io.Writer, args []string) error {
 		return errUnhealthy
 	}
 	return nil
+}
+
+// httpsClient returns a client that trusts the system's roots and the
+// certificates of the PEM file ca, and presents the client certificate
+// cert with its key when given.
+func httpsClient(ca, cert, key string) (*http.Client, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca: %s: no PEM certificate", ca)
+		}
+		tc.RootCAs = pool
+	}
+	if (cert == "") != (key == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tc
+	tr.ForceAttemptHTTP2 = true
+	return &http.Client{Transport: tr}, nil
 }
 
 // fetchStats reads GET {base}/stats.

@@ -122,6 +122,19 @@ class Client:
             jitter, at most ``max_backoff``.
         pool_maxsize: connections kept open per host by the client's own
             session; raise it when many threads share one client.
+        verify: for an ``https://`` server, what ``requests`` verifies its
+            certificate with: ``True`` (the default: the system's or
+            certifi's roots), the path of a PEM file of CA certificates
+            (a private CA, e.g. the router's self-signed certificate), or
+            ``False`` (no verification; for experiments only).
+        cert: a client certificate, for a server that requires one
+            (``--tls-client-ca``): the path of a PEM file holding the
+            certificate and its key, or a ``(cert_file, key_file)`` tuple.
+            Bearer tokens still apply on top of it.
+
+    ``verify`` and ``cert``, when given, are passed to every ``requests``
+    call, so they win over a given ``session``'s settings (and a CA file or
+    ``False`` over the ``REQUESTS_CA_BUNDLE`` environment variable).
 
     One client can be shared by threads (``requests`` sessions are used that
     way in practice); every method is one HTTP request, plus retries.
@@ -141,6 +154,8 @@ class Client:
         backoff: float = 0.1,
         max_backoff: float = 2.0,
         pool_maxsize: int = 32,
+        verify: Union[bool, str, None] = None,
+        cert: Union[str, Tuple[str, str], None] = None,
     ) -> None:
         if not base_url or "://" not in base_url:
             raise ValueError(f"base_url must be an absolute URL like http://127.0.0.1:8080, not {base_url!r}")
@@ -152,6 +167,9 @@ class Client:
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
+        # Only what was given: requests' defaults (and a given session's)
+        # hold otherwise.
+        self._tls: Dict[str, Any] = _omit_none(verify=verify, cert=cert)
         self._owns_session = session is None
         if session is None:
             session = requests.Session()
@@ -434,7 +452,7 @@ class Client:
         while True:
             try:
                 resp = self.session.request(method, url, data=data, headers=headers,
-                                            timeout=timeout, allow_redirects=False)
+                                            timeout=timeout, allow_redirects=False, **self._tls)
             except requests.exceptions.RequestException as exc:
                 not_sent = request_was_not_sent(exc)
                 retryable = not_sent or (

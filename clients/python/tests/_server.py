@@ -85,7 +85,8 @@ class Server:
         )
         self.log: List[str] = []
         self.addr = self._wait_listening(timeout=20.0)
-        self.url = "http://" + self.addr
+        scheme = "https" if "--tls-cert" in extra_args else "http"
+        self.url = f"{scheme}://{self.addr}"
         # Keep draining stderr (one JSON line per request) so the server
         # never blocks on a full pipe.
         self._drain = threading.Thread(target=self._read_rest, daemon=True)
