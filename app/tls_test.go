@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,16 +203,7 @@ func TestServedCertificateRotates(t *testing.T) {
 func TestPolicyOverHTTPS(t *testing.T) {
 	dir := t.TempDir()
 	policyCA, routerCA := testpki.NewCA(t, "policy CA"), testpki.NewCA(t, "router client CA")
-	policy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, `{"idle": true}`)
-	}))
-	policy.TLS = &tls.Config{
-		Certificates: []tls.Certificate{policyCA.Server(t, "policy").TLS()},
-		ClientCAs:    routerCA.Pool(),
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-	}
-	policy.StartTLS()
-	defer policy.Close()
+	policy := testpki.IdlePolicy(t, policyCA, routerCA)
 	caFile := policyCA.WriteCert(t, dir, "policy-ca.crt")
 	clientCert, clientKey := routerCA.Client(t, "router").Write(t, dir, "router-client")
 

@@ -194,28 +194,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 	s = strings.ReplaceAll(s, "127.0.0.1:9100", policyAddr)
 	s = "set -euo pipefail\n" + s + "\nkill %1 %2\nwait\n"
 
-	dir := t.TempDir()
-	if err := os.Symlink(binary, filepath.Join(dir, "policyrouter")); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", s)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "POLICYROUTER_ADDR="+routerAddr, "POLICYROUTER_LOG_FORMAT=json")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// The script's background processes share its output pipes: on a
-	// timeout kill the whole group, and do not wait on the pipes forever.
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	if err != nil {
-		t.Fatalf("walk-through failed: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
-	}
-	out := stdout.String()
+	out := runScript(t, "walk-through", s, "POLICYROUTER_ADDR="+routerAddr)
 	for _, want := range []string{
 		`"assignments":[3,1,3,1]`,
 		`"assignments":[0,2]`,
@@ -227,6 +206,36 @@ func TestREADMEWalkthrough(t *testing.T) {
 			t.Errorf("walk-through output lacks %s:\n%s", want, out)
 		}
 	}
+}
+
+// runScript runs a README snippet with bash, in a directory holding the
+// binary as ./policyrouter, with JSON logs and env added, for at most a
+// minute; then it kills what the script left running and returns its
+// stdout. A failing script fails the test.
+func runScript(tb testing.TB, what, script string, env ...string) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := os.Symlink(binary, filepath.Join(dir, "policyrouter")); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "POLICYROUTER_LOG_FORMAT=json"), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The script's background processes share its output pipes: on a
+	// timeout kill the whole group, and do not wait on the pipes forever.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if err != nil {
+		tb.Fatalf("%s failed: %v\nstdout:\n%s\nstderr:\n%s", what, err, &stdout, &stderr)
+	}
+	return stdout.String()
 }
 
 func TestSIGTERMDrainsWaitingSelect(t *testing.T) {

@@ -14,13 +14,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -159,16 +156,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 func TestHTTPSPolicies(t *testing.T) {
 	dir := t.TempDir()
 	policyCA, routerClientCA := testpki.NewCA(t, "policy CA"), testpki.NewCA(t, "router client CA")
-	policy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, `{"idle": true}`)
-	}))
-	policy.TLS = &tls.Config{
-		Certificates: []tls.Certificate{policyCA.Server(t, "policy").TLS()},
-		ClientCAs:    routerClientCA.Pool(),
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-	}
-	policy.StartTLS()
-	defer policy.Close()
+	policy := testpki.IdlePolicy(t, policyCA, routerClientCA)
 	caFile := policyCA.WriteCert(t, dir, "policy-ca.crt")
 	clientCert, clientKey := routerClientCA.Client(t, "router").Write(t, dir, "router-client")
 
@@ -339,26 +327,8 @@ func TestREADMETLSStartup(t *testing.T) {
 	}
 	addr := freeAddrs(t, 1)[0]
 	script := "set -euo pipefail\n" + strings.ReplaceAll(block, "127.0.0.1:8080", addr) + "\nkill %1\nwait\n"
-	dir := t.TempDir()
-	if err := os.Symlink(binary, filepath.Join(dir, "policyrouter")); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "POLICYROUTER_ADDR="+addr, "POLICYROUTER_LOG_FORMAT=json")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	if err != nil {
-		t.Fatalf("TLS start-up failed: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
-	}
-	if !strings.Contains(stdout.String(), `"status":"ok"`) {
-		t.Errorf("curl over HTTPS printed %q; want the /healthz answer", stdout.String())
+	out := runScript(t, "TLS start-up", script, "POLICYROUTER_ADDR="+addr)
+	if !strings.Contains(out, `"status":"ok"`) {
+		t.Errorf("curl over HTTPS printed %q; want the /healthz answer", out)
 	}
 }

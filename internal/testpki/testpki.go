@@ -12,8 +12,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -158,4 +161,23 @@ func sign(tb testing.TB, tmpl, parent *x509.Certificate, key, parentKey *ecdsa.P
 		tb.Fatal(err)
 	}
 	return c
+}
+
+// IdlePolicy starts an https:// policy server that answers /idle with
+// {"idle": true}, under a certificate ca signed for "policy", and that
+// requires a client certificate clientCA signed. It closes when the test
+// ends.
+func IdlePolicy(tb testing.TB, ca, clientCA *CA) *httptest.Server {
+	tb.Helper()
+	policy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"idle": true}`)
+	}))
+	policy.TLS = &tls.Config{
+		Certificates: []tls.Certificate{ca.Server(tb, "policy").TLS()},
+		ClientCAs:    clientCA.Pool(),
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	}
+	policy.StartTLS()
+	tb.Cleanup(policy.Close)
+	return policy
 }
