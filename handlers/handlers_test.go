@@ -430,18 +430,27 @@ func TestSelectShutdownAnswers503(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	ts.register(t, 1)
 	want(t, ts.do(t, "POST", "/select", `{}`), http.StatusOK, nil)
-	done := make(chan *httptest.ResponseRecorder)
-	go func() {
-		rec := httptest.NewRecorder()
-		ts.h.ServeHTTP(rec, ts.request("POST", "/select", `{"timeout_ms":60000}`))
-		done <- rec
-	}()
-	waitFor(t, func() bool { return ts.State.Stats().Waiters == 1 })
+	done := ts.waitingSelect(t)
 	ts.Stop()
 	rec := <-done
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
 		t.Errorf("waiting select at shutdown: %d %v", rec.Code, rec.Header())
 	}
+}
+
+// waitingSelect starts a /select that waits (up to a minute) and returns
+// once it is queued; its answer comes on the channel.
+func (ts *testServer) waitingSelect(tb testing.TB) <-chan *httptest.ResponseRecorder {
+	tb.Helper()
+	before := ts.State.Stats().Waiters
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		ts.h.ServeHTTP(rec, ts.request("POST", "/select", `{"timeout_ms":60000}`))
+		done <- rec
+	}()
+	waitFor(tb, func() bool { return ts.State.Stats().Waiters == before+1 })
+	return done
 }
 
 // waitFor polls cond until it holds, failing after a generous deadline.
@@ -463,13 +472,7 @@ func TestSelectOverloaded(t *testing.T) {
 	ts := newTestServer(t, Config{State: routing.New(routing.Options{MaxWaiters: 1})})
 	ts.register(t, 1)
 	want(t, ts.do(t, "POST", "/select", `{}`), http.StatusOK, nil)
-	done := make(chan *httptest.ResponseRecorder)
-	go func() {
-		rec := httptest.NewRecorder()
-		ts.h.ServeHTTP(rec, ts.request("POST", "/select", `{"timeout_ms":60000}`))
-		done <- rec
-	}()
-	waitFor(t, func() bool { return ts.State.Stats().Waiters == 1 })
+	done := ts.waitingSelect(t)
 	rec := ts.do(t, "POST", "/select", `{"timeout_ms":60000}`)
 	wantError(t, rec, http.StatusServiceUnavailable, api.CodeOverloaded, "")
 	if rec.Header().Get("Retry-After") == "" {
