@@ -11,6 +11,12 @@ type AssignRequest struct {
 	Loads []int64
 	// EnvIDs, when given, name one env id per task (node affinity).
 	EnvIDs []string
+	// Sessions, when given, name one session key per task ("" for none):
+	// the sticky stage homes those tasks before the router spreads the
+	// others (see assignSessions).
+	Sessions []string
+	// LoadFactor is c of the homes' load bound; 0 means Options.LoadFactor.
+	LoadFactor float64
 }
 
 // Assignment is the answer of Assign.
@@ -34,13 +40,16 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	if req.EnvIDs != nil && len(req.EnvIDs) != req.NumTasks {
 		return Assignment{}, inputErr("env_ids", "has %d entries, num_tasks is %d", len(req.EnvIDs), req.NumTasks)
 	}
+	if req.Sessions != nil && len(req.Sessions) != req.NumTasks {
+		return Assignment{}, inputErr("session_ids", "has %d entries, num_tasks is %d", len(req.Sessions), req.NumTasks)
+	}
 	snap := st.snap.Load()
 	if req.Loads != nil {
 		in := stateless(snap, req.Loads)
 		if len(in.Indices) == 0 && len(req.Loads) > 0 {
 			return Assignment{Snapshot: snap}, ErrAllUnavailable
 		}
-		out, err := st.assignOver(snap, req, in)
+		out, err := st.assignSessions(snap, req, in)
 		if err != nil {
 			return Assignment{Snapshot: snap}, err
 		}
@@ -67,7 +76,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	if len(in.Indices) == 0 && n > 0 {
 		return Assignment{Snapshot: snap}, ErrAllUnavailable
 	}
-	out, err := st.assignOver(snap, req, in)
+	out, err := st.assignSessions(snap, req, in)
 	if err != nil {
 		return Assignment{}, err
 	}

@@ -39,6 +39,9 @@ type Options struct {
 	// LeaseTTL is the lifetime of a lease whose Select names none; 0 means
 	// leases do not expire.
 	LeaseTTL time.Duration
+	// LoadFactor is c of the sticky stage's load bound for requests that
+	// name none; default DefaultLoadFactor.
+	LoadFactor float64
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -58,6 +61,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.LoadFactor < MinLoadFactor {
+		o.LoadFactor = DefaultLoadFactor
 	}
 	return o
 }
@@ -92,6 +98,10 @@ type policyRuntime struct {
 	healthy  atomic.Bool
 	draining atomic.Bool
 	heard    atomic.Bool // a probe answered (always true without a poller)
+
+	// stickyWaiters are /select callers waiting for this policy, their
+	// session's home: a freed slot goes to them before the FIFO waiters.
+	stickyWaiters waiterList
 
 	// Counters for stats, updated without State.mu where possible.
 	selected      atomic.Uint64
@@ -137,9 +147,10 @@ type ledger struct {
 // topology, tracked loads, idle deques, leases, round-robin counters and
 // /select waiters. All methods are safe for concurrent use.
 type State struct {
-	opts  Options
-	snap  atomic.Pointer[Snapshot]
-	codec leaseCodec
+	opts   Options
+	snap   atomic.Pointer[Snapshot]
+	codec  leaseCodec
+	sticky stickyCounters
 
 	mu sync.Mutex
 	ledger
@@ -326,12 +337,16 @@ func (st *State) offerLocked(s *slot, front bool) {
 	if s.listed || s.lease != 0 || !s.listable() {
 		return
 	}
-	if w := st.waiters.head; w != nil {
-		st.waiters.remove(w)
-		w.granted = s
-		w.sel = st.leaseLocked(s, w.ttl)
-		close(w.ch)
-		return
+	// A waiter for this very policy (its session's home) first, then the
+	// oldest waiter for any.
+	for _, wl := range [...]*waiterList{&s.rt.stickyWaiters, &st.waiters} {
+		if w := wl.head; w != nil {
+			wl.remove(w)
+			w.granted = s
+			w.sel = st.leaseLocked(s, w.ttl)
+			close(w.ch)
+			return
+		}
 	}
 	nl := st.nodeListLocked(s.rt.node)
 	if front {
