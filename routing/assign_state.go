@@ -91,6 +91,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 			rt := rts[pos]
 			rt.load = min(rt.load+c, MaxLoad)
 			rt.assigned.Add(uint64(c))
+			st.stickyLoadLocked(rt)
 		}
 	}
 	return Assignment{Indices: out, Snapshot: snap}, nil

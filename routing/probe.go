@@ -56,6 +56,7 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	if rt == nil {
 		return NoTransition
 	}
+	defer st.stickyLoadLocked(rt) // runs before the unlock
 	rt.probes.Add(1)
 	rt.lastProbe.Store(p.SentAt.UnixNano())
 	rt.lastLatency.Store(int64(p.Latency))

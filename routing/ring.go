@@ -23,13 +23,15 @@ type hashRing struct {
 	hashes []uint64 // ascending
 	owners []int32  // position in the snapshot of the point's policy
 	pos    []int    // the positions of the policies on the ring
+	node   string   // the node whose policies these are; "" for all
 }
 
 // members returns the positions of the ring's policies.
 func (r *hashRing) members() []int { return r.pos }
 
-// newRing builds the ring of the policies at positions pos of policies.
-func newRing(policies []Policy, pos []int) *hashRing {
+// newRing builds the ring of the policies at positions pos of policies,
+// those of node ("" for all).
+func newRing(policies []Policy, pos []int, node string) *hashRing {
 	type point struct {
 		hash  uint64
 		owner int32
@@ -56,7 +58,7 @@ func newRing(policies []Policy, pos []int) *hashRing {
 		}
 		return compareStrings(policies[a.owner].ID, policies[b.owner].ID)
 	})
-	r := &hashRing{hashes: make([]uint64, len(pts)), owners: make([]int32, len(pts)), pos: slices.Clone(pos)}
+	r := &hashRing{hashes: make([]uint64, len(pts)), owners: make([]int32, len(pts)), pos: slices.Clone(pos), node: node}
 	for i, pt := range pts {
 		r.hashes[i], r.owners[i] = pt.hash, pt.owner
 	}

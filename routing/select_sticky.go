@@ -96,11 +96,18 @@ func (st *State) homeLocked(snap *Snapshot, h uint64, envNode string, affine boo
 		rt := snap.rts[p]
 		return int64(rt.inflight) + rt.load
 	}
+	home := func(r *hashRing) (int, bool) {
+		rl := st.ringLoadLocked(r)
+		if rl.n == 0 {
+			return -1, false
+		}
+		return r.homeUnder(h, loadBound(c, rl.total, rl.n), avail, load)
+	}
 	first, fallback := snap.ringsFor(envNode, affine)
-	pos, natural = first.home(h, c, avail, load)
+	pos, natural = home(first)
 	if pos < 0 && fallback != nil {
 		// The node's ring has no home: the session's natural home is lost.
-		pos, _ = fallback.home(h, c, avail, load)
+		pos, _ = home(fallback)
 		natural = false
 	}
 	return pos, natural

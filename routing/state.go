@@ -102,6 +102,8 @@ type policyRuntime struct {
 	// stickyWaiters are /select callers waiting for this policy, their
 	// session's home: a freed slot goes to them before the FIFO waiters.
 	stickyWaiters waiterList
+	// stickyIn is what the policy adds to the sticky rings' loads.
+	stickyIn stickyContribution
 
 	// Counters for stats, updated without State.mu where possible.
 	selected      atomic.Uint64
@@ -141,6 +143,10 @@ type ledger struct {
 	nextLease uint64
 	rr        map[string]uint64 // per-node round-robin positions
 	grr       uint64            // global round-robin position
+	// stickyAll and stickyNode are the loads of the sticky rings of all
+	// policies and of each node's (sticky_load.go).
+	stickyAll  ringLoad
+	stickyNode map[string]*ringLoad
 }
 
 // State is the live routing state: the current snapshot of policies and
@@ -167,6 +173,8 @@ func New(opts Options) *State {
 			byNode:   make(map[string]*slotList),
 			leases:   make(map[uint64]*slot),
 			rr:       make(map[string]uint64),
+
+			stickyNode: make(map[string]*ringLoad),
 		},
 	}
 	empty, _ := newSnapshot(nil, Topology{})
@@ -242,6 +250,10 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 			}
 		}
 		rt.slots = nil
+		st.stickyLoadLocked(rt)
+	}
+	for _, rt := range snap.rts {
+		st.stickyLoadLocked(rt)
 	}
 	st.byNode = make(map[string]*slotList)
 	prev := st.ledger.snap
@@ -321,6 +333,7 @@ func (st *State) endLeaseLocked(s *slot) {
 	delete(st.leases, s.lease)
 	s.lease = 0
 	s.rt.inflight--
+	st.stickyLoadLocked(s.rt)
 	s.freedAt = st.opts.Now()
 	s.held = false
 	if s.expiry != nil {
@@ -374,6 +387,7 @@ func (st *State) leaseLocked(s *slot, ttl time.Duration) Selection {
 	s.leasedAt = st.opts.Now()
 	st.leases[lease] = s
 	s.rt.inflight++
+	st.stickyLoadLocked(s.rt)
 	s.rt.selected.Add(1)
 	if ttl > 0 {
 		s.expiry = time.AfterFunc(ttl, func() { st.expire(s, lease) })
@@ -420,6 +434,7 @@ func (st *State) SetDraining(id string, draining bool) error {
 	}
 	if rt.draining.Swap(draining) != draining {
 		st.setAvailableLocked(rt)
+		st.stickyLoadLocked(rt)
 	}
 	return nil
 }
@@ -442,6 +457,7 @@ func (st *State) Complete(index int, count int64) (int64, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	rt.load = max(rt.load-count, 0)
+	st.stickyLoadLocked(rt)
 	return rt.load, nil
 }
 

@@ -62,10 +62,10 @@ func (s *Snapshot) rings() *ringSet {
 				byNode[n] = append(byNode[n], pos)
 			}
 		}
-		s.sticky.rings.all = newRing(s.policies, all)
+		s.sticky.rings.all = newRing(s.policies, all, "")
 		s.sticky.rings.byNode = make(map[string]*hashRing, len(byNode))
 		for n, pos := range byNode {
-			s.sticky.rings.byNode[n] = newRing(s.policies, pos)
+			s.sticky.rings.byNode[n] = newRing(s.policies, pos, n)
 		}
 	})
 	return &s.sticky.rings
@@ -90,30 +90,11 @@ func loadBound(c float64, total int64, available int) int64 {
 	return int64(math.Ceil(c * float64(total+1) / float64(available)))
 }
 
-// home returns the session's home on ring r: the first successor of h that
-// avail accepts and whose load is below the bound computed over the ring's
-// available policies. natural reports whether the home is the session's
-// first successor of all (its home when every policy is available and
-// under the bound). pos is -1 when no policy on r is available.
-func (r *hashRing) home(h uint64, c float64, avail func(pos int) bool, load func(pos int) int64) (pos int, natural bool) {
-	if r == nil {
-		return -1, false
-	}
-	var total int64
-	n := 0
-	for _, p := range r.members() {
-		if avail(p) {
-			total += load(p)
-			n++
-		}
-	}
-	if n == 0 {
-		return -1, false
-	}
-	return r.homeUnder(h, loadBound(c, total, n), avail, load)
-}
-
-// homeUnder is home with the bound given.
+// homeUnder returns the session's home on ring r: the first successor of
+// h that avail accepts and whose load is below bound. natural reports
+// whether the home is the session's first successor of all (its home when
+// every policy is available and under the bound). pos is -1 when no policy
+// qualifies.
 func (r *hashRing) homeUnder(h uint64, bound int64, avail func(pos int) bool, load func(pos int) int64) (pos int, natural bool) {
 	return r.successor(h, func(p int) bool { return avail(p) && load(p) < bound })
 }

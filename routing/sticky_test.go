@@ -435,3 +435,82 @@ func TestStickyInputChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestStickyRingLoadsKeptUpToDate checks the ledger's ring loads, kept up
+// to date change by change, against a count from scratch after every step
+// of a mixed sequence of hand-outs, releases, assignments, completions,
+// drains, probes and registration changes.
+func TestStickyRingLoadsKeptUpToDate(t *testing.T) {
+	ps, topo := benchCluster(8, 2)
+	st := newState(t, Options{Polled: true, FailThreshold: 1, PassThreshold: 1}, ps, topo)
+	check := func(step string) {
+		t.Helper()
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		var all ringLoad
+		byNode := make(map[string]ringLoad)
+		for _, rt := range st.ledger.snap.rts {
+			if rt.available() {
+				l := int64(rt.inflight) + rt.load
+				all.total += l
+				all.n++
+				if rt.node == "" {
+					continue
+				}
+				nl := byNode[rt.node]
+				nl.total += l
+				nl.n++
+				byNode[rt.node] = nl
+			}
+		}
+		if all != st.stickyAll {
+			t.Fatalf("%s: ring load of all = %+v; want %+v", step, st.stickyAll, all)
+		}
+		for node, want := range byNode {
+			if got := st.stickyNode[node]; got == nil || *got != want {
+				t.Fatalf("%s: ring load of %s = %v; want %+v", step, node, got, want)
+			}
+		}
+		if len(st.stickyNode) != len(byNode) {
+			t.Fatalf("%s: %d node ring loads; want %d", step, len(st.stickyNode), len(byNode))
+		}
+	}
+	check("registered, none heard")
+	now := time.Now()
+	for _, p := range ps {
+		st.ObserveProbe(p.ID, Probe{SentAt: now, OK: true, Idle: true})
+	}
+	check("all heard")
+	var leases []uint64
+	for i, key := range sessions(5) {
+		sel := stickySelect(t, st, SelectIdle, "env-"+strconv.Itoa(i), key)
+		leases = append(leases, sel.Lease)
+	}
+	check("5 leases")
+	if _, err := st.Assign(AssignRequest{NumTasks: 20, Sessions: sessions(20)}); err != nil {
+		t.Fatal(err)
+	}
+	check("assigned")
+	if _, err := st.Complete(3, 2); err != nil {
+		t.Fatal(err)
+	}
+	check("completed")
+	mustRelease(t, st, leases[0])
+	check("released")
+	if err := st.SetDraining(ps[1].ID, true); err != nil {
+		t.Fatal(err)
+	}
+	check("drained")
+	st.ObserveProbe(ps[2].ID, Probe{SentAt: now, OK: false, Err: "down"})
+	check("unhealthy")
+	st.ObserveProbe(ps[4].ID, Probe{SentAt: now, OK: true, Idle: false, Load: 9, HasLoad: true})
+	check("load reported")
+	if err := st.Update(ps[:6], Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	check("two removed, topology cleared")
+	if err := st.Update(ps, topo); err != nil {
+		t.Fatal(err)
+	}
+	check("re-registered")
+}
