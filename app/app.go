@@ -48,6 +48,9 @@ type Config struct {
 	// LeaseTTL is the lifetime of a lease whose /select names none; 0 means
 	// leases do not expire.
 	LeaseTTL time.Duration
+	// StickyLoadFactor is c of the sticky stage's load bound for requests
+	// that name no load_factor; 0 means routing.DefaultLoadFactor.
+	StickyLoadFactor float64
 	// MaxSelectWait caps /select's timeout_ms. Default 1 minute.
 	MaxSelectWait time.Duration
 	// DataDir holds the durable (bbolt) store; empty keeps the registration
@@ -92,6 +95,9 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if cfg.MaxSelectWait <= 0 {
 		cfg.MaxSelectWait = time.Minute
 	}
+	if err := routing.CheckLoadFactor("sticky load factor", cfg.StickyLoadFactor); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -112,6 +118,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		PassThreshold: cfg.PassThreshold,
 		Polled:        cfg.PollInterval > 0,
 		LeaseTTL:      cfg.LeaseTTL,
+		LoadFactor:    cfg.StickyLoadFactor,
 	})
 	loadStart := time.Now()
 	a.Registry, err = registry.Open(ctx, a.Store, a.State)

@@ -32,6 +32,7 @@ type serveConfig struct {
 	PassThreshold int
 	MaxSelectWait time.Duration
 	LeaseTTL      time.Duration
+	StickyLoad    float64
 	DataDir       string
 	JWTSecret     string
 	JWTPublicKey  string
@@ -56,6 +57,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.PassThreshold, "pass-threshold", 2, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", time.Minute, "cap on /select timeout_ms")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 0, "lifetime of a /select lease that names no lease_ttl_ms; 0: leases do not expire")
+	fs.Float64Var(&c.StickyLoad, "sticky-load-factor", routing.DefaultLoadFactor, "c of the sticky load bound ceil(c*(total+1)/available) for sessions whose request names no load_factor; 1 to 1000")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the durable store; empty keeps registrations in memory")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for bearer tokens (at least 32 bytes)")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of an RSA or Ed25519 public key for bearer tokens")
@@ -75,6 +77,9 @@ func (c *serveConfig) check() error {
 	}
 	if c.LeaseTTL < 0 {
 		return errors.New("--lease-ttl must be >= 0")
+	}
+	if !(c.StickyLoad >= routing.MinLoadFactor && c.StickyLoad <= routing.MaxLoadFactor) {
+		return fmt.Errorf("--sticky-load-factor must be between %g and %g", routing.MinLoadFactor, routing.MaxLoadFactor)
 	}
 	switch c.LogFormat {
 	case "auto", "text", "json":
@@ -193,17 +198,18 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 // appConfig is the router's configuration from the flags.
 func (c *serveConfig) appConfig(verifier *auth.Verifier, logger *slog.Logger) app.Config {
 	return app.Config{
-		Router:          c.Router,
-		PollInterval:    c.PollInterval,
-		PollTimeout:     c.PollTimeout,
-		Grace:           c.Grace,
-		FailThreshold:   c.FailThreshold,
-		PassThreshold:   c.PassThreshold,
-		LeaseTTL:        c.LeaseTTL,
-		MaxSelectWait:   c.MaxSelectWait,
-		DataDir:         c.DataDir,
-		Auth:            verifier,
-		Logger:          logger,
-		RequestLogLevel: c.requestLogLevel,
+		Router:           c.Router,
+		PollInterval:     c.PollInterval,
+		PollTimeout:      c.PollTimeout,
+		Grace:            c.Grace,
+		FailThreshold:    c.FailThreshold,
+		PassThreshold:    c.PassThreshold,
+		LeaseTTL:         c.LeaseTTL,
+		StickyLoadFactor: c.StickyLoad,
+		MaxSelectWait:    c.MaxSelectWait,
+		DataDir:          c.DataDir,
+		Auth:             verifier,
+		Logger:           logger,
+		RequestLogLevel:  c.requestLogLevel,
 	}
 }
