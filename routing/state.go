@@ -147,6 +147,9 @@ type ledger struct {
 	// policies and of each node's (sticky_load.go).
 	stickyAll  ringLoad
 	stickyNode map[string]*ringLoad
+	// stickyTracked is set by the first /select that names a session: the
+	// ring loads are kept from then on.
+	stickyTracked bool
 }
 
 // State is the live routing state: the current snapshot of policies and

@@ -6,7 +6,9 @@ package routing
 // request costs a pass over every policy (5 µs at 1,024), so the ledger
 // keeps them up to date instead: every change of a policy's leases, tracked
 // load or availability calls stickyLoadLocked, which moves the policy's
-// contribution. Calling it when nothing changed is harmless.
+// contribution. Calling it when nothing changed is harmless. Until the
+// first /select that names a session the ledger keeps nothing, so that
+// deployments without sessions pay one branch per change.
 
 // ringLoad is the total load and the number of available policies of one
 // ring.
@@ -25,6 +27,9 @@ type stickyContribution struct {
 // stickyLoadLocked brings rt's contribution to the ledger's ring loads up
 // to date. Caller must hold State.mu.
 func (st *State) stickyLoadLocked(rt *policyRuntime) {
+	if !st.stickyTracked {
+		return
+	}
 	was := rt.stickyIn
 	now := stickyContribution{on: !rt.removed && rt.available()}
 	if now.on {
@@ -34,18 +39,8 @@ func (st *State) stickyLoadLocked(rt *policyRuntime) {
 	if was == now {
 		return
 	}
-	if was.on {
-		st.stickyAll.total -= was.load
-		st.stickyAll.n--
-		if was.node != "" {
-			nl := st.stickyNode[was.node]
-			nl.total -= was.load
-			nl.n--
-			if nl.n == 0 {
-				delete(st.stickyNode, was.node)
-			}
-		}
-	}
+	// Add first, then take away, so that a node's entry that stays is
+	// never deleted and made again.
 	if now.on {
 		st.stickyAll.total += now.load
 		st.stickyAll.n++
@@ -59,12 +54,30 @@ func (st *State) stickyLoadLocked(rt *policyRuntime) {
 			nl.n++
 		}
 	}
+	if was.on {
+		st.stickyAll.total -= was.load
+		st.stickyAll.n--
+		if was.node != "" {
+			nl := st.stickyNode[was.node]
+			nl.total -= was.load
+			nl.n--
+			if nl.n == 0 {
+				delete(st.stickyNode, was.node)
+			}
+		}
+	}
 	rt.stickyIn = now
 }
 
-// ringLoadLocked returns the load of ring r as the ledger keeps it.
-// Caller must hold State.mu.
+// ringLoadLocked returns the load of ring r as the ledger keeps it,
+// starting to keep the ring loads on first use. Caller must hold State.mu.
 func (st *State) ringLoadLocked(r *hashRing) ringLoad {
+	if !st.stickyTracked {
+		st.stickyTracked = true
+		for _, rt := range st.ledger.snap.rts {
+			st.stickyLoadLocked(rt)
+		}
+	}
 	if r.node == "" {
 		return st.stickyAll
 	}

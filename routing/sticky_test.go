@@ -447,6 +447,9 @@ func TestStickyRingLoadsKeptUpToDate(t *testing.T) {
 		t.Helper()
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		// The first call starts the ledger's count (as the first session
+		// does); later ones only read it.
+		st.ringLoadLocked(st.ledger.snap.rings().all)
 		var all ringLoad
 		byNode := make(map[string]ringLoad)
 		for _, rt := range st.ledger.snap.rts {
