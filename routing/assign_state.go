@@ -49,7 +49,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 		if len(in.Indices) == 0 && len(req.Loads) > 0 {
 			return Assignment{Snapshot: snap}, ErrAllUnavailable
 		}
-		out, err := st.assignSessions(snap, req, in)
+		out, err := st.assignSessions(snap, req, in, nil)
 		if err != nil {
 			return Assignment{Snapshot: snap}, err
 		}
@@ -76,7 +76,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	if len(in.Indices) == 0 && n > 0 {
 		return Assignment{Snapshot: snap}, ErrAllUnavailable
 	}
-	out, err := st.assignSessions(snap, req, in)
+	out, err := st.assignSessions(snap, req, in, func(pos int) int64 { return int64(rts[pos].inflight) })
 	if err != nil {
 		return Assignment{}, err
 	}

@@ -15,9 +15,12 @@ import (
 // session fills its home up to the bound and then spreads along the ring
 // instead of piling onto one policy. The router then spreads the other
 // tasks (no session, or no candidate can be a home) over the loads the
-// sticky tasks left. In stateless mode only registered policies are on the
-// rings: an index of current_loads with no registration is never a home.
-func (st *State) assignSessions(snap *Snapshot, req AssignRequest, in AffinityInput) ([]int, error) {
+// sticky tasks left. A candidate's load for the bound is its load in in
+// plus, in tracked mode, leases(position) (its /select leases out); the
+// router sees the loads in in alone, as without sessions. In stateless
+// mode (leases nil) only registered policies are on the rings: an index of
+// current_loads with no registration is never a home.
+func (st *State) assignSessions(snap *Snapshot, req AssignRequest, in AffinityInput, leases func(pos int) int64) ([]int, error) {
 	if !slices.ContainsFunc(req.Sessions, func(k string) bool { return k != "" }) {
 		return st.assignOver(snap, req, in)
 	}
@@ -38,9 +41,15 @@ func (st *State) assignSessions(snap *Snapshot, req AssignRequest, in AffinityIn
 			cand[p] = k
 		}
 	}
-	loads := slices.Clone(in.Loads)
+	loads := slices.Clone(in.Loads) // the router's, raised by homed tasks
+	held := make([]int64, len(loads))
+	if leases != nil {
+		for k := range held {
+			held[k] = leases(k)
+		}
+	}
 	avail := func(p int) bool { return cand[p] >= 0 }
-	load := func(p int) int64 { return loads[cand[p]] }
+	load := func(p int) int64 { return loads[cand[p]] + held[cand[p]] }
 
 	// The bound's total and available count per ring, kept up to date as
 	// tasks are homed.

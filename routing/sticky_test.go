@@ -517,3 +517,31 @@ func TestStickyRingLoadsKeptUpToDate(t *testing.T) {
 	}
 	check("re-registered")
 }
+
+func TestStickyAssignCountsLeases(t *testing.T) {
+	// Two policies; the session's home holds 2 leases. Its load for the
+	// bound, 2, is not below ⌈1.25 · (2 + 1) / 2⌉ = 2, so the tracked
+	// /assign task goes to the other policy; the stateless one (loads
+	// given, no leases) goes home.
+	st := newState(t, Options{}, withCapacity(densePolicies(2), 3), Topology{})
+	home, _ := st.Snapshot().Owner("s")
+	for range 2 {
+		if sel := stickySelect(t, st, SelectIdle, "", "s"); sel.Policy.ID != home {
+			t.Fatalf("select went to %s; want the home %s", sel.Policy.ID, home)
+		}
+	}
+	a, err := st.Assign(AssignRequest{NumTasks: 1, Sessions: []string{"s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Snapshot().Policies()[a.Indices[0]].ID; got == home {
+		t.Errorf("tracked task went to the home %s, whose leases put it at the bound", home)
+	}
+	a, err = st.Assign(AssignRequest{NumTasks: 1, Sessions: []string{"s"}, Loads: []int64{0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Snapshot().Policies()[a.Indices[0]].ID; got != home {
+		t.Errorf("stateless task went to %s; want the home %s", got, home)
+	}
+}
