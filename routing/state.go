@@ -144,7 +144,7 @@ type ledger struct {
 	rr        map[string]uint64 // per-node round-robin positions
 	grr       uint64            // global round-robin position
 	// stickyAll and stickyNode are the loads of the sticky rings of all
-	// policies and of each node's (sticky_load.go).
+	// policies and of each node's (sticky.go).
 	stickyAll  ringLoad
 	stickyNode map[string]*ringLoad
 	// stickyTracked is set by the first /select that names a session: the
