@@ -59,6 +59,9 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 		return Assignment{Indices: out, Snapshot: snap}, nil
 	}
 
+	if req.Sessions != nil {
+		snap.rings() // built on first use: outside the lock
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	snap = st.ledger.snap // no removed policy gets load

@@ -24,6 +24,9 @@ func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector
 	c := st.loadFactor(req.LoadFactor)
 	h := sessionHash(req.Session)
 	affine := envAffine(r, nil)
+	// The rings are built on first use; build them outside the lock (an
+	// Update in between only means building the next snapshot's under it).
+	st.snap.Load().rings()
 
 	st.mu.Lock()
 	snap := st.ledger.snap
