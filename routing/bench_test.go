@@ -205,3 +205,22 @@ func BenchmarkStickyPick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStickyRingBuild measures building a snapshot's sticky rings
+// (all policies, and each node's), which the first session after a
+// registration change pays.
+func BenchmarkStickyRingBuild(b *testing.B) {
+	for _, p := range []int{16, 1024} {
+		b.Run(fmt.Sprintf("p=%d", p), func(b *testing.B) {
+			ps, topo := benchCluster(p, 16)
+			b.ReportAllocs()
+			for b.Loop() {
+				snap, err := newSnapshot(ps, topo)
+				if err != nil {
+					b.Fatal(err)
+				}
+				snap.rings()
+			}
+		})
+	}
+}

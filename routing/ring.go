@@ -15,16 +15,27 @@ const RingPoints = 128
 
 // A hashRing is a consistent-hashing ring over some of a snapshot's
 // policies: RingPoints points per policy, hashed from the policy id with
-// xxhash (stable across processes and replicas, unlike hash/maphash), sorted
-// by hash. A session key hashes onto the ring and is served by its
-// successors in ring order. Rings are built once per snapshot and are
-// immutable.
+// xxhash (stable across processes and replicas, unlike hash/maphash). A
+// session key hashes onto the ring and is served by its successors in ring
+// order. Each point is one uint64: the hash's top 44 bits, then the
+// position of its policy in the low 20 (positions are below MaxIndex =
+// 2^20), so that the ring sorts as plain integers and ties, which need two
+// points in 2^44 to meet, go to the lower position. Rings are built once
+// per snapshot and are immutable.
 type hashRing struct {
-	hashes []uint64 // ascending
-	owners []int32  // position in the snapshot of the point's policy
+	points []uint64 // ascending
 	pos    []int    // the positions of the policies on the ring
 	node   string   // the node whose policies these are; "" for all
 }
+
+// posBits low bits of a point hold its policy's position.
+const (
+	posBits = 20
+	posMask = 1<<posBits - 1
+)
+
+// owner returns the position of the policy of point i.
+func (r *hashRing) owner(i int) int { return int(r.points[i] & posMask) }
 
 // members returns the positions of the ring's policies.
 func (r *hashRing) members() []int { return r.pos }
@@ -32,11 +43,7 @@ func (r *hashRing) members() []int { return r.pos }
 // newRing builds the ring of the policies at positions pos of policies,
 // those of node ("" for all).
 func newRing(policies []Policy, pos []int, node string) *hashRing {
-	type point struct {
-		hash  uint64
-		owner int32
-	}
-	pts := make([]point, 0, len(pos)*RingPoints)
+	r := &hashRing{points: make([]uint64, 0, len(pos)*RingPoints), pos: slices.Clone(pos), node: node}
 	var buf []byte
 	for _, p := range pos {
 		id := policies[p].ID
@@ -44,35 +51,40 @@ func newRing(policies []Policy, pos []int, node string) *hashRing {
 			buf = append(buf[:0], id...)
 			buf = append(buf, '#')
 			buf = strconv.AppendInt(buf, int64(v), 10)
-			pts = append(pts, point{xxhash.Sum64(buf), int32(p)})
+			r.points = append(r.points, xxhash.Sum64(buf)&^posMask|uint64(p))
 		}
 	}
-	// Ties (astronomically rare) go to the lower id, so that the ring does
-	// not depend on registration order.
-	slices.SortFunc(pts, func(a, b point) int {
-		switch {
-		case a.hash < b.hash:
-			return -1
-		case a.hash > b.hash:
-			return 1
-		}
-		return compareStrings(policies[a.owner].ID, policies[b.owner].ID)
-	})
-	r := &hashRing{hashes: make([]uint64, len(pts)), owners: make([]int32, len(pts)), pos: slices.Clone(pos), node: node}
-	for i, pt := range pts {
-		r.hashes[i], r.owners[i] = pt.hash, pt.owner
-	}
+	slices.Sort(r.points)
 	return r
 }
 
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// split returns the rings of each node's policies, nodeOf giving a
+// position's node ("" for none, on no node's ring): the points of r that
+// are theirs, in r's order, which is the order a ring built from them
+// alone would have, in one pass and without sorting again.
+func (r *hashRing) split(nodeOf func(pos int) string) map[string]*hashRing {
+	out := make(map[string]*hashRing)
+	for _, p := range r.pos {
+		n := nodeOf(p)
+		if n == "" {
+			continue
+		}
+		s := out[n]
+		if s == nil {
+			s = &hashRing{node: n}
+			out[n] = s
+		}
+		s.pos = append(s.pos, p)
 	}
-	return 0
+	for _, s := range out {
+		s.points = make([]uint64, 0, len(s.pos)*RingPoints)
+	}
+	for i, pt := range r.points {
+		if s := out[nodeOf(r.owner(i))]; s != nil {
+			s.points = append(s.points, pt)
+		}
+	}
+	return out
 }
 
 // sessionHash is where a session key lands on a ring.
@@ -80,8 +92,8 @@ func sessionHash(key string) uint64 { return xxhash.Sum64String(key) }
 
 // start returns the index of the first point at or after h, wrapping to 0.
 func (r *hashRing) start(h uint64) int {
-	i, _ := slices.BinarySearch(r.hashes, h)
-	if i == len(r.hashes) {
+	i, _ := slices.BinarySearch(r.points, h&^posMask)
+	if i == len(r.points) {
 		i = 0
 	}
 	return i
@@ -93,14 +105,14 @@ func (r *hashRing) start(h uint64) int {
 // is visited at most once; a policy ok refused is asked again at its next
 // point, so ok must be cheap.
 func (r *hashRing) successor(h uint64, ok func(pos int) bool) (pos int, first bool) {
-	n := len(r.hashes)
+	n := len(r.points)
 	if n == 0 {
 		return -1, false
 	}
 	i := r.start(h)
-	natural := int(r.owners[i])
+	natural := r.owner(i)
 	for range n {
-		p := int(r.owners[i])
+		p := r.owner(i)
 		if ok(p) {
 			return p, p == natural
 		}
@@ -117,8 +129,8 @@ func (r *hashRing) successor(h uint64, ok func(pos int) bool) (pos int, first bo
 // from; tests and tools use it to reason about placement.
 func (s *Snapshot) Owner(session string) (string, bool) {
 	r := s.rings().all
-	if len(r.hashes) == 0 {
+	if len(r.points) == 0 {
 		return "", false
 	}
-	return s.policies[r.owners[r.start(sessionHash(session))]].ID, true
+	return s.policies[r.owner(r.start(sessionHash(session)))].ID, true
 }

@@ -55,18 +55,11 @@ type stickyRings struct {
 func (s *Snapshot) rings() *ringSet {
 	s.sticky.once.Do(func() {
 		all := make([]int, len(s.policies))
-		byNode := make(map[string][]int)
 		for pos := range s.policies {
 			all[pos] = pos
-			if n := s.nodes[pos]; n != "" {
-				byNode[n] = append(byNode[n], pos)
-			}
 		}
 		s.sticky.rings.all = newRing(s.policies, all, "")
-		s.sticky.rings.byNode = make(map[string]*hashRing, len(byNode))
-		for n, pos := range byNode {
-			s.sticky.rings.byNode[n] = newRing(s.policies, pos, n)
-		}
+		s.sticky.rings.byNode = s.sticky.rings.all.split(func(pos int) string { return s.nodes[pos] })
 	})
 	return &s.sticky.rings
 }

@@ -125,7 +125,7 @@ func TestStickyRingIsStable(t *testing.T) {
 		t.Fatal("homes depend on registration order")
 	}
 	snap, _ := newSnapshot(ps, Topology{})
-	if got := len(snap.rings().all.hashes); got != 8*RingPoints || RingPoints < 100 {
+	if got := len(snap.rings().all.points); got != 8*RingPoints || RingPoints < 100 {
 		t.Errorf("ring has %d points for 8 policies; want %d (>= 100 each)", got, 8*RingPoints)
 	}
 }
@@ -543,5 +543,26 @@ func TestStickyAssignCountsLeases(t *testing.T) {
 	}
 	if got := st.Snapshot().Policies()[a.Indices[0]].ID; got != home {
 		t.Errorf("stateless task went to %s; want the home %s", got, home)
+	}
+}
+
+func TestStickyNodeRingIsItsOwnRing(t *testing.T) {
+	// A node's ring, cut out of the ring of all policies, is the ring its
+	// policies would have alone.
+	ps, topo := benchCluster(12, 3)
+	snap, err := newSnapshot(ps, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := snap.rings().byNode["node-1"]
+	var pos []int
+	for p := range ps {
+		if snap.nodes[p] == "node-1" {
+			pos = append(pos, p)
+		}
+	}
+	want := newRing(snap.policies, pos, "node-1")
+	if !slices.Equal(got.points, want.points) || len(got.points) != 4*RingPoints {
+		t.Fatalf("node ring of %d points differs from the ring of its %d policies (%d points)", len(got.points), len(pos), len(want.points))
 	}
 }
