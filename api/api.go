@@ -108,6 +108,13 @@ type AssignRequest struct {
 	// MinVersion, when present, is this request's weight-version floor
 	// instead of the one PUT /weights set.
 	MinVersion *int64 `json:"min_version,omitempty" validate:"omitempty,min=0"`
+	// SessionIDs, when present, has num_tasks entries: each task's session
+	// key (at most 256 bytes; null or "" for none). Tasks of a session go
+	// to its home on the consistent-hashing ring, under the load bound.
+	SessionIDs []*string `json:"session_ids,omitempty" validate:"omitempty,max=1048576"`
+	// LoadFactor is c of the homes' load bound ⌈c · (total + 1) /
+	// available⌉; absent means the server's --sticky-load-factor.
+	LoadFactor *float64 `json:"load_factor,omitempty" validate:"omitempty,min=1,max=1000"`
 }
 
 // PolicyRef is the short form of a policy in answers.
@@ -140,6 +147,17 @@ type SelectRequest struct {
 	// LeaseTTLMS ends the lease this long after the hand-out unless it is
 	// released before; absent or 0 means the server's --lease-ttl.
 	LeaseTTLMS *int `json:"lease_ttl_ms,omitempty" validate:"omitempty,min=0,max=86400000"`
+	// SessionID, when present, is the request's session key, at most 256
+	// bytes: a trajectory id for multi-turn stickiness, or a GRPO group id
+	// so that the group's samples share one policy's prefix cache. The
+	// session goes to its home on the consistent-hashing ring.
+	SessionID string `json:"session_id,omitempty"`
+	// StickyWaitMS is how long a session waits for its busy home before it
+	// spills to the router's pick; default 0 (spill at once).
+	StickyWaitMS *int `json:"sticky_wait_ms,omitempty" validate:"omitempty,min=0,max=3600000"`
+	// LoadFactor is c of the home's load bound ⌈c · (total + 1) /
+	// available⌉; absent means the server's --sticky-load-factor.
+	LoadFactor *float64 `json:"load_factor,omitempty" validate:"omitempty,min=1,max=1000"`
 }
 
 // SelectResponse is the answer to POST /select.
@@ -275,6 +293,7 @@ type Stats struct {
 	MinVersion    int64         `json:"min_version"`
 	Decisions     DecisionStats `json:"decisions"`
 	Poller        *PollerStats  `json:"poller"`
+	Sticky        StickyStats   `json:"sticky"`
 	UptimeSeconds float64       `json:"uptime_seconds"`
 	Time          time.Time     `json:"time"`
 }
@@ -312,6 +331,19 @@ type DecisionStats struct {
 type Histogram struct {
 	BoundsMS []float64 `json:"bounds_ms"`
 	Counts   []uint64  `json:"counts"`
+}
+
+// StickyStats counts the /select calls and /assign tasks that named a
+// session, each once: hits went to the session's first ring successor,
+// misses elsewhere because it was unavailable or at the load bound (or no
+// policy could be a home), spills to the router because the home stayed
+// busy past sticky_wait_ms.
+type StickyStats struct {
+	Hits   uint64 `json:"hits"`
+	Spills uint64 `json:"spills"`
+	Misses uint64 `json:"misses"`
+	// HitRate is hits over all three; 0 before any.
+	HitRate float64 `json:"hit_rate"`
 }
 
 // Health is the body of GET /healthz and GET /readyz.

@@ -70,6 +70,9 @@ type Config struct {
 	// MaxWaiters bounds the /select calls waiting at once; one more is
 	// answered 503 overloaded. Default routing.DefaultMaxWaiters.
 	MaxWaiters int
+	// StickyLoadFactor is c of the sticky stage's load bound for requests
+	// that name no load_factor; 0 means routing.DefaultLoadFactor.
+	StickyLoadFactor float64
 	// MaxSelectWait caps /select's timeout_ms. Default 1 minute.
 	MaxSelectWait time.Duration
 	// DataDir holds the durable (bbolt) store; empty keeps the registration
@@ -119,6 +122,9 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if cfg.ReadHeaderTimeout <= 0 {
 		cfg.ReadHeaderTimeout = 5 * time.Second
 	}
+	if err := routing.CheckLoadFactor("sticky load factor", cfg.StickyLoadFactor); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -150,6 +156,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		Polled:        cfg.PollInterval > 0,
 		LeaseTTL:      cfg.LeaseTTL,
 		MaxWaiters:    cfg.MaxWaiters,
+		LoadFactor:    cfg.StickyLoadFactor,
 	})
 	loadStart := time.Now()
 	a.Registry, err = registry.Open(ctx, a.Store, a.State)

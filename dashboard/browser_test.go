@@ -221,6 +221,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitFor(t, b, "update time changes", fmt.Sprintf(`document.getElementById("updated").textContent !== %q`, updated), 5*time.Second)
 	waitFor(t, b, "a policy's state, load or throughput changes", fmt.Sprintf(`(%s) !== %q`, sig, before), 8*time.Second)
 	waitFor(t, b, "total throughput shows work", `!["0", "—"].includes(document.getElementById("f-rate").textContent)`, 8*time.Second)
+	// The demo's workers name their trajectories: the sticky hit rate shows.
+	waitFor(t, b, "sticky hit rate shows", `/^\d+\.\d%$/.test(document.getElementById("f-sticky").textContent)`, 8*time.Second)
 	if got := eval[string](t, b, `document.getElementById("conn").dataset.status`); got != "live" {
 		t.Errorf("connection status = %q, want live", got)
 	}

@@ -363,6 +363,10 @@
     setText($("f-load"), fmtCount(tot.load || 0));
     setText($("f-waiters"), fmtCount(s.waiters || 0));
     setText($("f-leases"), fmtCount(s.leases || 0));
+    const sticky = s.sticky || {};
+    const stickyN = (sticky.hits || 0) + (sticky.spills || 0) + (sticky.misses || 0);
+    setText($("f-sticky"), stickyN > 0 ? (100 * (sticky.hit_rate || 0)).toFixed(1) + "%" : "—");
+    setText($("f-sticky-n"), fmtCount(stickyN));
     setText($("f-uptime"), fmtDuration(uptime));
     setText($("f-probes"), s.poller ? fmtCount(poller.probes_total) : "—");
     setText($("f-failures"), s.poller ? fmtCount(poller.failures_total) : "—");

@@ -33,8 +33,8 @@ func TestServesAssets(t *testing.T) {
 		contentType string
 		contains    []string
 	}{
-		{"/", "text/html; charset=utf-8", []string{`<script src="dashboard.js"`, `href="dashboard.css"`, `id="nodes"`, "scope <code>read</code>"}},
-		{"/dashboard.js", "text/javascript; charset=utf-8", []string{`"/stats"`, "fetch(STATS_URL", "Authorization", "sessionStorage", "401"}},
+		{"/", "text/html; charset=utf-8", []string{`<script src="dashboard.js"`, `href="dashboard.css"`, `id="nodes"`, `id="f-sticky"`, "scope <code>read</code>"}},
+		{"/dashboard.js", "text/javascript; charset=utf-8", []string{`"/stats"`, "fetch(STATS_URL", "Authorization", "sessionStorage", "401", "hit_rate"}},
 		{"/dashboard.css", "text/css; charset=utf-8", []string{".tile", ".s-unhealthy"}},
 		{"/ui/", "text/html; charset=utf-8", []string{"<title>policyrouter</title>"}}, // mounted under a prefix
 	}

@@ -52,6 +52,12 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives the HTTP servers' own errors; default none.
 	Logger *slog.Logger
+	// PrefixCache is K, how many session keys each policy's simulated
+	// prefix cache holds (an LRU); 0 simulates none.
+	PrefixCache int
+	// PrefixSpeedup divides the duration of a POST /generate whose session
+	// is in the policy's prefix cache. Default 4.
+	PrefixSpeedup float64
 }
 
 // Fleet is a set of simulated policy servers. All methods are safe for
@@ -96,6 +102,9 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.PrefixSpeedup < 1 {
+		opts.PrefixSpeedup = 4
+	}
 	if src == nil {
 		src = rand.NewPCG(1, 2)
 	}
@@ -104,6 +113,7 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 	f.policies = make([]*Policy, n)
 	for i := range f.policies {
 		f.policies[i] = &Policy{fleet: f, index: i}
+		f.policies[i].prefix.init(opts.PrefixCache, opts.PrefixSpeedup)
 	}
 
 	if !opts.PerPolicyListeners {
@@ -168,6 +178,7 @@ func (f *Fleet) sharedHandler() http.Handler {
 	route("GET /p/{n}/idle", (*Policy).serveIdle)
 	route("POST /p/{n}/work", (*Policy).serveWork)
 	route("POST /p/{n}/generate", (*Policy).serveGenerate)
+	route("GET /p/{n}/cache", (*Policy).serveCache)
 	return mux
 }
 

@@ -315,6 +315,57 @@ func TestNotFound(t *testing.T) {
 	}
 }
 
+func TestPrefixCache(t *testing.T) {
+	f, err := New(1, nil, Options{MinWork: 40 * time.Millisecond, MaxWork: 40 * time.Millisecond, PrefixCache: 2, PrefixSpeedup: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	generate := func(session string) workBody {
+		t.Helper()
+		resp, err := http.Post(f.URL(0)+"/generate", "application/json", strings.NewReader(`{"session_id":"`+session+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b workBody
+		if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// a, b miss; a hits; c evicts the least recent (b); b misses again.
+	for i, step := range []struct {
+		session string
+		hit     bool
+	}{{"a", false}, {"b", false}, {"a", true}, {"c", false}, {"b", false}, {"", false}} {
+		got := generate(step.session)
+		if got.PrefixHit != step.hit {
+			t.Errorf("step %d (%q): hit %t; want %t", i, step.session, got.PrefixHit, step.hit)
+		}
+		if want := 40.0; step.hit {
+			want = 10
+			if got.BusyMS != want {
+				t.Errorf("step %d: a hit took %g ms; want %g (4 times faster)", i, got.BusyMS, want)
+			}
+		} else if got.BusyMS != want {
+			t.Errorf("step %d: a miss took %g ms; want %g", i, got.BusyMS, want)
+		}
+	}
+	if got, want := f.PrefixStats(), (PrefixStats{Hits: 1, Misses: 4, Size: 2}); got != want {
+		t.Errorf("PrefixStats = %+v; want %+v", got, want)
+	}
+	resp, err := http.Get(f.URL(0) + "/cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ps PrefixStats
+	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil || ps.Hits != 1 {
+		t.Errorf("GET /cache = %+v, %v; want 1 hit", ps, err)
+	}
+}
+
 // A policy given a weight version reports it in /idle.
 func TestVersionReported(t *testing.T) {
 	f, err := New(1, rand.NewPCG(1, 1), Options{})

@@ -37,13 +37,18 @@ func FuzzAssignBody(f *testing.F) {
 		`{"num_tasks":4,"current_loads":[3,1,2]}`,
 		`{"num_tasks":2,"env_ids":["env-0","env-x"],"router":"node_affinity"}`,
 		`{"num_tasks":1048576,"current_loads":[-536870912]}`,
-		`{"num_tasks":1}`, `{}`, `[]`, `null`, `{"num_tasks":1e400}`)
+		`{"num_tasks":1}`, `{}`, `[]`, `null`, `{"num_tasks":1e400}`,
+		`{"num_tasks":3,"session_ids":["g",null,""],"load_factor":1.25}`,
+		`{"num_tasks":2,"session_ids":["a","b"],"current_loads":[0,600000000],"router":"node_affinity","env_ids":["env-0","env-1"]}`,
+		`{"num_tasks":1,"session_ids":[1],"load_factor":-1}`)
 }
 
 func FuzzSelectBody(f *testing.F) {
 	fuzzBody(f, "POST", "/select",
 		`{"env_id":"env-0","router":"idle_affinity","timeout_ms":0}`,
-		`{"router":"node_affinity","env_id":"env-١"}`, `{"timeout_ms":-1}`, `{"timeout_ms":0}`)
+		`{"router":"node_affinity","env_id":"env-١"}`, `{"timeout_ms":-1}`, `{"timeout_ms":0}`,
+		`{"session_id":"traj-1","sticky_wait_ms":5000,"load_factor":1.5}`,
+		`{"session_id":"g","router":"node_affinity","load_factor":1e308}`, `{"session_id":"","sticky_wait_ms":-1}`)
 }
 
 func FuzzReleaseBody(f *testing.F) {

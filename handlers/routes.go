@@ -69,7 +69,14 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
+	sessions, err := sessionKeys(req.SessionIDs)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	a, err := s.State.Assign(routing.AssignRequest{
+		Sessions:   sessions,
+		LoadFactor: deref(req.LoadFactor),
 		Kind:       router.Assign,
 		NumTasks:   *req.NumTasks,
 		Loads:      req.CurrentLoads,
@@ -105,14 +112,27 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID, MinVersion: req.MinVersion}
+	if err := routing.CheckSession("session_id", req.SessionID); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID, MinVersion: req.MinVersion, Session: req.SessionID, LoadFactor: deref(req.LoadFactor)}
 	if req.LeaseTTLMS != nil {
 		sreq.LeaseTTL = time.Duration(*req.LeaseTTLMS) * time.Millisecond
 	}
+	if req.StickyWaitMS != nil && req.SessionID != "" {
+		// The wait for the home is part of the wait for a policy.
+		sreq.StickyWait = min(time.Duration(*req.StickyWaitMS)*time.Millisecond, wait)
+	}
 	start := time.Now()
 	// Try without waiting first: the timers and the shutdown hook of a wait
-	// are paid only when nothing is idle.
-	sel, err := s.State.Select(doneContext, sreq)
+	// are paid only when nothing is idle. A session that may wait for its
+	// home goes straight to the wait, which tries first too.
+	var sel routing.Selection
+	err = context.Canceled
+	if sreq.StickyWait == 0 {
+		sel, err = s.State.Select(doneContext, sreq)
+	}
 	if errors.Is(err, context.Canceled) && wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		stopHook := context.AfterFunc(s.stopping, cancel)
@@ -251,4 +271,32 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// sessionKeys turns /assign's session_ids (null entries for none) into one
+// key per task, "" for none, checking each key's length.
+func sessionKeys(ids []*string) ([]string, error) {
+	if ids == nil {
+		return nil, nil
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		if id == nil {
+			continue
+		}
+		if err := routing.CheckSession("session_ids["+strconv.Itoa(i)+"]", *id); err != nil {
+			return nil, err
+		}
+		out[i] = *id
+	}
+	return out, nil
+}
+
+// deref returns *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
 }

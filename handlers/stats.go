@@ -22,6 +22,7 @@ func (s *Server) buildStats() api.Stats {
 		Nodes:         make(map[string]api.StateCounts),
 		Waiters:       st.Waiters,
 		Leases:        st.Leases,
+		Sticky:        stickyStats(st.Sticky),
 		Router:        s.DefaultRouter,
 		Decisions:     s.decisions.stats(),
 		MinVersion:    s.State.MinVersion(),
@@ -107,4 +108,12 @@ func count(c *api.StateCounts, p routing.PolicyStats) {
 	c.Capacity += p.Capacity
 	c.SelectedTotal += p.Selected
 	c.AssignedTotal += p.Assigned
+}
+
+func stickyStats(s routing.StickyStats) api.StickyStats {
+	out := api.StickyStats{Hits: s.Hits, Spills: s.Spills, Misses: s.Misses}
+	if n := s.Hits + s.Spills + s.Misses; n > 0 {
+		out.HitRate = float64(s.Hits) / float64(n)
+	}
+	return out
 }

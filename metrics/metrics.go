@@ -1,7 +1,7 @@
 // Package metrics exposes policyrouter's Prometheus metrics: request counts
 // and latencies per route, decision latency per router, policy states per
-// node, poller figures, /select waiters and node-affinity hits versus
-// fallbacks.
+// node, poller figures, /select waiters, node-affinity hits versus
+// fallbacks and sticky-session hits, spills and misses.
 package metrics
 
 import (
@@ -208,6 +208,8 @@ var (
 		"Registered policies by weight version (as registered, or reported by their /idle answers).", []string{"version"}, nil)
 	capacityDesc = prometheus.NewDesc("policyrouter_node_capacity",
 		"Concurrent /select hand-outs the node's policies take in all.", []string{"node"}, nil)
+	stickyDesc = prometheus.NewDesc("policyrouter_sticky_total",
+		"/select calls and /assign tasks that named a session, by outcome: hit (its first ring successor), spill (home busy past sticky_wait_ms, the router's pick) or miss (first successor unavailable or at the load bound).", []string{"outcome"}, nil)
 )
 
 var _ prometheus.Collector = (*stateCollector)(nil)
@@ -220,6 +222,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inflightDesc
 	ch <- capacityDesc
 	ch <- versionDesc
+	ch <- stickyDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -253,4 +256,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(waitersDesc, prometheus.GaugeValue, float64(st.Waiters))
 	ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.GaugeValue, float64(st.Leases))
+	ch <- prometheus.MustNewConstMetric(stickyDesc, prometheus.CounterValue, float64(st.Sticky.Hits), "hit")
+	ch <- prometheus.MustNewConstMetric(stickyDesc, prometheus.CounterValue, float64(st.Sticky.Spills), "spill")
+	ch <- prometheus.MustNewConstMetric(stickyDesc, prometheus.CounterValue, float64(st.Sticky.Misses), "miss")
 }

@@ -75,6 +75,10 @@ func TestMetricsFamilies(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := New(st)
+	// Every policy idle and unloaded: a session's task goes to its home.
+	if _, err := st.Assign(routing.AssignRequest{NumTasks: 1, Sessions: []string{"traj-1"}, Loads: []int64{0, 0, 0}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := st.Select(t.Context(), routing.SelectRequest{Router: routing.SelectIdle, EnvID: ""}); err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +112,9 @@ func TestMetricsFamilies(t *testing.T) {
 		{"policyrouter_policies", map[string]string{"node": "a", "state": "busy"}, 1},
 		{"policyrouter_policies", map[string]string{"node": "a", "state": "idle"}, 0},
 		{"policyrouter_policies", map[string]string{"node": "b", "state": "draining"}, 1},
+		{"policyrouter_sticky_total", map[string]string{"outcome": "hit"}, 1},
+		{"policyrouter_sticky_total", map[string]string{"outcome": "spill"}, 0},
+		{"policyrouter_sticky_total", map[string]string{"outcome": "miss"}, 0},
 		{"policyrouter_policies", map[string]string{"node": "b", "state": "unhealthy"}, 1},
 		{"policyrouter_select_waiters", nil, 0},
 		{"policyrouter_leases", nil, 1},

@@ -14,6 +14,12 @@ type AssignRequest struct {
 	// MinVersion, when set, is the weight-version floor of this request
 	// instead of the State's (SetMinVersion).
 	MinVersion *int64
+	// Sessions, when given, name one session key per task ("" for none):
+	// the sticky stage homes those tasks before the router spreads the
+	// others (see assignSessions).
+	Sessions []string
+	// LoadFactor is c of the homes' load bound; 0 means Options.LoadFactor.
+	LoadFactor float64
 }
 
 // Assignment is the answer of Assign.
@@ -37,6 +43,9 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	if req.EnvIDs != nil && len(req.EnvIDs) != req.NumTasks {
 		return Assignment{}, inputErr("env_ids", "has %d entries, num_tasks is %d", len(req.EnvIDs), req.NumTasks)
 	}
+	if req.Sessions != nil && len(req.Sessions) != req.NumTasks {
+		return Assignment{}, inputErr("session_ids", "has %d entries, num_tasks is %d", len(req.Sessions), req.NumTasks)
+	}
 	snap := st.snap.Load()
 	floor := st.minVersionOf(req.MinVersion)
 	if req.Loads != nil {
@@ -47,7 +56,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 		if len(in.Indices) == 0 && len(req.Loads) > 0 {
 			return Assignment{Snapshot: snap}, ErrAllUnavailable
 		}
-		out, err := st.assignOver(snap, req, in)
+		out, err := st.assignSessions(snap, req, in, nil)
 		if err != nil {
 			return Assignment{Snapshot: snap}, err
 		}
@@ -57,6 +66,9 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 		return Assignment{Indices: out, Snapshot: snap}, nil
 	}
 
+	if req.Sessions != nil {
+		snap.rings() // built on first use: outside the lock
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	snap = st.ledger.snap // no removed policy gets load
@@ -82,7 +94,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	if len(in.Indices) == 0 && n > 0 {
 		return Assignment{Snapshot: snap}, ErrAllUnavailable
 	}
-	out, err := st.assignOver(snap, req, in)
+	out, err := st.assignSessions(snap, req, in, func(pos int) int64 { return int64(rts[pos].inflight) })
 	if err != nil {
 		return Assignment{}, err
 	}
@@ -97,6 +109,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 			rt := rts[pos]
 			rt.load = min(rt.load+c, MaxLoad)
 			rt.assigned.Add(uint64(c))
+			st.stickyLoadLocked(rt)
 		}
 	}
 	return Assignment{Indices: out, Snapshot: snap}, nil

@@ -59,6 +59,7 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	if rt == nil {
 		return NoTransition
 	}
+	defer st.stickyLoadLocked(rt) // runs before the unlock
 	if rt.probes.Add(1) == 1 {
 		// First news of this policy: wake WaitProbed callers.
 		close(st.firstProbe)

@@ -17,6 +17,14 @@ type SelectRequest struct {
 	// MinVersion, when set, is the weight-version floor of this request
 	// instead of the State's (SetMinVersion).
 	MinVersion *int64
+	// Session, when not empty, is the request's session key: the sticky
+	// stage offers it to its home first (see selectSticky).
+	Session string
+	// StickyWait is how long a session waits for its busy home before it
+	// spills to the router's pick; 0 spills at once.
+	StickyWait time.Duration
+	// LoadFactor is c of the home's load bound; 0 means Options.LoadFactor.
+	LoadFactor float64
 }
 
 // Selection is the answer of Select.
@@ -53,6 +61,11 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 	// Outside the lock: the env worker's node is a preference, and a
 	// registration change in between only makes it one snapshot old.
 	envNode := st.snap.Load().EnvNode(req.EnvID)
+	if req.Session != "" {
+		if sel, done, err := st.selectSticky(ctx, req, r, envNode, ttl); done {
+			return sel, err
+		}
+	}
 
 	floor := st.minVersionOf(req.MinVersion)
 
@@ -102,8 +115,14 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 		st.waiters.remove(w)
 		return Selection{}, ctx.Err()
 	}
-	// Granted while giving up: undo the hand-out, and put the slot back
-	// where it was, at the head.
+	st.giveBackLocked(w)
+	return Selection{}, ctx.Err()
+}
+
+// giveBackLocked undoes the hand-out to a waiter that was granted a slot
+// while giving up, and puts the slot back where it was, at the head.
+// Caller must hold mu.
+func (st *State) giveBackLocked(w *waiter) {
 	if s := w.granted; s.lease == w.sel.Lease {
 		freedAt := s.freedAt
 		s.rt.selected.Add(^uint64(0))
@@ -111,7 +130,6 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 		s.freedAt = freedAt
 		st.offerLocked(s, true)
 	}
-	return Selection{}, ctx.Err()
 }
 
 // anyAvailableLocked reports whether a registered policy passes the

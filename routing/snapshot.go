@@ -57,6 +57,8 @@ type Snapshot struct {
 	evalPos map[string][]int
 	// replaced is closed when a newer snapshot is published.
 	replaced chan struct{}
+	// sticky holds the session rings, built on first use.
+	sticky stickyRings
 }
 
 // Replaced returns a channel that is closed once a newer snapshot has been

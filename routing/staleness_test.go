@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -154,5 +155,32 @@ func TestWaiterGetsFreshPolicy(t *testing.T) {
 	}()
 	if sel, err := st.Select(ctx, SelectRequest{Router: SelectIdle}); err == nil {
 		t.Errorf("fresh-only waiter got policy %d at version 1", sel.Policy.Index)
+	}
+}
+
+// A session's home meets the weight-version floor too: a stale policy is
+// never a home, in /select or /assign.
+func TestStaleIsNeverAHome(t *testing.T) {
+	st := newState(t, Options{}, versioned(1, 2, 1, 2, 1, 2, 1, 2), Topology{})
+	st.SetMinVersion(2)
+	for i := range 200 {
+		key := "traj-" + strconv.Itoa(i)
+		sel, err := st.Select(cancelled(), SelectRequest{Router: SelectIdle, Session: key})
+		if err != nil {
+			t.Fatalf("Select(%s): %v", key, err)
+		}
+		if sel.Policy.Index%2 == 0 {
+			t.Fatalf("session %s homed on stale policy %d", key, sel.Policy.Index)
+		}
+		mustRelease(t, st, sel.Lease)
+		a, err := st.Assign(AssignRequest{NumTasks: 2, Sessions: []string{key, key}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, idx := range a.Indices {
+			if idx%2 == 0 {
+				t.Fatalf("session %s assigned to stale policy %d", key, idx)
+			}
+		}
 	}
 }

@@ -50,6 +50,9 @@ type Options struct {
 	// policy; one more gets ErrOverloaded at once. Each waiter holds a
 	// goroutine and a connection. Default DefaultMaxWaiters.
 	MaxWaiters int
+	// LoadFactor is c of the sticky stage's load bound for requests that
+	// name none; default DefaultLoadFactor.
+	LoadFactor float64
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -72,6 +75,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.LoadFactor < MinLoadFactor {
+		o.LoadFactor = DefaultLoadFactor
 	}
 	return o
 }
@@ -111,6 +117,12 @@ type policyRuntime struct {
 	// version raises it).
 	version atomic.Int64
 
+	// stickyWaiters are /select callers waiting for this policy, their
+	// session's home: a freed slot goes to them before the FIFO waiters.
+	stickyWaiters waiterList
+	// stickyIn is what the policy adds to the sticky rings' loads.
+	stickyIn stickyContribution
+
 	// Counters for stats, updated without State.mu where possible.
 	selected      atomic.Uint64
 	assigned      atomic.Uint64
@@ -149,6 +161,13 @@ type ledger struct {
 	nextLease uint64
 	rr        map[string]uint64 // per-node round-robin positions
 	grr       uint64            // global round-robin position
+	// stickyAll and stickyNode are the loads of the sticky rings of all
+	// policies and of each node's (sticky.go).
+	stickyAll  ringLoad
+	stickyNode map[string]*ringLoad
+	// stickyTracked is set by the first /select that names a session: the
+	// ring loads are kept from then on.
+	stickyTracked bool
 	// firstProbe is closed, and replaced, whenever a policy gets its
 	// first probe report.
 	firstProbe chan struct{}
@@ -178,7 +197,8 @@ type State struct {
 	codec leaseCodec
 	// floor is the weight-version floor of decisions whose request names
 	// none (SetMinVersion): policies below it get no work.
-	floor atomic.Int64
+	floor  atomic.Int64
+	sticky stickyCounters
 
 	mu sync.Mutex
 	ledger
@@ -196,6 +216,7 @@ func New(opts Options) *State {
 			leases:     make(map[uint64]*slot),
 			rr:         make(map[string]uint64),
 			firstProbe: make(chan struct{}),
+			stickyNode: make(map[string]*ringLoad),
 		},
 	}
 	empty, _ := newSnapshot(nil, Topology{})
@@ -275,6 +296,10 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 			}
 		}
 		rt.slots = nil
+		st.stickyLoadLocked(rt)
+	}
+	for _, rt := range snap.rts {
+		st.stickyLoadLocked(rt)
 	}
 	st.byNode = make(map[string]*slotList)
 	prev := st.ledger.snap
@@ -354,6 +379,7 @@ func (st *State) endLeaseLocked(s *slot) {
 	delete(st.leases, s.lease)
 	s.lease = 0
 	s.rt.inflight--
+	st.stickyLoadLocked(s.rt)
 	s.freedAt = st.opts.Now()
 	s.held = false
 	if s.expiry != nil {
@@ -370,17 +396,21 @@ func (st *State) offerLocked(s *slot, front bool) {
 	if s.listed || s.lease != 0 || !s.listable() {
 		return
 	}
-	// The oldest waiter whose floor the slot's policy meets takes it.
+	// A waiter for this very policy (its session's home) first, then the
+	// oldest waiter for any; each takes it only if the slot's policy meets
+	// the waiter's weight-version floor.
 	version := s.rt.version.Load()
-	for w := st.waiters.head; w != nil; w = w.next {
-		if version < w.minVersion {
-			continue
+	for _, wl := range [...]*waiterList{&s.rt.stickyWaiters, &st.waiters} {
+		for w := wl.head; w != nil; w = w.next {
+			if version < w.minVersion {
+				continue
+			}
+			wl.remove(w)
+			w.granted = s
+			w.sel = st.leaseLocked(s, w.ttl)
+			close(w.ch)
+			return
 		}
-		st.waiters.remove(w)
-		w.granted = s
-		w.sel = st.leaseLocked(s, w.ttl)
-		close(w.ch)
-		return
 	}
 	nl := st.nodeListLocked(s.rt.node)
 	if front {
@@ -408,6 +438,7 @@ func (st *State) leaseLocked(s *slot, ttl time.Duration) Selection {
 	s.leasedAt = st.opts.Now()
 	st.leases[lease] = s
 	s.rt.inflight++
+	st.stickyLoadLocked(s.rt)
 	s.rt.selected.Add(1)
 	if ttl > 0 {
 		s.expiry = time.AfterFunc(ttl, func() { st.expire(s, lease) })
@@ -454,6 +485,7 @@ func (st *State) SetDraining(id string, draining bool) error {
 	}
 	if rt.draining.Swap(draining) != draining {
 		st.setAvailableLocked(rt)
+		st.stickyLoadLocked(rt)
 	}
 	return nil
 }
@@ -476,6 +508,7 @@ func (st *State) Complete(index int, count int64) (int64, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	rt.load = max(rt.load-count, 0)
+	st.stickyLoadLocked(rt)
 	return rt.load, nil
 }
 

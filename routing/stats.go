@@ -58,9 +58,11 @@ type PolicyStats struct {
 // Stats is a consistent picture of the routing state.
 type Stats struct {
 	Policies []PolicyStats // index order
-	Waiters  int           // /select callers waiting for an idle policy
+	Waiters  int           // /select callers waiting for an idle policy (or their session's home)
 	Leases   int           // leases out
 	Idle     int           // idle slots in the global deque
+	// Sticky counts the requests and tasks that named a session.
+	Sticky StickyStats
 }
 
 // PolicyStats returns the live state of the policy with the given id, and
@@ -85,7 +87,9 @@ func (st *State) Stats() Stats {
 	out.Waiters = st.waiters.len
 	out.Leases = len(st.leases)
 	out.Idle = st.global.len
+	out.Sticky = st.sticky.stats()
 	for i, rt := range snap.rts {
+		out.Waiters += rt.stickyWaiters.len
 		ps := statsLocked(rt)
 		out.Policies[i] = ps
 	}

@@ -18,6 +18,7 @@ type report struct {
 	Config         reportConfig     `json:"config"`
 	Workloads      []workloadResult `json:"workloads"`
 	Seed           *seedResult      `json:"seed,omitempty"`
+	MultiTurn      *multiTurnResult `json:"multi_turn,omitempty"`
 	ElapsedSeconds float64          `json:"elapsed_seconds"`
 }
 
@@ -101,7 +102,7 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 			Logging:         "slog JSON handler to io.Discard at level " + cfg.LogLevel,
 		},
 	}
-	httpWorkloads := slices.DeleteFunc(slices.Clone(cfg.Workloads), func(w string) bool { return w == wSeed })
+	httpWorkloads := slices.DeleteFunc(slices.Clone(cfg.Workloads), func(w string) bool { return w == wSeed || w == wMultiTurn })
 	fmt.Fprintf(progress, "policyrouter-bench: %d workloads x %d rounds x 2 sides x %s (about %s), concurrency %d\n",
 		len(httpWorkloads), cfg.Rounds, cfg.Duration,
 		(time.Duration(len(httpWorkloads)*cfg.Rounds*2) * cfg.Duration).Round(time.Second), cfg.Concurrency)
@@ -127,6 +128,14 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 			return nil, fmt.Errorf("seed: %w", err)
 		}
 		rep.Seed = seed
+	}
+	if slices.Contains(cfg.Workloads, wMultiTurn) {
+		fmt.Fprintln(progress, "multi_turn: rollouts against fake policies with a prefix cache, without and with session_id")
+		mt, err := runMultiTurn(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("multi_turn: %w", err)
+		}
+		rep.MultiTurn = mt
 	}
 	rep.Machine.LoadEnd = loadAvg()
 	rep.ElapsedSeconds = time.Since(start).Seconds()

@@ -72,6 +72,7 @@ type config struct {
 	SeedBudget      time.Duration
 	CoreBudget      time.Duration
 	Merge           []string
+	MultiTurn       multiTurnConfig
 }
 
 // Limits that keep every loop of the harness bounded.
@@ -106,6 +107,14 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.SeedScript, "seed-script", "bench/seed_assign.py", "the seed timing script, relative to the module root or the working directory")
 	fs.DurationVar(&c.SeedBudget, "seed-budget", 150*time.Millisecond, "time budget of each seed case in Python")
 	fs.DurationVar(&c.CoreBudget, "core-budget", 100*time.Millisecond, "time budget of each Go routing core case")
+	fs.IntVar(&c.MultiTurn.Trajectories, "mt-trajectories", 64, "multi_turn: trajectories run at once")
+	fs.IntVar(&c.MultiTurn.Turns, "mt-turns", 8, "multi_turn: turns of each trajectory")
+	fs.IntVar(&c.MultiTurn.Policies, "mt-policies", 8, "multi_turn: simulated policies, capacity 1 each")
+	fs.IntVar(&c.MultiTurn.Cache, "mt-cache", 16, "multi_turn: session keys each policy's prefix cache holds")
+	fs.Float64Var(&c.MultiTurn.Speedup, "mt-speedup", 4, "multi_turn: how many times faster a turn whose prefix is cached runs")
+	fs.DurationVar(&c.MultiTurn.MinWork, "mt-min-work", 20*time.Millisecond, "multi_turn: shortest uncached turn")
+	fs.DurationVar(&c.MultiTurn.MaxWork, "mt-max-work", 40*time.Millisecond, "multi_turn: longest uncached turn")
+	fs.DurationVar(&c.MultiTurn.StickyWait, "mt-sticky-wait", time.Second, "multi_turn: sticky_wait_ms of the run with session_id")
 	fs.StringVar(&merge, "merge", "", "comma list of -json reports: print the median of their medians, with the spread, and exit")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -142,6 +151,12 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-nodes and -assign-nodes must be in [1, policies]")
 	case c.AssignTasks < 1 || c.AssignTasks > maxTasks:
 		return c, fmt.Errorf("-assign-tasks must be in [1, %d]", maxTasks)
+	case c.MultiTurn.Trajectories < 1 || c.MultiTurn.Trajectories > maxConcurrency || c.MultiTurn.Turns < 1 || c.MultiTurn.Turns > 10_000:
+		return c, fmt.Errorf("-mt-trajectories must be in [1, %d] and -mt-turns in [1, 10000]", maxConcurrency)
+	case c.MultiTurn.Policies < 1 || c.MultiTurn.Policies > 4096 || c.MultiTurn.Cache < 0 || c.MultiTurn.Speedup < 1:
+		return c, errors.New("-mt-policies must be in [1, 4096], -mt-cache >= 0 and -mt-speedup >= 1")
+	case c.MultiTurn.MinWork <= 0 || c.MultiTurn.MaxWork < c.MultiTurn.MinWork || c.MultiTurn.MaxWork > time.Minute || c.MultiTurn.StickyWait < 0 || c.MultiTurn.StickyWait > time.Hour:
+		return c, errors.New("-mt-min-work must be positive and at most -mt-max-work (at most 1m), -mt-sticky-wait in [0, 1h]")
 	case c.PollInterval < 0:
 		return c, errors.New("-poll-interval must be >= 0")
 	case c.CPUProfile != "" && c.ProfileSelect != "":

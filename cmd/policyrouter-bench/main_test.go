@@ -34,7 +34,7 @@ func runQuick(tb testing.TB, extra ...string) *report {
 
 func TestWorkloads(t *testing.T) {
 	for _, name := range allWorkloadNames() {
-		if name == wSeed {
+		if name == wSeed || name == wMultiTurn {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
@@ -159,5 +159,32 @@ func TestPercentileAndMedian(t *testing.T) {
 	}
 	if got := percentile(nil, 0.99); got != 0 {
 		t.Errorf("percentile(nil) = %v, want 0", got)
+	}
+}
+
+func TestMultiTurn(t *testing.T) {
+	rep := runQuick(t, "-workloads", wMultiTurn, "-mt-trajectories", "4", "-mt-turns", "3", "-mt-policies", "2",
+		"-mt-min-work", "1ms", "-mt-max-work", "2ms", "-mt-sticky-wait", "200ms")
+	mt := rep.MultiTurn
+	if mt == nil || len(mt.Runs) != 2 {
+		t.Fatalf("multi_turn result = %+v; want two runs", mt)
+	}
+	for _, run := range mt.Runs {
+		if run.Generations != 12 || run.MeanGenerationMS <= 0 {
+			t.Errorf("run (sessions %t): %d generations, mean %g ms; want 12, positive", run.Sessions, run.Generations, run.MeanGenerationMS)
+		}
+		counted := run.Sticky.Hits + run.Sticky.Spills + run.Sticky.Misses
+		if want := uint64(0); run.Sessions {
+			if counted != 12 || run.Sticky.Hits == 0 {
+				t.Errorf("run with sessions: sticky %+v; want 12 counted, some hits", run.Sticky)
+			}
+		} else if counted != want {
+			t.Errorf("run without sessions: sticky %+v; want none", run.Sticky)
+		}
+	}
+	var out strings.Builder
+	writeMultiTurn(&out, mt)
+	if !strings.Contains(out.String(), "session_id") || !strings.Contains(out.String(), "hit rate") {
+		t.Errorf("table:\n%s", out.String())
 	}
 }

@@ -58,6 +58,10 @@ func writeTable(w io.Writer, rep *report) {
 		fmt.Fprintln(w)
 	}
 
+	if rep.MultiTurn != nil {
+		writeMultiTurn(w, rep.MultiTurn)
+		fmt.Fprintln(w)
+	}
 	if rep.Seed != nil {
 		writeSeed(w, rep.Seed)
 		fmt.Fprintln(w)

@@ -57,6 +57,8 @@ type routerConfig struct {
 	Nodes        int
 	PollInterval time.Duration // 0: no poller
 	LogLevel     string
+	// Fleet configures the simulated policies; zero takes the defaults.
+	Fleet fakepolicy.Options
 }
 
 // routerUnderTest is the real router, in-process, wired as `policyrouter
@@ -92,7 +94,7 @@ func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ 
 		}
 	}()
 	pprof.Do(ctx, pprof.Labels("side", sideFleet), func(context.Context) {
-		r.fleet, err = fakepolicy.New(cfg.Policies, rand.NewPCG(1, 2), fakepolicy.Options{})
+		r.fleet, err = fakepolicy.New(cfg.Policies, rand.NewPCG(1, 2), cfg.Fleet)
 	})
 	if err != nil {
 		return nil, err

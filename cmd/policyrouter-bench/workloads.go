@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,10 +29,14 @@ const (
 )
 
 func allWorkloadNames() []string {
-	return []string{wSelectNodeAffinity, wSelectIdleAffinity, wSelectSimple, wAssign1, wAssignBigStateless, wAssignBigTracked, wSeed}
+	return []string{wSelectNodeAffinity, wSelectIdleAffinity, wSelectSimple, wAssign1, wAssignBigStateless, wAssignBigTracked, wSeed, wMultiTurn}
 }
 
-func defaultWorkloads() []string { return allWorkloadNames() }
+// defaultWorkloads are all but the multi-turn run, which measures the
+// sticky stage's effect rather than the router's cost.
+func defaultWorkloads() []string {
+	return slices.DeleteFunc(allWorkloadNames(), func(w string) bool { return w == wMultiTurn })
+}
 
 // workload is one HTTP load: what one operation sends, on how many
 // policies. Both servers serve the same paths, so one op drives either.

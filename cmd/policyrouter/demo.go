@@ -60,7 +60,7 @@ func demoCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	fleet, err := fakepolicy.New(cfg.Policies, rand.NewPCG(uint64(time.Now().UnixNano()), 7), fakepolicy.Options{
-		MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
+		MinWork: cfg.MinWork, MaxWork: cfg.MaxWork, PrefixCache: 8,
 	})
 	if err != nil {
 		return err
@@ -129,13 +129,16 @@ func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet) error 
 }
 
 // demoWorker is one simulated env worker: select a policy (preferring its
-// node), run a rollout step on it, release it, and now and then send an
-// async batch through /assign and /complete.
+// node) for the current trajectory's turn, run the turn on it, release it,
+// and now and then send an async batch through /assign and /complete. A
+// trajectory has 4 turns; its id is the session, so that the turns find
+// their prefix in the policy's (simulated) cache.
 func demoWorker(ctx context.Context, base string, w, nEnv int, logger *slog.Logger) {
 	env := "env-" + strconv.Itoa(w%nEnv)
 	for step := 0; ctx.Err() == nil; step++ {
+		traj := env + "-traj-" + strconv.Itoa(step/4)
 		var sel api.SelectResponse
-		err := call(ctx, http.MethodPost, base+"/select", api.SelectRequest{EnvID: env, Router: "idle_affinity"}, &sel)
+		err := call(ctx, http.MethodPost, base+"/select", api.SelectRequest{EnvID: env, Router: "idle_affinity", SessionID: traj}, &sel)
 		if err != nil {
 			if ctx.Err() == nil {
 				logger.Debug("demo worker: select", "env_id", env, "err", err)
@@ -143,7 +146,7 @@ func demoWorker(ctx context.Context, base string, w, nEnv int, logger *slog.Logg
 			}
 			continue
 		}
-		if err := call(ctx, http.MethodPost, sel.URL+"/generate", struct{}{}, nil); err != nil && ctx.Err() == nil {
+		if err := call(ctx, http.MethodPost, sel.URL+"/generate", map[string]string{"session_id": traj}, nil); err != nil && ctx.Err() == nil {
 			logger.Debug("demo worker: generate", "url", sel.URL, "err", err)
 		}
 		// The context may be done: release anyway so nothing stays leased.

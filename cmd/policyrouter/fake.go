@@ -18,6 +18,8 @@ type fakePolicyConfig struct {
 	N       int
 	MinWork time.Duration
 	MaxWork time.Duration
+	Prefix  int
+	Speedup float64
 }
 
 func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
@@ -25,6 +27,8 @@ func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.N, "n", 1, "number of simulated policies")
 	fs.DurationVar(&c.MinWork, "min-work", 200*time.Millisecond, "shortest simulated work item")
 	fs.DurationVar(&c.MaxWork, "max-work", 1500*time.Millisecond, "longest simulated work item")
+	fs.IntVar(&c.Prefix, "prefix-cache", 0, "session keys each policy's simulated prefix cache holds (LRU); 0 simulates none")
+	fs.Float64Var(&c.Speedup, "prefix-speedup", 4, "how many times faster a /generate is when its session's prefix is cached")
 }
 
 // fakePolicyCommand serves simulated policies' /idle, /work and /generate
@@ -39,8 +43,12 @@ func fakePolicyCommand(ctx context.Context, args []string) error {
 	if cfg.N < 1 {
 		return errors.New("--n must be at least 1")
 	}
+	if cfg.Prefix < 0 || cfg.Speedup < 1 {
+		return errors.New("--prefix-cache must be >= 0 and --prefix-speedup >= 1")
+	}
 	fleet, err := fakepolicy.New(cfg.N, rand.NewPCG(uint64(time.Now().UnixNano()), 11), fakepolicy.Options{
 		Addr: cfg.Addr, MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
+		PrefixCache: cfg.Prefix, PrefixSpeedup: cfg.Speedup,
 	})
 	if err != nil {
 		return err

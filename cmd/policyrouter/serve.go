@@ -33,6 +33,7 @@ type serveConfig struct {
 	MaxSelectWait time.Duration
 	LeaseTTL      time.Duration
 	MaxWaiters    int
+	StickyLoad    float64
 	DataDir       string
 	JWTSecret     string
 	JWTPublicKey  string
@@ -67,6 +68,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", time.Minute, "cap on /select timeout_ms")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 0, "lifetime of a /select lease that names no lease_ttl_ms; 0: leases do not expire")
 	fs.IntVar(&c.MaxWaiters, "max-waiters", routing.DefaultMaxWaiters, "most /select calls waiting at once for an idle policy; one more is answered 503 overloaded")
+	fs.Float64Var(&c.StickyLoad, "sticky-load-factor", routing.DefaultLoadFactor, "c of the sticky load bound ceil(c*(total+1)/available) for sessions whose request names no load_factor; 1 to 1000")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the durable store; empty keeps registrations in memory")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for bearer tokens (at least 32 bytes)")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of an RSA or Ed25519 public key for bearer tokens")
@@ -99,6 +101,9 @@ func (c *serveConfig) check() error {
 	}
 	if err := c.checkTransport(); err != nil {
 		return err
+	}
+	if !(c.StickyLoad >= routing.MinLoadFactor && c.StickyLoad <= routing.MaxLoadFactor) {
+		return fmt.Errorf("--sticky-load-factor must be between %g and %g", routing.MinLoadFactor, routing.MaxLoadFactor)
 	}
 	switch c.LogFormat {
 	case "auto", "text", "json":
@@ -258,6 +263,7 @@ func (c *serveConfig) appConfig(verifier *auth.Verifier, logger *slog.Logger) ap
 		PolicyCA:         c.PolicyCA,
 		PolicyClientCert: c.PolicyClientCert,
 		PolicyClientKey:  c.PolicyClientKey,
+		StickyLoadFactor: c.StickyLoad,
 		Auth:             verifier,
 		Logger:           logger,
 		RequestLogLevel:  c.requestLogLevel,

@@ -136,6 +136,9 @@ class RemoteSyncRouter:
             :class:`~policyrouter.errors.Unavailable` instead of waiting on;
             busy policies (``no_idle_policy``) are still waited for as
             ``max_wait_s`` says. ``None`` waits on.
+        sticky_wait_ms: how long a ``select_policy`` that names a
+            ``session_id`` waits for the session's busy home before taking
+            another policy; ``None`` is the server's default, 0.
     """
 
     def __init__(
@@ -150,6 +153,7 @@ class RemoteSyncRouter:
         keep_leases: int = 64,
         lease_ttl_ms: Optional[int] = None,
         unavailable_after_s: Optional[float] = 30.0,
+        sticky_wait_ms: Optional[int] = None,
     ) -> None:
         self.client = client
         self.router = router
@@ -160,23 +164,27 @@ class RemoteSyncRouter:
         self._keep = max(1, int(keep_leases))
         self.lease_ttl_ms = lease_ttl_ms
         self.unavailable_after_s = unavailable_after_s
+        self.sticky_wait_ms = sticky_wait_ms
         self._lock = threading.Lock()
         self._held: Dict[int, Deque[str]] = {}
         self._local = threading.local()
 
     # -- the seed's interface ---------------------------------------------
 
-    def select_policy(self, env_id: Optional[str] = None) -> Any:
+    def select_policy(self, env_id: Optional[str] = None, session_id: Optional[str] = None) -> Any:
         """Return the index of an idle policy (or ``eval_policies[index]``),
-        waiting for one to become idle; keep its lease for :meth:`release`."""
-        index = self.select(env_id)["index"]
+        waiting for one to become idle; keep its lease for :meth:`release`.
+        ``session_id`` (a trajectory or GRPO group id) asks for the
+        session's home policy, waiting for it up to the router's
+        ``sticky_wait_ms``."""
+        index = self.select(env_id, session_id=session_id)["index"]
         if self.eval_policies is not None:
             return self.eval_policies[index]
         return index
 
     # -- beyond the seed ----------------------------------------------------
 
-    def select(self, env_id: Optional[str] = None) -> Dict[str, Any]:
+    def select(self, env_id: Optional[str] = None, session_id: Optional[str] = None) -> Dict[str, Any]:
         """Like :meth:`select_policy`, returning the server's whole answer
         (``index``, ``id``, ``url``, ``node_id``, ``lease_id``)."""
         if self.release_previous:
@@ -184,7 +192,7 @@ class RemoteSyncRouter:
             self._local.last = None
             if prev is not None:
                 self._release_lease(*prev)
-        sel = self._select_waiting(env_id)
+        sel = self._select_waiting(env_id, session_id)
         lease = sel.get("lease_id")
         if lease:
             index = int(sel["index"])
@@ -252,7 +260,7 @@ class RemoteSyncRouter:
         except NotFound:
             return False  # issued by an earlier server process
 
-    def _select_waiting(self, env_id: Optional[str]) -> Dict[str, Any]:
+    def _select_waiting(self, env_id: Optional[str], session_id: Optional[str] = None) -> Dict[str, Any]:
         start = time.monotonic()
         deadline = None if self.max_wait_s is None else start + self.max_wait_s
         nothing_since: Optional[float] = None  # first of a run of no_policies / all_unavailable
@@ -263,7 +271,8 @@ class RemoteSyncRouter:
             asked = time.monotonic()
             try:
                 return self.client.select(env_id=env_id, router=self.router, timeout_ms=wait_ms,
-                                          lease_ttl_ms=self.lease_ttl_ms)
+                                          lease_ttl_ms=self.lease_ttl_ms, session_id=session_id,
+                                          sticky_wait_ms=self.sticky_wait_ms if session_id else None)
             except Unavailable as exc:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:

@@ -317,6 +317,8 @@ class Client:
         env_ids: Optional[Sequence[str]] = None,
         router: Optional[str] = None,
         min_version: Optional[int] = None,
+        session_ids: Optional[Sequence[Optional[str]]] = None,
+        load_factor: Optional[float] = None,
     ) -> Dict[str, Any]:
         """``POST /assign``: spread ``num_tasks`` tasks over the policies.
 
@@ -325,7 +327,12 @@ class Client:
         raised. ``env_ids`` must have ``num_tasks`` entries. ``router`` is
         an ``/assign`` router of the server, such as ``"simple"`` or
         ``"node_affinity"`` (its ``openapi.yaml`` lists them; default: the
-        server's). Returns ``{"assignments": [...], "policies": {"<index>": {...}}}``.
+        server's). ``session_ids`` (``num_tasks`` entries, ``None`` or
+        ``""`` for no key) sends each task of a session (a trajectory, or a
+        GRPO group id for group stickiness) to the session's home on the
+        server's consistent-hashing ring, under the load bound whose factor
+        ``load_factor`` sets (default: the server's ``--sticky-load-factor``).
+        Returns ``{"assignments": [...], "policies": {"<index>": {...}}}``.
         Not retried once sent (tracked loads would be raised twice).
         """
         body = _omit_none(
@@ -334,6 +341,8 @@ class Client:
             env_ids=None if env_ids is None else list(env_ids),
             router=router,
             min_version=None if min_version is None else int(min_version),
+            session_ids=None if session_ids is None else [None if s is None else str(s) for s in session_ids],
+            load_factor=None if load_factor is None else float(load_factor),
         )
         return self._request("POST", "/assign", body).json()
 
@@ -344,6 +353,9 @@ class Client:
         timeout_ms: Optional[int] = None,
         lease_ttl_ms: Optional[int] = None,
         min_version: Optional[int] = None,
+        session_id: Optional[str] = None,
+        sticky_wait_ms: Optional[int] = None,
+        load_factor: Optional[float] = None,
     ) -> Dict[str, Any]:
         """``POST /select``: take one idle policy for a sync request,
         waiting up to ``timeout_ms`` (server default 30000, capped by the
@@ -357,6 +369,13 @@ class Client:
         request's weight-version floor instead of the one
         :meth:`set_weights` set.
 
+        ``session_id`` (at most 256 bytes: a trajectory id, or a GRPO group
+        id for group stickiness) asks for the session's home, the policy
+        that likely holds its prefix in its KV cache; when the home is busy
+        the request waits for it up to ``sticky_wait_ms`` (default 0), then
+        takes what the router would pick. ``load_factor`` is the factor of
+        the home's load bound (default: the server's ``--sticky-load-factor``).
+
         Returns ``{"index", "id", "url", "node_id", "lease_id"}``; the
         ``node_affinity`` (round-robin) router issues no ``lease_id``.
         Raises :class:`~policyrouter.errors.Unavailable` (with
@@ -367,7 +386,10 @@ class Client:
         body = _omit_none(env_id=env_id, router=router,
                           timeout_ms=None if timeout_ms is None else int(timeout_ms),
                           lease_ttl_ms=None if lease_ttl_ms is None else int(lease_ttl_ms),
-                          min_version=None if min_version is None else int(min_version))
+                          min_version=None if min_version is None else int(min_version),
+                          session_id=session_id,
+                          sticky_wait_ms=None if sticky_wait_ms is None else int(sticky_wait_ms),
+                          load_factor=None if load_factor is None else float(load_factor))
         wait_s = (DEFAULT_SELECT_WAIT_MS if timeout_ms is None else max(0, int(timeout_ms))) / 1000.0
         return self._request("POST", "/select", body, extra_read_s=wait_s).json()
 

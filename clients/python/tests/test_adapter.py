@@ -80,6 +80,15 @@ class RemoteSyncRouterTest(ServerTestCase):
         self.assertEqual(self.client.stats()["leases"], 0)
         self.assertEqual(router.held_leases(), {})
 
+    def test_select_policy_with_session_id(self):
+        self.register_n(6)
+        router = RemoteSyncRouter(self.client, router="simple", max_wait_s=5, sticky_wait_ms=0)
+        home = router.select_policy("env-0", session_id="traj-9")
+        for _ in range(3):
+            self.assertTrue(router.release(home))
+            self.assertEqual(router.select_policy("env-0", session_id="traj-9"), home)
+        self.assertEqual(self.client.stats()["sticky"]["hits"], 4)
+
     def test_lease_freed_by_the_server_is_dropped(self):
         # Stands in for the poller seeing the policy idle (the seed's
         # check_idle): the server frees the lease, the adapter still holds it.

@@ -341,6 +341,36 @@ class SelectTest(ServerTestCase):
         with self.assertRaises(Unavailable):
             self.client.select(timeout_ms=10)
 
+    def test_select_session_is_sticky(self):
+        self.register_n(8)
+        first = self.client.select(session_id="traj-1")
+        for _ in range(3):
+            self.client.release(lease_id=first["lease_id"])
+            again = self.client.select(session_id="traj-1", sticky_wait_ms=0, load_factor=1.5)
+            self.assertEqual(again["index"], first["index"])
+            first = again
+        sticky = self.client.stats()["sticky"]
+        self.assertEqual((sticky["hits"], sticky["spills"], sticky["misses"]), (4, 0, 0))
+        self.assertEqual(sticky["hit_rate"], 1.0)
+
+    def test_select_session_validation(self):
+        self.register_n(1)
+        with self.assertRaises(ValidationError) as cm:
+            self.client.select(session_id="x" * 257)
+        self.assertIn("session_id", cm.exception.fields)
+        with self.assertRaises(ValidationError) as cm:
+            self.client.select(session_id="s", load_factor=0.5)
+        self.assertIn("load_factor", cm.exception.fields)
+
+    def test_assign_session_ids(self):
+        self.register_n(4)
+        got = self.client.assign(3, current_loads=[5, 5, 5, 5], session_ids=["g", None, "g"])["assignments"]
+        self.assertEqual(got[0], got[2])  # one group, one home while under the bound
+        self.assertEqual(self.client.stats()["sticky"]["hits"], 2)
+        with self.assertRaises(ValidationError) as cm:
+            self.client.assign(2, session_ids=["g"])
+        self.assertIn("session_ids", cm.exception.fields)
+
     def test_round_robin_select_has_no_lease(self):
         self.register_n(2)
         got = [self.client.select(router="node_affinity") for _ in range(3)]

@@ -1,0 +1,249 @@
+package routing
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+)
+
+// Load factors of the sticky stage.
+const (
+	// DefaultLoadFactor is c in the bound ⌈c · (total + 1) / available⌉ when
+	// neither the request nor Options name one: the factor of SGLang's
+	// prefix_hash ring and Envoy's usual hash_balance_factor.
+	DefaultLoadFactor = 1.25
+	// MinLoadFactor is the least c accepted: below 1 no policy may be under
+	// the bound.
+	MinLoadFactor = 1.0
+	// MaxLoadFactor is the largest c accepted; large factors are plain
+	// consistent hashing.
+	MaxLoadFactor = 1000.0
+	// MaxSessionBytes is the longest session key accepted.
+	MaxSessionBytes = 256
+)
+
+// The sticky stage composes with every router: a request that names a
+// session is first offered to the session's home, the first successor of
+// the session key on a consistent-hashing ring (ring.go) over the
+// candidates the router would consider that is available and whose load is
+// below ⌈c · (total + 1) / available⌉ (consistent hashing with bounded
+// loads, Mirrokni, Thorup and Zadimoghaddam 2017). Only when there is no
+// home, or the home cannot take the request, does the router decide.
+// Requests without a session never reach this stage.
+//
+// The candidates are all registered policies, except for routers that
+// prefer the env worker's node (Router.EnvAffine): their ring holds the
+// node's policies, falling back to the ring of all policies when the node
+// has none or none of them can be the home. Load is leases out plus the
+// tracked load for /select and tracked /assign, the caller's loads in
+// stateless /assign.
+
+// ringSet holds a snapshot's sticky rings, built on first use.
+type ringSet struct {
+	all    *hashRing
+	byNode map[string]*hashRing
+}
+
+// stickyRings is the part of a Snapshot that the sticky stage reads.
+type stickyRings struct {
+	once  sync.Once
+	rings ringSet
+}
+
+// rings returns the snapshot's rings, building them on first use: sessions
+// cost nothing to deployments that do not use them.
+func (s *Snapshot) rings() *ringSet {
+	s.sticky.once.Do(func() {
+		all := make([]int, len(s.policies))
+		for pos := range s.policies {
+			all[pos] = pos
+		}
+		s.sticky.rings.all = newRing(s.policies, all, "")
+		s.sticky.rings.byNode = s.sticky.rings.all.split(func(pos int) string { return s.nodes[pos] })
+	})
+	return &s.sticky.rings
+}
+
+// ringsFor returns the rings a session is homed on, in the order to try:
+// the env worker's node's ring for an env-affine router (when the node has
+// policies), then the ring of all policies.
+func (s *Snapshot) ringsFor(envNode string, affine bool) (first, fallback *hashRing) {
+	rs := s.rings()
+	if affine && envNode != "" {
+		if r := rs.byNode[envNode]; r != nil && r != rs.all {
+			return r, rs.all
+		}
+	}
+	return rs.all, nil
+}
+
+// loadBound is ⌈c · (total + 1) / available⌉: a home's load must be below
+// it.
+func loadBound(c float64, total int64, available int) int64 {
+	return int64(math.Ceil(c * float64(total+1) / float64(available)))
+}
+
+// homeUnder returns the session's home on ring r: the first successor of
+// h that avail accepts and whose load is below bound. natural reports
+// whether the home is the session's first successor of all (its home when
+// every policy is available and under the bound). pos is -1 when no policy
+// qualifies.
+func (r *hashRing) homeUnder(h uint64, bound int64, avail func(pos int) bool, load func(pos int) int64) (pos int, natural bool) {
+	return r.successor(h, func(p int) bool { return avail(p) && load(p) < bound })
+}
+
+// StickyStats counts the requests, or /assign tasks, that named a session.
+// Each counts once, in one of the three.
+type StickyStats struct {
+	// Hits went to the session's natural home: its first ring successor.
+	Hits uint64
+	// Spills found their home busy (/select) past sticky_wait_ms and went
+	// where the router sent them; the home stays where it is.
+	Spills uint64
+	// Misses found their natural home unavailable (unhealthy, draining,
+	// unknown) or at the load bound and went to the next successor, or to
+	// the router when no policy could be a home.
+	Misses uint64
+}
+
+// stickyCounters are the State's StickyStats, updated without the lock.
+type stickyCounters struct {
+	hits, spills, misses atomic.Uint64
+}
+
+func (c *stickyCounters) count(natural bool) {
+	if natural {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
+	}
+}
+
+func (c *stickyCounters) stats() StickyStats {
+	return StickyStats{Hits: c.hits.Load(), Spills: c.spills.Load(), Misses: c.misses.Load()}
+}
+
+// loadFactor returns c for a request that names lf (0: the default).
+func (st *State) loadFactor(lf float64) float64 {
+	if lf > 0 {
+		return lf
+	}
+	return st.opts.LoadFactor
+}
+
+// CheckSession returns an *InputError naming field when key is too long to
+// be a session key.
+func CheckSession(field, key string) error {
+	if len(key) > MaxSessionBytes {
+		return inputErr(field, "must be at most %d bytes", MaxSessionBytes)
+	}
+	return nil
+}
+
+// CheckLoadFactor returns an *InputError naming field when c is not a load
+// factor the sticky stage accepts (0 stands for the default).
+func CheckLoadFactor(field string, c float64) error {
+	if c != 0 && !(c >= MinLoadFactor && c <= MaxLoadFactor) {
+		return inputErr(field, "must be between %g and %g", MinLoadFactor, MaxLoadFactor)
+	}
+	return nil
+}
+
+// envAffine reports whether the table marks the router holding sel or asg
+// as preferring the env worker's node: the sticky stage then homes
+// sessions on the node's ring.
+func envAffine(sel Selector, asg Assigner) bool {
+	for _, r := range routers {
+		if (sel != nil && r.Select == sel) || (asg != nil && r.Assign == asg) {
+			return r.EnvAffine
+		}
+	}
+	return false
+}
+
+// The sticky stage's load bound for /select, ⌈c · (total + 1) /
+// available⌉, needs the total load and the number of available policies of
+// the ring it walks: of all policies, or of one node's. Summing them per
+// request costs a pass over every policy (5 µs at 1,024), so the ledger
+// keeps them up to date instead: every change of a policy's leases, tracked
+// load or availability calls stickyLoadLocked, which moves the policy's
+// contribution. Calling it when nothing changed is harmless. Until the
+// first /select that names a session the ledger keeps nothing, so that
+// deployments without sessions pay one branch per change.
+
+// ringLoad is the total load and the number of available policies of one
+// ring.
+type ringLoad struct {
+	total int64
+	n     int
+}
+
+// stickyContribution is what one policy adds to its rings' ringLoads.
+type stickyContribution struct {
+	on   bool   // counted: registered and available
+	load int64  // leases out plus tracked load, when on
+	node string // the node ring it is counted in, when on
+}
+
+// stickyLoadLocked brings rt's contribution to the ledger's ring loads up
+// to date. Caller must hold State.mu.
+func (st *State) stickyLoadLocked(rt *policyRuntime) {
+	if !st.stickyTracked {
+		return
+	}
+	was := rt.stickyIn
+	now := stickyContribution{on: !rt.removed && rt.available()}
+	if now.on {
+		now.load = int64(rt.inflight) + rt.load
+		now.node = rt.node
+	}
+	if was == now {
+		return
+	}
+	// Add first, then take away, so that a node's entry that stays is
+	// never deleted and made again.
+	if now.on {
+		st.stickyAll.total += now.load
+		st.stickyAll.n++
+		if now.node != "" {
+			nl := st.stickyNode[now.node]
+			if nl == nil {
+				nl = &ringLoad{}
+				st.stickyNode[now.node] = nl
+			}
+			nl.total += now.load
+			nl.n++
+		}
+	}
+	if was.on {
+		st.stickyAll.total -= was.load
+		st.stickyAll.n--
+		if was.node != "" {
+			nl := st.stickyNode[was.node]
+			nl.total -= was.load
+			nl.n--
+			if nl.n == 0 {
+				delete(st.stickyNode, was.node)
+			}
+		}
+	}
+	rt.stickyIn = now
+}
+
+// ringLoadLocked returns the load of ring r as the ledger keeps it,
+// starting to keep the ring loads on first use. Caller must hold State.mu.
+func (st *State) ringLoadLocked(r *hashRing) ringLoad {
+	if !st.stickyTracked {
+		st.stickyTracked = true
+		for _, rt := range st.ledger.snap.rts {
+			st.stickyLoadLocked(rt)
+		}
+	}
+	if r.node == "" {
+		return st.stickyAll
+	}
+	if nl := st.stickyNode[r.node]; nl != nil {
+		return *nl
+	}
+	return ringLoad{}
+}
