@@ -390,3 +390,82 @@ type ErrorBody struct {
 type ErrorResponse struct {
 	Error ErrorBody `json:"error"`
 }
+
+// UpdateRequest is the body of POST /updates: roll weight version Version
+// through the fleet in waves.
+type UpdateRequest struct {
+	Version *int64 `json:"version" validate:"required,min=0"`
+	// Action, when present, is sent to each policy of a wave; absent is
+	// external mode (the trainer updates the wave's policies and confirms
+	// with POST /updates/{id}/done).
+	Action *UpdateAction `json:"action,omitempty"`
+	// MaxUnavailable is a count (>= 1) or a percentage string such as
+	// "25%" of the registered policies; default 1. "100%" is the
+	// pause-everything update.
+	MaxUnavailable      json.RawMessage `json:"max_unavailable,omitempty"`
+	MinAvailablePerNode *int            `json:"min_available_per_node,omitempty" validate:"omitempty,min=0,max=100000"`
+	DrainTimeoutMS      *int            `json:"drain_timeout_ms,omitempty" validate:"omitempty,min=0,max=86400000"`
+	MaxFailures         *int            `json:"max_failures,omitempty" validate:"omitempty,min=0,max=100000"`
+}
+
+// UpdateAction is the HTTP request that makes a policy load the weights.
+type UpdateAction struct {
+	Method    string          `json:"method,omitempty" validate:"omitempty,oneof=POST PUT PATCH GET"`
+	Path      string          `json:"path" validate:"required,startswith=/,max=2048"`
+	Body      json.RawMessage `json:"body,omitempty"`
+	TimeoutMS *int            `json:"timeout_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
+}
+
+// UpdateDoneRequest is the body of POST /updates/{id}/done.
+type UpdateDoneRequest struct {
+	Policies []string `json:"policies" validate:"required,min=1,dive,min=1,max=128"`
+}
+
+// UpdatePolicy is one policy's progress in an update.
+type UpdatePolicy struct {
+	ID     string `json:"id"`
+	Index  int    `json:"index"`
+	NodeID string `json:"node_id"`
+	// Phase is pending, draining, updating, done or failed.
+	Phase string    `json:"phase"`
+	Wave  int       `json:"wave"`
+	Since time.Time `json:"since"`
+	// Drained is when its wave drained it; Ended when it was done or
+	// failed (null before).
+	Drained *time.Time `json:"drained"`
+	Ended   *time.Time `json:"ended"`
+	// DrainTimedOut: it was updated with work still on it, after
+	// drain_timeout_ms.
+	DrainTimedOut bool   `json:"drain_timed_out"`
+	Error         string `json:"error,omitempty"`
+}
+
+// Update is a rolling update and its progress.
+type Update struct {
+	ID      string `json:"id"`
+	State   string `json:"state"` // running, succeeded, failed, aborted
+	Version int64  `json:"version"`
+	// External is true without an action: the trainer updates each wave.
+	External            bool       `json:"external"`
+	MaxUnavailable      int        `json:"max_unavailable"`
+	MinAvailablePerNode int        `json:"min_available_per_node"`
+	DrainTimeoutMS      int64      `json:"drain_timeout_ms"`
+	MaxFailures         int        `json:"max_failures"`
+	Created             time.Time  `json:"created"`
+	Ended               *time.Time `json:"ended"`
+	Waves               int        `json:"waves"`
+	Failures            int        `json:"failures"`
+	// CapacityHeld is how many policies the update keeps out of routing
+	// now: draining, updating, or failed (failed ones stay drained).
+	CapacityHeld int `json:"capacity_held"`
+	// Ready lists, in external mode, the policies the trainer is to update
+	// now (phase updating, not yet confirmed).
+	Ready    []string       `json:"ready"`
+	Policies []UpdatePolicy `json:"policies"`
+	Error    string         `json:"error,omitempty"`
+}
+
+// UpdateList is the body of GET /updates, newest first.
+type UpdateList struct {
+	Updates []Update `json:"updates"`
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
+	"github.com/policyrouter/policyrouter/updates"
 )
 
 // Config is everything a router is built from. Zero fields take the
@@ -96,6 +97,8 @@ type App struct {
 	// Poller is nil when PollInterval is 0.
 	Poller  *poller.Poller
 	Metrics *metrics.Metrics
+	// Updates runs rolling weight updates.
+	Updates *updates.Manager
 	Server  *handlers.Server
 	// TLS is the listener's TLS configuration; nil serves plain HTTP.
 	TLS *tls.Config
@@ -194,6 +197,18 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	} else {
 		a.ready.Store(true)
 	}
+	stored, err := a.Store.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load updates: %w", err)
+	}
+	a.Updates, err = updates.New(updates.Config{
+		Registry: a.Registry, State: a.State, Store: a.Store, Logger: cfg.Logger,
+		OnChange: a.Metrics.ObserveUpdate,
+	}, stored.Updates)
+	if err != nil {
+		return nil, err
+	}
+	hcfg.Updates = a.Updates
 	a.Server = handlers.New(hcfg)
 	return a, nil
 }
@@ -215,6 +230,9 @@ func (a *App) Handler() http.Handler { return a.Server.Handler() }
 // Run runs the background work (the poller) until ctx is done, and
 // returns when it has stopped. Without a poller it waits for ctx.
 func (a *App) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { _ = a.Updates.Run(ctx) })
 	if a.Poller == nil {
 		a.Config.Logger.Warn("polling disabled (poll interval 0): no health checks, policies are trusted idle and freed only by /release or lease expiry")
 		<-ctx.Done()

@@ -58,6 +58,9 @@ type Options struct {
 	// PrefixSpeedup divides the duration of a POST /generate whose session
 	// is in the policy's prefix cache. Default 4.
 	PrefixSpeedup float64
+	// UpdateTime is how long a POST /update_weights_from_disk keeps the
+	// policy busy. Default 200ms.
+	UpdateTime time.Duration
 }
 
 // Fleet is a set of simulated policy servers. All methods are safe for
@@ -101,6 +104,9 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.UpdateTime <= 0 {
+		opts.UpdateTime = defaultUpdateTime
 	}
 	if opts.PrefixSpeedup < 1 {
 		opts.PrefixSpeedup = 4

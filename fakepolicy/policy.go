@@ -60,6 +60,9 @@ type Policy struct {
 	flaps   atomic.Uint64 // probes since the mode was set, for ModeFlap
 	delay   atomic.Int64  // nanoseconds before each /idle answer
 	version atomic.Int64  // weight version reported by /idle
+	// failUpdates makes weight updates fail; updates counts those done.
+	failUpdates atomic.Bool
+	updates     atomic.Uint64
 
 	probes atomic.Uint64
 	works  atomic.Uint64
@@ -148,6 +151,7 @@ func (p *Policy) handler() http.Handler {
 	mux.HandleFunc("POST /work", p.serveWork)
 	mux.HandleFunc("POST /generate", p.serveGenerate)
 	mux.HandleFunc("GET /cache", p.serveCache)
+	mux.HandleFunc("POST /update_weights_from_disk", p.serveUpdate)
 	return mux
 }
 

@@ -67,6 +67,9 @@ func asError(err error) *Error {
 		return e
 	case errors.As(err, &in):
 		return fieldError(in.Field, in.Msg)
+	case isUpdateError(err):
+		e, _ := updateError(err)
+		return e
 	case errors.Is(err, registry.ErrConflict):
 		return errorf(api.CodeConflict, err.Error())
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, routing.ErrUnknownPolicy):

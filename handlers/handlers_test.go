@@ -16,6 +16,7 @@ import (
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
+	"github.com/policyrouter/policyrouter/updates"
 )
 
 // testServer is a Server on an in-memory store with its routes.
@@ -29,11 +30,18 @@ func newTestServer(tb testing.TB, cfg Config) *testServer {
 	if cfg.State == nil {
 		cfg.State = routing.New(routing.Options{})
 	}
-	reg, err := registry.Open(context.Background(), store.NewMemory(), cfg.State)
+	st := store.NewMemory()
+	reg, err := registry.Open(context.Background(), st, cfg.State)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	cfg.Registry = reg
+	if cfg.Updates == nil {
+		cfg.Updates, err = updates.New(updates.Config{Registry: reg, State: cfg.State, Store: st, Logger: discardLogger()}, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
 	cfg.Logger = discardLogger()
 	cfg.OpenAPI = policyrouter.OpenAPI
 	s := New(cfg)

@@ -21,6 +21,7 @@ import (
 	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/updates"
 )
 
 // Config holds the Server's dependencies and settings.
@@ -54,6 +55,8 @@ type Config struct {
 	// Auth verifies bearer tokens; nil serves without authentication (the
 	// serve command allows that only on loopback).
 	Auth *auth.Verifier
+	// Updates runs rolling weight updates (/updates); nil serves none.
+	Updates *updates.Manager
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
 	// Now is the clock; default time.Now.
@@ -160,6 +163,13 @@ func (s *Server) Handler() http.Handler {
 	admin.Put("/registration", s.putRegistration)
 	admin.Put("/weights", s.putWeights)
 	read.Get("/weights", s.getWeights)
+	if s.Updates != nil {
+		admin.Post("/updates", s.startUpdate)
+		read.Get("/updates", s.listUpdates)
+		read.Get("/updates/{id}", s.getUpdate)
+		admin.Post("/updates/{id}/done", s.updateDone)
+		admin.Post("/updates/{id}/abort", s.abortUpdate)
+	}
 	read.Get("/registration", s.getRegistration)
 
 	route.Post("/assign", s.assign)

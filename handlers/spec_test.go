@@ -29,6 +29,7 @@ import (
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
+	"github.com/policyrouter/policyrouter/updates"
 )
 
 // The contract, openapi.yaml, loaded once for every test of the package.
@@ -237,13 +238,19 @@ func TestSpecCheckSpec(t *testing.T) {
 func newSpecServer(tb testing.TB) *Server {
 	tb.Helper()
 	st := routing.New(routing.Options{})
-	reg, err := registry.Open(context.Background(), store.NewMemory(), st)
+	mem := store.NewMemory()
+	reg, err := registry.Open(context.Background(), mem, st)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ups, err := updates.New(updates.Config{Registry: reg, State: st, Store: mem}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return New(Config{
 		Registry: reg,
 		State:    st,
+		Updates:  ups,
 		Metrics:  metrics.New(st),
 		OpenAPI:  policyrouter.OpenAPI,
 		Logger:   slog.New(slog.DiscardHandler),

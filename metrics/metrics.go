@@ -28,6 +28,7 @@ type Metrics struct {
 	probes      *prometheus.CounterVec
 	probeTime   prometheus.Histogram
 	transitions *prometheus.CounterVec
+	updates     *updateMetrics
 }
 
 // New registers policyrouter's metrics, Go runtime and process metrics, and
@@ -87,6 +88,8 @@ func New(state *routing.State) *Metrics {
 	for _, to := range []string{"unhealthy", "healthy"} {
 		m.transitions.WithLabelValues(to)
 	}
+	m.updates = newUpdateMetrics()
+	m.reg.MustRegister(m.updates.collectors()...)
 	m.reg.MustRegister(m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
 		&stateCollector{state: state},
 		collectors.NewGoCollector(),

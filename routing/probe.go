@@ -96,6 +96,7 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 		rt.load = min(max(p.Load, 0), MaxLoad)
 	}
 	if p.HasVersion {
+		rt.reportsVersion.Store(true)
 		if old := rt.version.Swap(max(p.Version, 0)); p.Version > old && st.waiters.len > 0 {
 			// Waiters with a floor the old version missed may take its
 			// idle slots now.

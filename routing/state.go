@@ -116,6 +116,8 @@ type policyRuntime struct {
 	// last one its /idle answers reported (a registration with a higher
 	// version raises it).
 	version atomic.Int64
+	// reportsVersion is set once an /idle answer carried a version.
+	reportsVersion atomic.Bool
 
 	// stickyWaiters are /select callers waiting for this policy, their
 	// session's home: a freed slot goes to them before the FIFO waiters.
@@ -544,6 +546,20 @@ func (st *State) WaitProbed(ctx context.Context, ids []string) error {
 // any router. 0 means no floor. Waiters already queued keep the floor they
 // started with.
 func (st *State) SetMinVersion(v int64) { st.floor.Store(max(v, 0)) }
+
+// SetVersion records the weight version of the policy with the given id,
+// for a policy whose /idle answers carry none (the rolling update that
+// updated it knows it). It returns ErrUnknownPolicy for an unknown id.
+func (st *State) SetVersion(id string, v int64) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rt := st.runtimes[id]
+	if rt == nil {
+		return ErrUnknownPolicy
+	}
+	rt.version.Store(max(v, 0))
+	return nil
+}
 
 // MinVersion returns the floor SetMinVersion set.
 func (st *State) MinVersion() int64 { return st.floor.Load() }

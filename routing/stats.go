@@ -46,13 +46,16 @@ type PolicyStats struct {
 	LastOK         time.Time
 	// Version is the policy's weight version (registered, or reported by
 	// its /idle answers; 0 when neither named one).
-	Version      int64
-	LastIdle     bool
-	Healthy      bool
-	Draining     bool
-	Heard        bool // a probe answered (always, without a poller)
-	ReportedBusy bool // the last answer was busy
-	IdleCapacity int  // slots that could be selected now
+	Version int64
+	// ReportsVersion is set once the policy's /idle answers carried a
+	// version.
+	ReportsVersion bool
+	LastIdle       bool
+	Healthy        bool
+	Draining       bool
+	Heard          bool // a probe answered (always, without a poller)
+	ReportedBusy   bool // the last answer was busy
+	IdleCapacity   int  // slots that could be selected now
 }
 
 // Stats is a consistent picture of the routing state.
@@ -116,6 +119,7 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		UnhealthySince: rt.unhealthySince,
 		LastOK:         rt.lastOK,
 		Version:        rt.version.Load(),
+		ReportsVersion: rt.reportsVersion.Load(),
 		LastIdle:       rt.lastIdle.Load(),
 		Healthy:        rt.healthy.Load(),
 		Draining:       rt.draining.Load(),

@@ -53,6 +53,7 @@ var (
 	keySchemaVersion  = []byte("schema_version")
 	keyTopology       = []byte("topology")
 	keyWeights        = []byte("weights") // in bucketMeta
+	keyUpdatePrefix   = []byte("update/") // in bucketMeta: one key per rolling update
 	schemaVersionText = []byte(strconv.Itoa(SchemaVersion))
 )
 
@@ -213,6 +214,11 @@ func (b *Bolt) Load(ctx context.Context) (Registration, error) {
 				return fmt.Errorf("weights: %w", err)
 			}
 		}
+		reg.Updates = make(map[string][]byte)
+		c := tx.Bucket(bucketMeta).Cursor()
+		for k, v := c.Seek(keyUpdatePrefix); k != nil && bytes.HasPrefix(k, keyUpdatePrefix); k, v = c.Next() {
+			reg.Updates[string(k[len(keyUpdatePrefix):])] = bytes.Clone(v)
+		}
 		return nil
 	})
 	if err != nil {
@@ -304,6 +310,18 @@ func (b *Bolt) PutRegistration(ctx context.Context, reg Registration) error {
 	})
 	if err != nil {
 		return fmt.Errorf("store: put registration: %w", err)
+	}
+	return nil
+}
+
+// PutUpdate implements Store: one key of the meta bucket per update.
+func (b *Bolt) PutUpdate(ctx context.Context, id string, doc []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: put update: %w", err)
+	}
+	key := append(bytes.Clone(keyUpdatePrefix), id...)
+	if err := b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(key, doc) }); err != nil {
+		return fmt.Errorf("store: put update %q: %w", id, err)
 	}
 	return nil
 }

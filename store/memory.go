@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"sync"
 
@@ -14,6 +15,7 @@ type Memory struct {
 	policies map[string]routing.Policy
 	topology Topology
 	weights  Weights
+	updates  map[string][]byte
 }
 
 var _ Store = (*Memory)(nil)
@@ -30,7 +32,11 @@ func (m *Memory) Load(ctx context.Context) (Registration, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	reg := Registration{Policies: make([]routing.Policy, 0, len(m.policies)), Topology: m.topology.Clone(), Weights: m.weights.Clone()}
+	reg := Registration{Policies: make([]routing.Policy, 0, len(m.policies)), Topology: m.topology.Clone(), Weights: m.weights.Clone(),
+		Updates: make(map[string][]byte, len(m.updates))}
+	for id, doc := range m.updates {
+		reg.Updates[id] = bytes.Clone(doc)
+	}
 	for _, p := range m.policies {
 		reg.Policies = append(reg.Policies, p.Clone())
 	}
@@ -75,6 +81,20 @@ func (m *Memory) ReplacePolicies(ctx context.Context, ps []routing.Policy) error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.policies = next
+	return nil
+}
+
+// PutUpdate implements Store.
+func (m *Memory) PutUpdate(ctx context.Context, id string, doc []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.updates == nil {
+		m.updates = make(map[string][]byte)
+	}
+	m.updates[id] = bytes.Clone(doc)
 	return nil
 }
 

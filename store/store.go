@@ -68,6 +68,9 @@ type Registration struct {
 	Policies []routing.Policy // in index order
 	Topology Topology
 	Weights  Weights
+	// Updates holds the rolling updates' documents by id, opaque to the
+	// store.
+	Updates map[string][]byte
 }
 
 // Store keeps the registration. A method returns only after its change is
@@ -93,6 +96,9 @@ type Store interface {
 	PutRegistration(ctx context.Context, reg Registration) error
 	// PutWeights replaces the weights setting.
 	PutWeights(ctx context.Context, w Weights) error
+	// PutUpdate stores the document of the rolling update with the given
+	// id, replacing the one stored before.
+	PutUpdate(ctx context.Context, id string, doc []byte) error
 	// Close releases the store's resources.
 	Close() error
 }

@@ -25,7 +25,7 @@ import numbers
 import random
 import time
 import uuid
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -270,6 +270,70 @@ class Client:
     def get_weights(self) -> Dict[str, Any]:
         """``GET /weights``."""
         return self._request("GET", "/weights").json()
+
+    def rolling_update(
+        self,
+        version: int,
+        action: Optional[Mapping[str, Any]] = None,
+        max_unavailable: Union[int, str, None] = None,
+        min_available_per_node: Optional[int] = None,
+        drain_timeout_ms: Optional[int] = None,
+        max_failures: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """``POST /updates``: roll weight ``version`` through the fleet in
+        waves of at most ``max_unavailable`` policies (a count, or a
+        percentage string such as ``"25%"``; ``"100%"`` pauses everything).
+        ``action`` (``{"method", "path", "body", "timeout_ms"}``) is sent to
+        each policy of a wave; without it the trainer updates the policies
+        listed in the update's ``ready`` and confirms with
+        :meth:`update_done`. Returns the update (``state`` ``running``).
+        Not retried once sent: a repeat would be a second update (409)."""
+        body = _omit_none(version=int(version), action=None if action is None else dict(action),
+                          max_unavailable=max_unavailable, min_available_per_node=min_available_per_node,
+                          drain_timeout_ms=drain_timeout_ms, max_failures=max_failures)
+        return self._request("POST", "/updates", body).json()
+
+    def get_update(self, update_id: str) -> Dict[str, Any]:
+        """``GET /updates/{id}``: the update's state, waves and policies."""
+        return self._request("GET", "/updates/" + requests.utils.quote(update_id, safe="")).json()
+
+    def list_updates(self) -> List[Dict[str, Any]]:
+        """``GET /updates``: every update, newest first."""
+        return self._request("GET", "/updates").json()["updates"]
+
+    def update_done(self, update_id: str, policies: Iterable[str]) -> Dict[str, Any]:
+        """``POST /updates/{id}/done``: the trainer has updated these
+        policies of the running wave (external mode)."""
+        path = "/updates/" + requests.utils.quote(update_id, safe="") + "/done"
+        return self._request("POST", path, {"policies": list(policies)}, idempotent=True).json()
+
+    def abort_update(self, update_id: str) -> Dict[str, Any]:
+        """``POST /updates/{id}/abort``: end the update and resume every
+        policy it drained."""
+        return self._request("POST", "/updates/" + requests.utils.quote(update_id, safe="") + "/abort").json()
+
+    def wait_update(
+        self,
+        update_id: str,
+        timeout: Optional[float] = None,
+        on_progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+        poll_s: float = 0.2,
+    ) -> Dict[str, Any]:
+        """Poll the update until it ends (``succeeded``, ``failed`` or
+        ``aborted``) and return it; ``on_progress`` gets each state seen
+        (for external mode, it may update the ``ready`` policies and call
+        :meth:`update_done`). Raises ``TimeoutError`` after ``timeout``
+        seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            update = self.get_update(update_id)
+            if on_progress is not None:
+                on_progress(update)
+            if update["state"] != "running":
+                return update
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"update {update_id} still running after {timeout}s")
+            time.sleep(poll_s)
 
     def list_policies(self) -> List[Dict[str, Any]]:
         """``GET /policies``: every policy, in index order."""

@@ -172,6 +172,27 @@ class RegistrationTest(ServerTestCase):
             self.client.assign(1, min_version=9)
         self.assertEqual(cm.exception.code, "no_fresh_policy")
 
+    def test_rolling_update_external_mode(self):
+        self.register_n(4, nodes=["a", "a", "b", "b"])
+        update = self.client.rolling_update(5, max_unavailable=2, min_available_per_node=1)
+        self.assertEqual((update["state"], update["external"], update["max_unavailable"]), ("running", True, 2))
+        with self.assertRaises(Conflict):
+            self.client.rolling_update(6)
+        confirmed = []
+
+        def confirm(u):  # the trainer loads the weights into each ready policy
+            if u["ready"]:
+                confirmed.extend(u["ready"])
+                self.client.update_done(u["id"], u["ready"])
+
+        done = self.client.wait_update(update["id"], timeout=30, on_progress=confirm)
+        self.assertEqual(done["state"], "succeeded")
+        self.assertEqual(sorted(confirmed), sorted(p["id"] for p in self.client.list_policies()))
+        self.assertEqual([p["version"] for p in self.client.list_policies()], [5, 5, 5, 5])
+        self.assertEqual(self.client.list_updates()[0]["id"], update["id"])
+        with self.assertRaises(Conflict):
+            self.client.abort_update(update["id"])
+
     def test_admin_by_index(self):
         self.register_n(2)
         self.assertTrue(self.client.drain(1)["draining"])

@@ -1,0 +1,359 @@
+package updates_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/registry"
+	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
+	"github.com/policyrouter/policyrouter/updates"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fleet is 16 fake policies on 4 nodes at weight version 7, registered
+// with a router's registry, state and poller.
+type fleet struct {
+	f     *fakepolicy.Fleet
+	st    store.Store
+	state *routing.State
+	reg   *registry.Registry
+	nodes int
+
+	mu         sync.Mutex
+	violations []string
+	changes    int
+}
+
+func newFleet(t *testing.T, st store.Store, updateTime time.Duration) *fleet {
+	t.Helper()
+	f, err := fakepolicy.New(16, rand.NewPCG(1, 2), fakepolicy.Options{UpdateTime: updateTime, PerPolicyListeners: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	for i := range 16 {
+		f.Policy(i).SetVersion(7)
+	}
+	fl := &fleet{f: f, st: st, nodes: 4}
+	fl.open(t)
+	var specs []registry.Spec
+	topo := store.Topology{}
+	for i := range 16 {
+		idx := i
+		specs = append(specs, registry.Spec{URL: f.URL(i), Index: &idx})
+		node := fmt.Sprintf("node-%d", i%4)
+		if topo[node] == nil {
+			topo[node] = map[string][]int{}
+		}
+		topo[node]["env"] = append(topo[node]["env"], i)
+		topo[node]["eval"] = append(topo[node]["eval"], i)
+	}
+	if _, err := fl.reg.ReplaceRegistration(context.Background(), specs, topo); err != nil {
+		t.Fatal(err)
+	}
+	return fl
+}
+
+// open builds the router's state and registry over the store, as a
+// (re)started router does.
+func (fl *fleet) open(t *testing.T) {
+	t.Helper()
+	fl.state = routing.New(routing.Options{Polled: true})
+	reg, err := registry.Open(context.Background(), fl.st, fl.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl.reg = reg
+}
+
+// run starts a poller and an update manager and returns the manager and a
+// function that stops both.
+func (fl *fleet) run(t *testing.T) (*updates.Manager, func()) {
+	t.Helper()
+	stored, err := fl.st.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := updates.New(updates.Config{Registry: fl.reg, State: fl.state, Store: fl.st, Logger: slog.New(slog.DiscardHandler), OnChange: fl.check}, stored.Updates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = poller.New(fl.state, poller.Config{Interval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}).Run(ctx)
+	})
+	wg.Go(func() { _ = m.Run(ctx) })
+	eventually(t, "every policy heard from", func() bool { n, _ := fl.state.Unprobed(); return n == 0 })
+	stop := func() { cancel(); wg.Wait() }
+	t.Cleanup(stop)
+	return m, stop
+}
+
+// check is the manager's OnChange: at every change, no more than
+// max_unavailable policies are held and no node falls below
+// min_available_per_node routable policies.
+func (fl *fleet) check(u updates.Update) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	fl.changes++
+	held := 0
+	for _, p := range u.Policies {
+		if p.Phase == updates.PhaseDraining || p.Phase == updates.PhaseUpdating || p.Phase == updates.PhaseFailed {
+			held++
+		}
+	}
+	if held > u.Spec.MaxUnavailable {
+		fl.violations = append(fl.violations, fmt.Sprintf("%d policies held, max_unavailable %d", held, u.Spec.MaxUnavailable))
+	}
+	routable := map[string]int{}
+	for _, ps := range fl.state.Stats().Policies {
+		if ps.Healthy && !ps.Draining && ps.Heard {
+			routable[ps.Node]++
+		}
+	}
+	for n := range fl.nodes {
+		node := fmt.Sprintf("node-%d", n)
+		if routable[node] < u.Spec.MinAvailablePerNode {
+			fl.violations = append(fl.violations, fmt.Sprintf("%s has %d routable policies, fewer than %d", node, routable[node], u.Spec.MinAvailablePerNode))
+		}
+	}
+}
+
+func (fl *fleet) wantNoViolations(t *testing.T) {
+	t.Helper()
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	for _, v := range fl.violations {
+		t.Error(v)
+	}
+	if fl.changes == 0 {
+		t.Error("the update never changed")
+	}
+}
+
+func eventually(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitEnded(t *testing.T, m *updates.Manager, id string) updates.Update {
+	t.Helper()
+	var u updates.Update
+	eventually(t, "the update to end", func() bool {
+		var err error
+		u, err = m.Get(id)
+		return err == nil && u.State != updates.StateRunning
+	})
+	return u
+}
+
+func action(version int64) *updates.Action {
+	return &updates.Action{Method: "POST", Path: "/update_weights_from_disk", Body: []byte(fmt.Sprintf(`{"model_path": "/ckpt/step-%d", "version": %d}`, version, version)), Timeout: 10 * time.Second}
+}
+
+// 16 policies on 4 nodes reach the new version in waves of at most 2,
+// never leaving a node without a routable policy.
+func TestRollingUpdateReachesVersion(t *testing.T) {
+	fl := newFleet(t, store.NewMemory(), 50*time.Millisecond)
+	m, _ := fl.run(t)
+	u, err := m.Start(context.Background(), updates.Spec{Version: 8, Action: action(8), MaxUnavailable: 2, MinAvailablePerNode: 1, DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Start(context.Background(), updates.Spec{Version: 9, MaxUnavailable: 1}); err == nil {
+		t.Error("a second update started while one runs")
+	}
+	u = waitEnded(t, m, u.ID)
+	if u.State != updates.StateSucceeded || u.Failures != 0 {
+		t.Fatalf("update ended %s with %d failures: %s", u.State, u.Failures, u.Error)
+	}
+	if u.Waves < 8 {
+		t.Errorf("%d waves for 16 policies 2 at a time; want at least 8", u.Waves)
+	}
+	for _, ps := range fl.state.Stats().Policies {
+		if ps.Version != 8 || ps.Draining {
+			t.Errorf("policy %d: version %d, draining %v; want 8, resumed", ps.Policy.Index, ps.Version, ps.Draining)
+		}
+	}
+	for i := range 16 {
+		if got := fl.f.Policy(i).Updates(); got != 1 {
+			t.Errorf("policy %d updated %d times; want once", i, got)
+		}
+	}
+	fl.wantNoViolations(t)
+}
+
+// A failed action leaves its policy drained and counted; the others go on.
+func TestFailedActionStaysDrained(t *testing.T) {
+	fl := newFleet(t, store.NewMemory(), 20*time.Millisecond)
+	fl.f.Policy(5).SetFailUpdates(true)
+	m, _ := fl.run(t)
+	u, err := m.Start(context.Background(), updates.Spec{Version: 8, Action: action(8), MaxUnavailable: 3, MinAvailablePerNode: 1, DrainTimeout: 5 * time.Second, MaxFailures: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u = waitEnded(t, m, u.ID)
+	if u.Failures != 1 {
+		t.Errorf("failures %d; want 1", u.Failures)
+	}
+	var failed *updates.Policy
+	for _, p := range u.Policies {
+		if p.Phase == updates.PhaseFailed {
+			failed = p
+		}
+	}
+	if failed == nil || failed.Index != 5 || failed.Error == "" {
+		t.Fatalf("failed policy %+v; want policy 5 with its error", failed)
+	}
+	ps, _ := fl.state.PolicyStats(failed.ID)
+	if !ps.Draining || ps.Version != 7 {
+		t.Errorf("failed policy: draining %v, version %d; want drained at 7", ps.Draining, ps.Version)
+	}
+	fl.wantNoViolations(t)
+
+	// With no failure allowed, the first one ends the update failed.
+	fl.f.Policy(5).SetFailUpdates(false)
+	if _, err := fl.reg.SetDraining(context.Background(), failed.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		fl.f.Policy(i).SetFailUpdates(true)
+	}
+	u, err = m.Start(context.Background(), updates.Spec{Version: 9, Action: action(9), MaxUnavailable: 2, DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u = waitEnded(t, m, u.ID); u.State != updates.StateFailed || u.Error == "" {
+		t.Errorf("update with failing actions ended %s (%q); want failed, saying why", u.State, u.Error)
+	}
+}
+
+// Abort resumes everything the update drained.
+func TestAbortResumesEverything(t *testing.T) {
+	fl := newFleet(t, store.NewMemory(), 10*time.Second)
+	m, _ := fl.run(t)
+	u, err := m.Start(context.Background(), updates.Spec{Version: 8, Action: action(8), MaxUnavailable: 4, DrainTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a wave updating", func() bool {
+		u, _ = m.Get(u.ID)
+		for _, p := range u.Policies {
+			if p.Phase == updates.PhaseUpdating {
+				return true
+			}
+		}
+		return false
+	})
+	if u, err = m.Abort(context.Background(), u.ID); err != nil || u.State != updates.StateAborted {
+		t.Fatalf("Abort = %s, %v", u.State, err)
+	}
+	for _, ps := range fl.state.Stats().Policies {
+		if ps.Draining {
+			t.Errorf("policy %d still drained after the abort", ps.Policy.Index)
+		}
+	}
+	if _, err := m.Abort(context.Background(), u.ID); err == nil {
+		t.Error("aborting an ended update succeeded")
+	}
+}
+
+// A router that restarts mid-update continues it from the stored state.
+func TestRestartContinues(t *testing.T) {
+	st, err := store.OpenBolt(t.TempDir(), store.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fl := newFleet(t, st, 100*time.Millisecond)
+	m, stop := fl.run(t)
+	u, err := m.Start(context.Background(), updates.Spec{Version: 8, Action: action(8), MaxUnavailable: 2, MinAvailablePerNode: 1, DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a few policies done", func() bool {
+		u, _ = m.Get(u.ID)
+		done := 0
+		for _, p := range u.Policies {
+			if p.Phase == updates.PhaseDone {
+				done++
+			}
+		}
+		return done >= 3
+	})
+	stop()
+
+	fl.open(t) // the restarted router: state and registry from the store
+	m2, _ := fl.run(t)
+	if got, ok := m2.Running(); !ok || got.ID != u.ID {
+		t.Fatalf("restarted router runs %+v, %v; want update %s", got.ID, ok, u.ID)
+	}
+	u = waitEnded(t, m2, u.ID)
+	if u.State != updates.StateSucceeded {
+		t.Fatalf("update ended %s after the restart: %s", u.State, u.Error)
+	}
+	for _, ps := range fl.state.Stats().Policies {
+		if ps.Version != 8 || ps.Draining {
+			t.Errorf("policy %d: version %d, draining %v", ps.Policy.Index, ps.Version, ps.Draining)
+		}
+	}
+	fl.wantNoViolations(t)
+}
+
+// External mode: each wave's policies are listed ready; the trainer
+// updates them and confirms, or they report the version themselves.
+func TestExternalMode(t *testing.T) {
+	fl := newFleet(t, store.NewMemory(), time.Millisecond)
+	m, _ := fl.run(t)
+	u, err := m.Start(context.Background(), updates.Spec{Version: 8, MaxUnavailable: 4, MinAvailablePerNode: 1, DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waves := 0
+	for {
+		u, _ = m.Get(u.ID)
+		if u.State != updates.StateRunning {
+			break
+		}
+		var ready []string
+		for _, p := range u.Policies {
+			if p.Phase == updates.PhaseUpdating && !p.Confirmed {
+				ready = append(ready, p.ID)
+				// The trainer loads the weights; the policy reports them.
+				fl.f.Policy(p.Index).SetVersion(8)
+			}
+		}
+		if len(ready) > 0 {
+			waves++
+			if _, err := m.Done(context.Background(), u.ID, ready); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if u.State != updates.StateSucceeded || waves < 4 {
+		t.Fatalf("external update ended %s after %d confirmed waves: %s", u.State, waves, u.Error)
+	}
+	if _, err := m.Done(context.Background(), u.ID, []string{u.Policies[0].ID}); err == nil {
+		t.Error("Done on an ended update succeeded")
+	}
+	fl.wantNoViolations(t)
+}

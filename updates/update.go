@@ -1,0 +1,159 @@
+// Package updates rolls new weights through the fleet in waves, so that
+// the fleet is never emptied: each wave drains at most MaxUnavailable
+// policies below the target version, never leaving a node with fewer than
+// MinAvailablePerNode routable policies, waits until they have no work (or
+// DrainTimeout passes), has them load the new weights (by sending them an
+// HTTP action, or, in external mode, by letting the trainer do it and say
+// so), and resumes them once they are at the version.
+//
+// One update runs at a time. Its state is stored after every change, so a
+// router that restarts continues it.
+package updates
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Update states.
+const (
+	StateRunning   = "running"
+	StateSucceeded = "succeeded"
+	StateFailed    = "failed"
+	StateAborted   = "aborted"
+)
+
+// Policy phases within an update.
+const (
+	PhasePending  = "pending" // not in a wave yet
+	PhaseDraining = "draining"
+	PhaseUpdating = "updating"
+	PhaseDone     = "done"
+	PhaseFailed   = "failed"
+)
+
+// Errors of the manager.
+var (
+	// ErrRunning: another update is running; one runs at a time.
+	ErrRunning = errors.New("an update is already running")
+	// ErrNotFound: no update has the given id.
+	ErrNotFound = errors.New("update not found")
+	// ErrEnded: the update is no longer running.
+	ErrEnded = errors.New("update has ended")
+)
+
+// Action is the HTTP request that makes a policy load the new weights:
+// Method to the policy's URL plus Path, with Body, bounded by Timeout.
+type Action struct {
+	Method  string          `json:"method"`
+	Path    string          `json:"path"`
+	Body    json.RawMessage `json:"body,omitempty"`
+	Timeout time.Duration   `json:"timeout"`
+}
+
+// Spec is what an update is asked to do.
+type Spec struct {
+	// Version is the target weight version.
+	Version int64 `json:"version"`
+	// Action, when set, is sent to each policy of a wave; nil is external
+	// mode: the trainer updates the wave's policies and confirms.
+	Action *Action `json:"action,omitempty"`
+	// MaxUnavailable is the most policies drained or updating at once,
+	// counting failed ones, which stay drained.
+	MaxUnavailable int `json:"max_unavailable"`
+	// MinAvailablePerNode is the fewest routable policies a wave may leave
+	// on a node.
+	MinAvailablePerNode int `json:"min_available_per_node"`
+	// DrainTimeout bounds the wait for a drained policy's work to end; the
+	// policy is then updated anyway, and its record says so.
+	DrainTimeout time.Duration `json:"drain_timeout"`
+	// MaxFailures failures are tolerated; one more ends the update failed.
+	MaxFailures int `json:"max_failures"`
+}
+
+// Policy is one policy's progress in an update.
+type Policy struct {
+	ID    string `json:"id"`
+	Index int    `json:"index"`
+	Node  string `json:"node"`
+	Phase string `json:"phase"`
+	// Wave is the wave the policy was taken in, from 1.
+	Wave int `json:"wave"`
+	// Since is when the policy entered its phase; Drained when its wave
+	// drained it; Ended when it was done or failed.
+	Since   time.Time `json:"since"`
+	Drained time.Time `json:"drained"`
+	Ended   time.Time `json:"ended,omitzero"`
+	// DrainTimedOut: the policy was updated with work still on it.
+	DrainTimedOut bool `json:"drain_timed_out,omitempty"`
+	// ActionDone is when the action answered; ActionErr why it failed.
+	ActionDone time.Time `json:"action_done,omitzero"`
+	ActionErr  string    `json:"action_error,omitempty"`
+	// Confirmed: the trainer said it updated the policy (external mode).
+	Confirmed bool   `json:"confirmed,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// Update is one rolling update and its progress.
+type Update struct {
+	ID      string    `json:"id"`
+	Spec    Spec      `json:"spec"`
+	State   string    `json:"state"`
+	Created time.Time `json:"created"`
+	Ended   time.Time `json:"ended,omitzero"`
+	// Waves is how many waves have started.
+	Waves    int       `json:"waves"`
+	Policies []*Policy `json:"policies"`
+	Failures int       `json:"failures"`
+	// Error says why the update failed.
+	Error string `json:"error,omitempty"`
+}
+
+// clone returns a deep copy of u.
+func (u *Update) clone() Update {
+	out := *u
+	out.Policies = make([]*Policy, len(u.Policies))
+	for i, p := range u.Policies {
+		cp := *p
+		out.Policies[i] = &cp
+	}
+	if u.Spec.Action != nil {
+		a := *u.Spec.Action
+		out.Spec.Action = &a
+	}
+	return out
+}
+
+// held counts the policies the update keeps out of routing: draining,
+// updating, or failed (a failed policy stays drained).
+func (u *Update) held() int {
+	n := 0
+	for _, p := range u.Policies {
+		switch p.Phase {
+		case PhaseDraining, PhaseUpdating, PhaseFailed:
+			n++
+		}
+	}
+	return n
+}
+
+// inWave reports whether a wave is still in progress.
+func (u *Update) inWave() bool {
+	for _, p := range u.Policies {
+		if p.Phase == PhaseDraining || p.Phase == PhaseUpdating {
+			return true
+		}
+	}
+	return false
+}
+
+// policy returns the update's record of the policy with the given id.
+func (u *Update) policy(id string) *Policy {
+	for _, p := range u.Policies {
+		if p.ID == id {
+			return p
+		}
+	}
+	return nil
+}
