@@ -185,6 +185,7 @@ func (f *Fleet) sharedHandler() http.Handler {
 	route("POST /p/{n}/work", (*Policy).serveWork)
 	route("POST /p/{n}/generate", (*Policy).serveGenerate)
 	route("GET /p/{n}/cache", (*Policy).serveCache)
+	route("POST /p/{n}/update_weights_from_disk", (*Policy).serveUpdate)
 	return mux
 }
 

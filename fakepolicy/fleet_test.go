@@ -384,3 +384,43 @@ func TestVersionReported(t *testing.T) {
 		t.Errorf("/idle version %d, %v; want 8", got.Version, err)
 	}
 }
+
+// A weight update makes the policy busy for UpdateTime, then it reports
+// the new version; on the shared listener too. Told to fail, it answers
+// 500 and keeps its version.
+func TestWeightUpdate(t *testing.T) {
+	for _, perPolicy := range []bool{false, true} {
+		f, err := New(1, rand.NewPCG(1, 1), Options{UpdateTime: 30 * time.Millisecond, PerPolicyListeners: perPolicy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		p := f.Policy(0)
+		p.SetVersion(3)
+		resp, err := http.Post(f.URL(0)+"/update_weights_from_disk", "application/json", strings.NewReader(`{"model_path": "/ckpt/9", "version": 9}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || p.Updates() != 1 {
+			t.Fatalf("update: %d, %d updates; want 200 and 1", resp.StatusCode, p.Updates())
+		}
+		var idle struct{ Version int64 }
+		if r, err := http.Get(f.URL(0) + "/idle"); err == nil {
+			_ = json.NewDecoder(r.Body).Decode(&idle)
+			r.Body.Close()
+		}
+		if idle.Version != 9 {
+			t.Errorf("/idle version %d after the update; want 9", idle.Version)
+		}
+		p.SetFailUpdates(true)
+		resp, err = http.Post(f.URL(0)+"/update_weights_from_disk", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusInternalServerError || p.Updates() != 1 {
+			t.Errorf("failing update: %d, %d updates; want 500 and still 1", resp.StatusCode, p.Updates())
+		}
+	}
+}

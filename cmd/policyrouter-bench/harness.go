@@ -14,12 +14,13 @@ import (
 
 // report is everything one run measured.
 type report struct {
-	Machine        machineInfo      `json:"machine"`
-	Config         reportConfig     `json:"config"`
-	Workloads      []workloadResult `json:"workloads"`
-	Seed           *seedResult      `json:"seed,omitempty"`
-	MultiTurn      *multiTurnResult `json:"multi_turn,omitempty"`
-	ElapsedSeconds float64          `json:"elapsed_seconds"`
+	Machine        machineInfo        `json:"machine"`
+	Config         reportConfig       `json:"config"`
+	Workloads      []workloadResult   `json:"workloads"`
+	Seed           *seedResult        `json:"seed,omitempty"`
+	MultiTurn      *multiTurnResult   `json:"multi_turn,omitempty"`
+	UpdateCycle    *updateCycleResult `json:"update_cycle,omitempty"`
+	ElapsedSeconds float64            `json:"elapsed_seconds"`
 }
 
 // reportConfig is the part of the configuration the figures depend on.
@@ -102,7 +103,7 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 			Logging:         "slog JSON handler to io.Discard at level " + cfg.LogLevel,
 		},
 	}
-	httpWorkloads := slices.DeleteFunc(slices.Clone(cfg.Workloads), func(w string) bool { return w == wSeed || w == wMultiTurn })
+	httpWorkloads := slices.DeleteFunc(slices.Clone(cfg.Workloads), func(w string) bool { return w == wSeed || w == wMultiTurn || w == wUpdateCycle })
 	fmt.Fprintf(progress, "policyrouter-bench: %d workloads x %d rounds x 2 sides x %s (about %s), concurrency %d\n",
 		len(httpWorkloads), cfg.Rounds, cfg.Duration,
 		(time.Duration(len(httpWorkloads)*cfg.Rounds*2) * cfg.Duration).Round(time.Second), cfg.Concurrency)
@@ -136,6 +137,14 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 			return nil, fmt.Errorf("multi_turn: %w", err)
 		}
 		rep.MultiTurn = mt
+	}
+	if slices.Contains(cfg.Workloads, wUpdateCycle) {
+		fmt.Fprintln(progress, "update_cycle: one weight update under saturating load, rolling and pause-all")
+		uc, err := runUpdateCycle(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("update_cycle: %w", err)
+		}
+		rep.UpdateCycle = uc
 	}
 	rep.Machine.LoadEnd = loadAvg()
 	rep.ElapsedSeconds = time.Since(start).Seconds()

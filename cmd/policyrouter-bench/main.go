@@ -73,6 +73,7 @@ type config struct {
 	CoreBudget      time.Duration
 	Merge           []string
 	MultiTurn       multiTurnConfig
+	UpdateCycle     updateCycleConfig
 }
 
 // Limits that keep every loop of the harness bounded.
@@ -115,6 +116,14 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.MultiTurn.MinWork, "mt-min-work", 20*time.Millisecond, "multi_turn: shortest uncached turn")
 	fs.DurationVar(&c.MultiTurn.MaxWork, "mt-max-work", 40*time.Millisecond, "multi_turn: longest uncached turn")
 	fs.DurationVar(&c.MultiTurn.StickyWait, "mt-sticky-wait", time.Second, "multi_turn: sticky_wait_ms of the run with session_id")
+	fs.IntVar(&c.UpdateCycle.Policies, "uc-policies", 16, "update_cycle: fake policies")
+	fs.IntVar(&c.UpdateCycle.Nodes, "uc-nodes", 4, "update_cycle: nodes they are on")
+	fs.IntVar(&c.UpdateCycle.Workers, "uc-workers", 32, "update_cycle: env workers, one request each at a time")
+	fs.DurationVar(&c.UpdateCycle.Median, "uc-median", 100*time.Millisecond, "update_cycle: median generation time (log-normal)")
+	fs.Float64Var(&c.UpdateCycle.Sigma, "uc-sigma", 1, "update_cycle: sigma of the log-normal generation time (1: p99 about 10x the median)")
+	fs.DurationVar(&c.UpdateCycle.UpdateTime, "uc-update-time", 500*time.Millisecond, "update_cycle: how long a policy takes to load weights")
+	fs.DurationVar(&c.UpdateCycle.Window, "uc-window", 8*time.Second, "update_cycle: requests are counted for this long from the update's start")
+	fs.IntVar(&c.UpdateCycle.Rolling, "uc-rolling", 2, "update_cycle: max_unavailable of the rolling update")
 	fs.StringVar(&merge, "merge", "", "comma list of -json reports: print the median of their medians, with the spread, and exit")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -34,7 +34,7 @@ func runQuick(tb testing.TB, extra ...string) *report {
 
 func TestWorkloads(t *testing.T) {
 	for _, name := range allWorkloadNames() {
-		if name == wSeed || name == wMultiTurn {
+		if name == wSeed || name == wMultiTurn || name == wUpdateCycle {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
@@ -186,5 +186,31 @@ func TestMultiTurn(t *testing.T) {
 	writeMultiTurn(&out, mt)
 	if !strings.Contains(out.String(), "session_id") || !strings.Contains(out.String(), "hit rate") {
 		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+// The update cycle runs every mode to its end with a small fleet.
+func TestUpdateCycleWorkload(t *testing.T) {
+	rep := runQuick(t, "-workloads", wUpdateCycle, "-uc-policies", "4", "-uc-nodes", "2", "-uc-workers", "6",
+		"-uc-median", "10ms", "-uc-update-time", "20ms", "-uc-window", "3s", "-uc-rolling", "1")
+	uc := rep.UpdateCycle
+	if uc == nil || len(uc.Runs) != 4 {
+		t.Fatalf("update_cycle result = %+v; want four runs", uc)
+	}
+	for _, run := range uc.Runs {
+		if run.State != "succeeded" || run.Served == 0 {
+			t.Errorf("%s: %s with %d served", run.MaxUnavailable, run.State, run.Served)
+		}
+	}
+	if got := uc.Runs[1].MinRoutable; got < 4-1 {
+		t.Errorf("rolling with max_unavailable 1 left %d of 4 routable", got)
+	}
+	if got := uc.Runs[3].MinRoutable; got != 0 {
+		t.Errorf("pause-all left %d routable; want 0", got)
+	}
+	var out bytes.Buffer
+	writeUpdateCycle(&out, uc)
+	if !strings.Contains(out.String(), "pause-all with a barrier") {
+		t.Errorf("report lacks the pause-all row:\n%s", out.String())
 	}
 }

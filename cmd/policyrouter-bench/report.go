@@ -62,6 +62,10 @@ func writeTable(w io.Writer, rep *report) {
 		writeMultiTurn(w, rep.MultiTurn)
 		fmt.Fprintln(w)
 	}
+	if rep.UpdateCycle != nil {
+		writeUpdateCycle(w, rep.UpdateCycle)
+		fmt.Fprintln(w)
+	}
 	if rep.Seed != nil {
 		writeSeed(w, rep.Seed)
 		fmt.Fprintln(w)

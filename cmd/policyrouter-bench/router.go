@@ -59,6 +59,8 @@ type routerConfig struct {
 	LogLevel     string
 	// Fleet configures the simulated policies; zero takes the defaults.
 	Fleet fakepolicy.Options
+	// Grace is the router's --grace; zero takes serve's default.
+	Grace time.Duration
 }
 
 // routerUnderTest is the real router, in-process, wired as `policyrouter
@@ -101,7 +103,7 @@ func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ 
 	}
 
 	// The rest is serve's wiring, with serve's defaults.
-	r.app, err = app.New(ctx, app.Config{PollInterval: cfg.PollInterval, Logger: logger})
+	r.app, err = app.New(ctx, app.Config{PollInterval: cfg.PollInterval, Grace: cfg.Grace, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

@@ -29,13 +29,13 @@ const (
 )
 
 func allWorkloadNames() []string {
-	return []string{wSelectNodeAffinity, wSelectIdleAffinity, wSelectSimple, wAssign1, wAssignBigStateless, wAssignBigTracked, wSeed, wMultiTurn}
+	return []string{wSelectNodeAffinity, wSelectIdleAffinity, wSelectSimple, wAssign1, wAssignBigStateless, wAssignBigTracked, wSeed, wMultiTurn, wUpdateCycle}
 }
 
 // defaultWorkloads are all but the multi-turn run, which measures the
 // sticky stage's effect rather than the router's cost.
 func defaultWorkloads() []string {
-	return slices.DeleteFunc(allWorkloadNames(), func(w string) bool { return w == wMultiTurn })
+	return slices.DeleteFunc(allWorkloadNames(), func(w string) bool { return w == wMultiTurn || w == wUpdateCycle })
 }
 
 // workload is one HTTP load: what one operation sends, on how many
