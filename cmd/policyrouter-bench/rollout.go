@@ -50,6 +50,7 @@ type rolloutConfig struct {
 	Cache      int
 	Speedup    float64
 	StickyWait time.Duration
+	LoadFactor float64
 	Duration   time.Duration
 	Sample     time.Duration
 	Seed       uint64
@@ -104,7 +105,8 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 	fs.DurationVar(&c.CrossNode, "cross-node", 5*time.Millisecond, "extra latency of a turn whose policy is on another node than its env worker")
 	fs.IntVar(&c.Cache, "cache", 8, "episodes each policy's prefix cache holds (0: no cache)")
 	fs.Float64Var(&c.Speedup, "speedup", 4, "how many times faster a turn whose episode's prefix is cached runs")
-	fs.DurationVar(&c.StickyWait, "sticky-wait", 50*time.Millisecond, "sticky_wait_ms of the idle_affinity+session strategy")
+	fs.DurationVar(&c.StickyWait, "sticky-wait", 150*time.Millisecond, "sticky_wait_ms of the idle_affinity+session strategy")
+	fs.Float64Var(&c.LoadFactor, "load-factor", 0, "load_factor of the idle_affinity+session strategy (the sticky homes' load bound); 0 sends none, for the router's default")
 	fs.DurationVar(&c.Duration, "duration", 15*time.Second, "length of one strategy's run at one load")
 	fs.DurationVar(&c.Sample, "sample", 500*time.Millisecond, "interval of the utilisation samples")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the generation times and env steps, the same for every strategy")
@@ -167,6 +169,8 @@ func (c rolloutConfig) validate() error {
 		return errors.New("-cache must be >= 0 and -speedup in [1, 1000]")
 	case c.StickyWait < 0 || c.StickyWait > time.Minute:
 		return errors.New("-sticky-wait must be in [0, 1m]")
+	case c.LoadFactor != 0 && !(c.LoadFactor >= 1 && c.LoadFactor <= 1000):
+		return errors.New("-load-factor must be 0 or in [1, 1000]")
 	case c.Duration <= 0 || c.Duration > maxDuration:
 		return fmt.Errorf("-duration must be in (0, %s]", maxDuration)
 	case c.Sample < 10*time.Millisecond || c.Sample > c.Duration:

@@ -31,6 +31,7 @@ type rolloutWorkload struct {
 	Cache         int     `json:"cache"`
 	Speedup       float64 `json:"speedup"`
 	StickyWaitMS  float64 `json:"sticky_wait_ms"`
+	LoadFactor    float64 `json:"load_factor"`
 	DurationS     float64 `json:"duration_s"`
 	Seed          uint64  `json:"seed"`
 	BestHitRate   float64 `json:"best_hit_rate"`
@@ -122,7 +123,7 @@ func newRolloutReport(cfg rolloutConfig) *rolloutReport {
 		Envs: cfg.Envs, Turns: cfg.Turns, Policies: cfg.Policies, Nodes: cfg.Nodes,
 		GenMedianMS: ms(cfg.GenMedian), GenSigma: cfg.GenSigma, GenMeanMS: ms(cfg.meanGeneration()),
 		EnvSigma: cfg.EnvSigma, CrossNodeMS: ms(cfg.CrossNode), Cache: cfg.Cache, Speedup: cfg.Speedup,
-		StickyWaitMS: ms(cfg.StickyWait), DurationS: cfg.Duration.Seconds(), Seed: cfg.Seed,
+		StickyWaitMS: ms(cfg.StickyWait), LoadFactor: cfg.LoadFactor, DurationS: cfg.Duration.Seconds(), Seed: cfg.Seed,
 		BestHitRate: cfg.bestHitRate(), UpdateEveryMS: ms(cfg.UpdateEvery),
 	}}
 }

@@ -188,6 +188,9 @@ func (w envWorker) run(ctx context.Context) workerOutcome {
 		if w.s.Sessions {
 			sel["session_id"] = episode
 			sel["sticky_wait_ms"] = w.cfg.StickyWait.Milliseconds()
+			if w.cfg.LoadFactor > 0 {
+				sel["load_factor"] = w.cfg.LoadFactor
+			}
 		}
 		gen := []byte(`{"session_id":"` + episode + `"}`)
 		for range w.cfg.Turns {

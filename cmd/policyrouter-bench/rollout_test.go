@@ -153,6 +153,7 @@ func TestRolloutFlags(t *testing.T) {
 		{[]string{"-loads", ","}, "-loads"},
 		{[]string{"-loads", "2"}, "needs more than 32 env workers"},
 		{[]string{"-speedup", "0.5"}, "-speedup"},
+		{[]string{"-load-factor", "0.5"}, "-load-factor"},
 		{[]string{"-duration", "0s"}, "-duration"},
 		{[]string{"-sample", "1ms"}, "-sample"},
 		{[]string{"-update-every", "10s"}, "not available"},
@@ -268,6 +269,14 @@ func TestQuantileAndNiceStep(t *testing.T) {
 	}{{0, 1}, {0.5, 3}, {1, 5}} {
 		if got := quantile(s, tt.q); got != tt.want {
 			t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		e    float64
+		want string
+	}{{-2, "0.01"}, {-1, "0.1"}, {math.Log10(0.1), "0.1"}, {0, "1"}, {3, "1000"}} {
+		if got := decade(tt.e); got != tt.want {
+			t.Errorf("decade(%v) = %q, want %q", tt.e, got, tt.want)
 		}
 	}
 	for _, tt := range []struct{ x, want float64 }{{0.3, 0.5}, {1, 1}, {3, 5}, {12, 20}, {0, 1}} {

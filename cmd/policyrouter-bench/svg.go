@@ -153,14 +153,14 @@ func waitChart(rep *rolloutReport, lr rolloutLoad) []byte {
 			maxMS = math.Max(maxMS, ms(r.waits[n-1]))
 		}
 	}
-	lo, hi := math.Log10(minWaitMS), math.Ceil(math.Log10(maxMS))
+	lo, hi := math.Round(math.Log10(minWaitMS)), math.Ceil(math.Log10(maxMS))
 	xOf := func(v float64) float64 {
 		return plotL + plotW*(math.Log10(math.Max(v, minWaitMS))-lo)/(hi-lo)
 	}
 	var xTicks, yTicks []float64
 	var xLabels, yLabels []string
 	for e := lo; e <= hi+1e-9; e++ {
-		xTicks, xLabels = append(xTicks, (e-lo)/(hi-lo)), append(xLabels, strconv.FormatFloat(math.Pow(10, e), 'g', 3, 64))
+		xTicks, xLabels = append(xTicks, (e-lo)/(hi-lo)), append(xLabels, decade(e))
 	}
 	for v := 0.0; v <= 1.0001; v += 0.25 {
 		yTicks, yLabels = append(yTicks, v), append(yLabels, fmt.Sprintf("%.2f", v))
@@ -191,6 +191,12 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return sorted[min(int(q*float64(len(sorted)-1)+0.5), len(sorted)-1)]
+}
+
+// decade labels 10^e for an integer e: "0.1", "1", "1000".
+func decade(e float64) string {
+	e = math.Round(e)
+	return strconv.FormatFloat(math.Pow(10, e), 'f', max(0, int(-e)), 64)
 }
 
 // niceStep rounds x up to 1, 2 or 5 times a power of ten.
