@@ -3,9 +3,11 @@
 // A Fleet serves n simulated policies over HTTP on loopback. Each answers
 // the poller's `GET {url}/idle` with `{"idle": bool, "load": n}` and takes
 // work through `POST {url}/work` (busy at once for a random duration in
-// [MinWork, MaxWork], answers 202 without waiting) or `POST
-// {url}/generate` (answers 200 when the work is done, like an inference
-// server). Its load is the number of work items not yet done. Tests can make
+// [MinWork, MaxWork], or log-normal with Options.GenMedian; answers 202
+// without waiting) or `POST {url}/generate` (answers 200 when the work is
+// done, like an inference server). Its load is the number of work items not
+// yet done, and it keeps account of its busy time (Policy.BusyTime); with
+// Options.Serial it works on one item at a time. Tests can make
 // a policy fail, hang, answer garbage, flap, answer slowly or answer a bare
 // true/false (Policy.SetMode, Policy.SetDelay).
 //

@@ -94,7 +94,8 @@ func (p *Policy) SetVersion(v int64) { p.version.Store(v) }
 func (p *Policy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // StartWork makes the policy busy with one more work item for a random
-// duration in [MinWork, MaxWork], and returns that duration.
+// duration (in [MinWork, MaxWork], or log-normal with Options.GenMedian),
+// and returns that duration.
 func (p *Policy) StartWork() time.Duration {
 	d := p.fleet.workDuration()
 	p.StartWorkFor(d)

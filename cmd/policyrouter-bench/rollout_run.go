@@ -39,6 +39,9 @@ type workerOutcome struct {
 // for cfg.Duration, and returns the raw figures (scored by the caller).
 func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strategy) (*strategyResult, error) {
 	client := newClient(cfg.Envs + 8)
+	// A turn may wait longer than the harness's per-request bound (long
+	// generations queued at a busy policy); runCtx bounds the run instead.
+	client.Timeout = 0
 	defer client.CloseIdleConnections()
 	rt, err := startRouter(ctx, routerConfig{
 		Policies: cfg.Policies, Nodes: cfg.Nodes, Envs: cfg.Envs, Seed: cfg.Seed,
