@@ -165,19 +165,19 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 
 	util := rolloutAim{Aim: fmt.Sprintf("utilisation >= %g of the bound at offered load >= capacity", aimUtilRatio)}
 	var parts []string
-	allOK, any := true, false
+	allOK, judged := true, false
 	for _, lr := range loads {
 		if lr.Load < 1 {
 			continue
 		}
 		for _, r := range lr.Strategies {
-			any = true
+			judged = true
 			ok := r.UtilRatio >= aimUtilRatio
 			allOK = allOK && ok
 			parts = append(parts, fmt.Sprintf("%s %.3f at load %g (%s)", r.Strategy, r.UtilRatio, lr.Load, metWord(ok)))
 		}
 	}
-	if any {
+	if judged {
 		util.Met = verdict(allOK)
 		util.Detail = strings.Join(parts, "; ")
 	} else {
@@ -185,18 +185,18 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 	}
 
 	wait := rolloutAim{Aim: fmt.Sprintf("idle_affinity env wait p99 <= %gx the FIFO deque's", aimWaitFactor)}
-	parts, allOK, any = nil, true, false
+	parts, allOK, judged = nil, true, false
 	for _, lr := range loads {
 		ia, fifo := find(lr, "idle_affinity"), find(lr, "fifo")
 		if ia == nil || fifo == nil {
 			continue
 		}
-		any = true
+		judged = true
 		ok := ia.WaitP99MS <= aimWaitFactor*fifo.WaitP99MS
 		allOK = allOK && ok
 		parts = append(parts, fmt.Sprintf("load %g: %.1f ms vs %.1f ms, %.2fx (%s)", lr.Load, ia.WaitP99MS, fifo.WaitP99MS, ratio(ia.WaitP99MS, fifo.WaitP99MS), metWord(ok)))
 	}
-	if any {
+	if judged {
 		wait.Met = verdict(allOK)
 		wait.Detail = strings.Join(parts, "; ")
 	} else {
