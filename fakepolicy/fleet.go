@@ -3,9 +3,11 @@
 // A Fleet serves n simulated policies over HTTP on loopback. Each answers
 // the poller's `GET {url}/idle` with `{"idle": bool, "load": n}` and takes
 // work through `POST {url}/work` (busy at once for a random duration in
-// [MinWork, MaxWork], answers 202 without waiting) or `POST
-// {url}/generate` (answers 200 when the work is done, like an inference
-// server). Its load is the number of work items not yet done. Tests can make
+// [MinWork, MaxWork], or log-normal with Options.GenMedian; answers 202
+// without waiting) or `POST {url}/generate` (answers 200 when the work is
+// done, like an inference server). Its load is the number of work items not
+// yet done, and it keeps account of its busy time (Policy.BusyTime); with
+// Options.Serial it works on one item at a time. Tests can make
 // a policy fail, hang, answer garbage, flap, answer slowly or answer a bare
 // true/false (Policy.SetMode, Policy.SetDelay).
 //
@@ -22,6 +24,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -61,6 +64,17 @@ type Options struct {
 	// UpdateTime is how long a POST /update_weights_from_disk keeps the
 	// policy busy. Default 200ms.
 	UpdateTime time.Duration
+	// GenMedian, when positive, draws work durations from a log-normal
+	// distribution of this median and shape GenSigma (the standard
+	// deviation of the duration's logarithm) instead of uniformly in
+	// [MinWork, MaxWork]; a draw is capped at one minute.
+	GenMedian time.Duration
+	GenSigma  float64
+	// Serial makes each policy work on one item at a time, like a server
+	// with one slot: work given to a busy policy starts when the work ahead
+	// of it ends (and POST /generate answers then). Otherwise items run
+	// side by side.
+	Serial bool
 }
 
 // Fleet is a set of simulated policy servers. All methods are safe for
@@ -110,6 +124,9 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 	}
 	if opts.PrefixSpeedup < 1 {
 		opts.PrefixSpeedup = 4
+	}
+	if opts.GenSigma < 0 || math.IsNaN(opts.GenSigma) || math.IsInf(opts.GenSigma, 0) {
+		return nil, fmt.Errorf("fakepolicy: GenSigma %v", opts.GenSigma)
 	}
 	if src == nil {
 		src = rand.NewPCG(1, 2)
@@ -250,11 +267,18 @@ func (f *Fleet) Close() error {
 	return f.closeErr
 }
 
+// maxGeneration caps a log-normal work duration.
+const maxGeneration = time.Minute
+
 // workDuration draws the duration of one work item.
 func (f *Fleet) workDuration() time.Duration {
-	span := int64(f.opts.MaxWork - f.opts.MinWork)
 	f.randMu.Lock()
 	defer f.randMu.Unlock()
+	if f.opts.GenMedian > 0 {
+		d := float64(f.opts.GenMedian) * math.Exp(f.opts.GenSigma*f.rand.NormFloat64())
+		return time.Duration(min(d, float64(maxGeneration)))
+	}
+	span := int64(f.opts.MaxWork - f.opts.MinWork)
 	return f.opts.MinWork + time.Duration(f.rand.Int64N(span+1))
 }
 

@@ -69,6 +69,7 @@ type Policy struct {
 
 	mu   sync.Mutex
 	jobs []time.Time // end times of unfinished work, by the fleet's clock
+	busy busyLedger  // guarded by mu
 
 	prefix prefixCache
 }
@@ -96,20 +97,33 @@ func (p *Policy) SetVersion(v int64) { p.version.Store(v) }
 func (p *Policy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // StartWork makes the policy busy with one more work item for a random
-// duration in [MinWork, MaxWork], and returns that duration.
+// duration (in [MinWork, MaxWork], or log-normal with Options.GenMedian),
+// and returns that duration.
 func (p *Policy) StartWork() time.Duration {
 	d := p.fleet.workDuration()
 	p.StartWorkFor(d)
 	return d
 }
 
-// StartWorkFor makes the policy busy with one more work item for d.
-func (p *Policy) StartWorkFor(d time.Duration) {
+// StartWorkFor makes the policy busy with one more work item for d: from
+// now, or with Options.Serial from the end of the work ahead of it.
+func (p *Policy) StartWorkFor(d time.Duration) { p.startWork(d) }
+
+// startWork is StartWorkFor; it returns when the item ends, by the fleet's
+// clock.
+func (p *Policy) startWork(d time.Duration) time.Time {
 	p.works.Add(1)
-	end := p.fleet.opts.Now().Add(d)
+	now := p.fleet.opts.Now()
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := now
+	if p.fleet.opts.Serial && p.busy.to.After(now) {
+		start = p.busy.to
+	}
+	end := start.Add(d)
 	p.jobs = append(p.jobs, end)
-	p.mu.Unlock()
+	p.busy.add(start, end)
+	return end
 }
 
 // Load returns the number of work items not yet done.
@@ -230,7 +244,8 @@ func (p *Policy) serveWork(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusAccepted, workBody{Index: p.index, BusyMS: ms(d), Load: p.Load()})
 }
 
-// serveGenerate starts a work item and answers 200 when it is done, or 503
+// serveGenerate starts a work item and answers 200 when it is done (queued
+// behind the work ahead with Options.Serial), or 503
 // when the fleet closes first. A client that gives up leaves the policy
 // busy until the work's end, like a real server that cannot cancel. A
 // request naming a session (JSON body {"session_id": "..."} or ?session=)
@@ -238,8 +253,8 @@ func (p *Policy) serveWork(w http.ResponseWriter, _ *http.Request) {
 // less.
 func (p *Policy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 	d, hit := p.prefix.generation(sessionOf(r), p.fleet.workDuration())
-	p.StartWorkFor(d)
-	if !p.wait(r, d) {
+	end := p.startWork(d)
+	if !p.wait(r, end.Sub(p.fleet.opts.Now())) {
 		if r.Context().Err() == nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "shutting down"})
 		}

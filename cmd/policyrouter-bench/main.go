@@ -20,6 +20,12 @@
 //	go run ./cmd/policyrouter-bench [flags]
 //	go run ./cmd/policyrouter-bench -json > run1.json
 //	go run ./cmd/policyrouter-bench -merge run1.json,run2.json,run3.json
+//	go run ./cmd/policyrouter-bench rollout [flags]
+//
+// The rollout mode (rollout.go) is a simulated RL job instead: env workers
+// running multi-turn episodes through the router against serial fake
+// policies, comparing routing strategies by episodes per second, policy
+// utilisation, env wait, prefix-cache hits and cross-node traffic.
 //
 // Run with -h for the flags. The defaults finish in under two minutes.
 package main
@@ -179,9 +185,13 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	return c, nil
 }
 
-// run parses args, runs the harness and prints the report to stdout;
-// progress goes to stderr.
+// run parses args, runs the harness (or, with a first argument "rollout",
+// the rollout simulator) and prints the report to stdout; progress goes to
+// stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "rollout" {
+		return runRollout(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := parseConfig(args, stderr)
 	if err != nil {
 		return err

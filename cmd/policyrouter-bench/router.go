@@ -61,6 +61,12 @@ type routerConfig struct {
 	Fleet fakepolicy.Options
 	// Grace is the router's --grace; zero takes serve's default.
 	Grace time.Duration
+	// Envs, when above Policies, is the number of env workers in the
+	// topology (env worker i on node i % nodes); otherwise there are as
+	// many as policies.
+	Envs int
+	// Seed seeds the fleet's work durations; 0 keeps the fixed default.
+	Seed uint64
 }
 
 // routerUnderTest is the real router, in-process, wired as `policyrouter
@@ -96,7 +102,11 @@ func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ 
 		}
 	}()
 	pprof.Do(ctx, pprof.Labels("side", sideFleet), func(context.Context) {
-		r.fleet, err = fakepolicy.New(cfg.Policies, rand.NewPCG(1, 2), cfg.Fleet)
+		src := rand.NewPCG(1, 2)
+		if cfg.Seed != 0 {
+			src = rand.NewPCG(cfg.Seed, cfg.Seed)
+		}
+		r.fleet, err = fakepolicy.New(cfg.Policies, src, cfg.Fleet)
 	})
 	if err != nil {
 		return nil, err
@@ -121,27 +131,34 @@ func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ 
 	if cfg.PollInterval > 0 {
 		r.startPolling()
 	}
-	if err := r.register(ctx, client, cfg.Nodes); err != nil {
+	if err := r.register(ctx, client, cfg.Nodes, cfg.Envs); err != nil {
 		return nil, fmt.Errorf("register the fleet: %w", err)
 	}
 	return r, nil
 }
 
 // register puts the fleet and its topology through the router's own API,
-// as a trainer does at start-up.
-func (r *routerUnderTest) register(ctx context.Context, client *http.Client, nodes int) error {
+// as a trainer does at start-up: policy i and env worker i on node
+// i % nodes, with max(policies, envs) env workers.
+func (r *routerUnderTest) register(ctx context.Context, client *http.Client, nodes, envs int) error {
 	var req api.ReplacePoliciesRequest
 	topo := api.Topology{}
-	for i := range r.fleet.Len() {
-		idx := i
-		req.Policies = append(req.Policies, api.PolicyRequest{URL: r.fleet.URL(i), Index: &idx})
+	for i := range max(r.fleet.Len(), envs) {
 		node := nodeName(i, nodes)
 		if topo[node] == nil {
 			topo[node] = map[string]api.Component{}
 		}
-		env, eval := topo[node]["env"], topo[node]["eval"]
-		env.IDs, eval.IDs = append(env.IDs, i), append(eval.IDs, i)
-		topo[node]["env"], topo[node]["eval"] = env, eval
+		env := topo[node]["env"]
+		env.IDs = append(env.IDs, i)
+		topo[node]["env"] = env
+		if i >= r.fleet.Len() {
+			continue
+		}
+		idx := i
+		req.Policies = append(req.Policies, api.PolicyRequest{URL: r.fleet.URL(i), Index: &idx})
+		eval := topo[node]["eval"]
+		eval.IDs = append(eval.IDs, i)
+		topo[node]["eval"] = eval
 	}
 	if err := call(ctx, client, http.MethodPut, r.URL+"/policies", req); err != nil {
 		return err
