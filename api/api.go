@@ -290,12 +290,15 @@ type Stats struct {
 	Leases  int    `json:"leases"`
 	Router  string `json:"router"`
 	// MinVersion is the weight-version floor in force (PUT /weights).
-	MinVersion    int64         `json:"min_version"`
-	Decisions     DecisionStats `json:"decisions"`
-	Poller        *PollerStats  `json:"poller"`
-	Sticky        StickyStats   `json:"sticky"`
-	UptimeSeconds float64       `json:"uptime_seconds"`
-	Time          time.Time     `json:"time"`
+	MinVersion int64         `json:"min_version"`
+	Decisions  DecisionStats `json:"decisions"`
+	Poller     *PollerStats  `json:"poller"`
+	Sticky     StickyStats   `json:"sticky"`
+	// Update summarises the running rolling update, else the latest one;
+	// null when there has been none.
+	Update        *UpdateSummary `json:"update"`
+	UptimeSeconds float64        `json:"uptime_seconds"`
+	Time          time.Time      `json:"time"`
 }
 
 // WeightsRequest is the body of PUT /weights: the trainer's current weight
@@ -463,6 +466,17 @@ type Update struct {
 	Ready    []string       `json:"ready"`
 	Policies []UpdatePolicy `json:"policies"`
 	Error    string         `json:"error,omitempty"`
+}
+
+// UpdateSummary is a rolling update in /stats: its policies by phase.
+type UpdateSummary struct {
+	ID           string         `json:"id"`
+	State        string         `json:"state"`
+	Version      int64          `json:"version"`
+	Waves        int            `json:"waves"`
+	Failures     int            `json:"failures"`
+	CapacityHeld int            `json:"capacity_held"`
+	Phases       map[string]int `json:"phases"`
 }
 
 // UpdateList is the body of GET /updates, newest first.

@@ -204,6 +204,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	a.Updates, err = updates.New(updates.Config{
 		Registry: a.Registry, State: a.State, Store: a.Store, Logger: cfg.Logger,
 		OnChange: a.Metrics.ObserveUpdate,
+		Ready:    func() bool { return a.Ready() == nil },
 	}, stored.Updates)
 	if err != nil {
 		return nil, err

@@ -51,6 +51,14 @@
     if (ms < 60000) return (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + " s";
     return fmtDuration(ms / 1000);
   };
+  // fmtUpdate says where a rolling update stands: "v8 running · wave 3 ·
+  // 5 done, 2 updating, 9 pending".
+  const fmtUpdate = (u) => {
+    if (!u) return "none";
+    const order = ["done", "updating", "draining", "failed", "pending"];
+    const phases = order.filter((p) => (u.phases || {})[p]).map((p) => u.phases[p] + " " + p);
+    return "v" + u.version + " " + u.state + " · wave " + u.waves + (phases.length ? " · " + phases.join(", ") : "");
+  };
   const fmtDuration = (sec) => {
     if (!Number.isFinite(sec) || sec < 0) return "—";
     sec = Math.floor(sec);
@@ -368,6 +376,7 @@
     setText($("f-sticky"), stickyN > 0 ? (100 * (sticky.hit_rate || 0)).toFixed(1) + "%" : "—");
     setText($("f-sticky-n"), fmtCount(stickyN));
     setText($("f-uptime"), fmtDuration(uptime));
+    setText($("f-update"), fmtUpdate(s.update));
     setText($("f-probes"), s.poller ? fmtCount(poller.probes_total) : "—");
     setText($("f-failures"), s.poller ? fmtCount(poller.failures_total) : "—");
     if (s !== lastStats) { // red while probes keep failing

@@ -29,6 +29,17 @@ func (s *Server) buildStats() api.Stats {
 		UptimeSeconds: now.Sub(s.started).Seconds(),
 		Time:          now.UTC(),
 	}
+	if s.Updates != nil {
+		if u, ok := s.Updates.Latest(); ok {
+			a := updateToAPI(u)
+			sum := &api.UpdateSummary{ID: a.ID, State: a.State, Version: a.Version, Waves: a.Waves, Failures: a.Failures,
+				CapacityHeld: a.CapacityHeld, Phases: map[string]int{}}
+			for _, p := range a.Policies {
+				sum.Phases[p.Phase]++
+			}
+			out.Update = sum
+		}
+	}
 	if s.Poller != nil {
 		out.Poller = pollerStats(s.Poller.Stats())
 	}

@@ -30,6 +30,11 @@ func TestUpdatesEndpoints(t *testing.T) {
 		t.Errorf("started update %+v (Location %q); want running, 25%% of 8 = 2, external", u, rec.Header().Get("Location"))
 	}
 	wantError(t, ts.do(t, "POST", "/updates", `{"version": 4}`), http.StatusConflict, api.CodeConflict, "")
+	var stats api.Stats
+	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &stats)
+	if stats.Update == nil || stats.Update.ID != u.ID || stats.Update.State != "running" {
+		t.Errorf("/stats update = %+v; want the running update", stats.Update)
+	}
 	var got api.Update
 	want(t, ts.do(t, "GET", "/updates/"+u.ID, ""), http.StatusOK, &got)
 	if got.ID != u.ID {

@@ -37,6 +37,10 @@ type Config struct {
 	// OnChange, when set, is called with a copy of the update after each
 	// change of it, with the manager's lock held: it must not call back.
 	OnChange func(Update)
+	// Ready, when set, says whether the router has heard from its
+	// policies; until then (just after a restart every policy is unknown,
+	// its version not yet reported) the running update waits.
+	Ready func() bool
 }
 
 // Manager runs rolling updates. All methods are safe for concurrent use;
@@ -116,6 +120,22 @@ func (m *Manager) List() []Update {
 	}
 	slices.SortFunc(out, func(a, b Update) int { return b.Created.Compare(a.Created) })
 	return out
+}
+
+// Latest returns the running update, else the one started last, if any.
+func (m *Manager) Latest() (Update, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	latest := m.running
+	for _, u := range m.updates {
+		if latest == nil || u.Created.After(latest.Created) && m.running == nil {
+			latest = u
+		}
+	}
+	if latest == nil {
+		return Update{}, false
+	}
+	return latest.clone(), true
 }
 
 // Running returns the running update, if any.
@@ -218,7 +238,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u := m.running
-	if u == nil {
+	if u == nil || (m.cfg.Ready != nil && !m.cfg.Ready()) {
 		return
 	}
 	now := m.cfg.Now().UTC()

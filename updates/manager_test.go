@@ -85,7 +85,9 @@ func (fl *fleet) run(t *testing.T) (*updates.Manager, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := updates.New(updates.Config{Registry: fl.reg, State: fl.state, Store: fl.st, Logger: slog.New(slog.DiscardHandler), OnChange: fl.check}, stored.Updates)
+	state := fl.state
+	ready := func() bool { n, _ := state.Unprobed(); return n == 0 }
+	m, err := updates.New(updates.Config{Registry: fl.reg, State: fl.state, Store: fl.st, Logger: slog.New(slog.DiscardHandler), OnChange: fl.check, Ready: ready}, stored.Updates)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,12 @@ type fakePolicyConfig struct {
 	MaxWork time.Duration
 	Prefix  int
 	Speedup float64
+	// UpdateTime is how long a weight update takes; FailUpdates makes every
+	// policy's weight updates fail; Version is the weight version they
+	// start at.
+	UpdateTime  time.Duration
+	FailUpdates bool
+	Version     int64
 }
 
 func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
@@ -29,10 +35,14 @@ func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxWork, "max-work", 1500*time.Millisecond, "longest simulated work item")
 	fs.IntVar(&c.Prefix, "prefix-cache", 0, "session keys each policy's simulated prefix cache holds (LRU); 0 simulates none")
 	fs.Float64Var(&c.Speedup, "prefix-speedup", 4, "how many times faster a /generate is when its session's prefix is cached")
+	fs.DurationVar(&c.UpdateTime, "update-time", 2*time.Second, "how long POST /update_weights_from_disk keeps a policy busy before it reports the new version")
+	fs.BoolVar(&c.FailUpdates, "fail-updates", false, "make POST /update_weights_from_disk answer 500")
+	fs.Int64Var(&c.Version, "version", 0, "weight version the policies report in /idle at start (0: none)")
 }
 
-// fakePolicyCommand serves simulated policies' /idle, /work and /generate
-// endpoints and prints their URLs, one a line, until interrupted.
+// fakePolicyCommand serves simulated policies' /idle, /work, /generate and
+// /update_weights_from_disk endpoints and prints their URLs, one a line,
+// until interrupted.
 func fakePolicyCommand(ctx context.Context, args []string) error {
 	var cfg fakePolicyConfig
 	fs := flag.NewFlagSet("fake-policy", flag.ContinueOnError)
@@ -48,10 +58,14 @@ func fakePolicyCommand(ctx context.Context, args []string) error {
 	}
 	fleet, err := fakepolicy.New(cfg.N, rand.NewPCG(uint64(time.Now().UnixNano()), 11), fakepolicy.Options{
 		Addr: cfg.Addr, MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
-		PrefixCache: cfg.Prefix, PrefixSpeedup: cfg.Speedup,
+		PrefixCache: cfg.Prefix, PrefixSpeedup: cfg.Speedup, UpdateTime: cfg.UpdateTime,
 	})
 	if err != nil {
 		return err
+	}
+	for i := range fleet.Len() {
+		fleet.Policy(i).SetVersion(cfg.Version)
+		fleet.Policy(i).SetFailUpdates(cfg.FailUpdates)
 	}
 	for _, u := range fleet.URLs() {
 		fmt.Fprintln(os.Stdout, u)
