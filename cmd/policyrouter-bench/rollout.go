@@ -54,14 +54,18 @@ type rolloutConfig struct {
 	Duration   time.Duration
 	Sample     time.Duration
 	Seed       uint64
-	// UpdateEvery is reserved for weight updates (rolling and pause-all);
-	// it must be 0 until the router can run updates.
-	UpdateEvery  time.Duration
-	Strategies   []string
-	JSON         bool
-	Charts       string
-	PollInterval time.Duration
-	LogLevel     string
+	// UpdateEvery, when positive, starts a weight update this often; each
+	// strategy then runs twice, with rolling updates (max_unavailable
+	// UpdateRolling) and with the frameworks' pause-all. UpdateTime is how
+	// long a policy takes to load weights.
+	UpdateEvery   time.Duration
+	UpdateTime    time.Duration
+	UpdateRolling int
+	Strategies    []string
+	JSON          bool
+	Charts        string
+	PollInterval  time.Duration
+	LogLevel      string
 }
 
 // strategy is one routing strategy of the comparison.
@@ -69,7 +73,16 @@ type strategy struct {
 	Name     string // the name in reports
 	Router   string // the /select router
 	Sessions bool   // session_id = the episode
+	// Update is how weight updates are done when -update-every is set:
+	// updateRolling or updatePauseAll; "" runs none.
+	Update string
 }
+
+// Update modes of a strategy.
+const (
+	updateRolling  = "rolling"
+	updatePauseAll = "pause-all"
+)
 
 // strategies are the routing strategies a run compares, in report order.
 var strategies = []strategy{
@@ -110,7 +123,9 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 	fs.DurationVar(&c.Duration, "duration", 15*time.Second, "length of one strategy's run at one load")
 	fs.DurationVar(&c.Sample, "sample", 500*time.Millisecond, "interval of the utilisation samples")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the generation times and env steps, the same for every strategy")
-	fs.DurationVar(&c.UpdateEvery, "update-every", 0, "weight update period (rolling and pause-all): not available yet, must be 0")
+	fs.DurationVar(&c.UpdateEvery, "update-every", 0, "start a weight update this often, and run each strategy with rolling updates and with the frameworks' pause-all; 0 runs none")
+	fs.DurationVar(&c.UpdateTime, "update-time", time.Second, "how long a policy takes to load weights")
+	fs.IntVar(&c.UpdateRolling, "update-rolling", 2, "max_unavailable of the rolling updates")
 	fs.StringVar(&names, "strategies", strings.Join(strategyNames(), ","), "comma list of strategies: "+strings.Join(strategyNames(), ", "))
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON instead of a table")
 	fs.StringVar(&c.Charts, "charts", "", "directory to write the SVG charts to (utilisation over time, env wait distribution, per load); empty writes none")
@@ -175,8 +190,10 @@ func (c rolloutConfig) validate() error {
 		return fmt.Errorf("-duration must be in (0, %s]", maxDuration)
 	case c.Sample < 10*time.Millisecond || c.Sample > c.Duration:
 		return errors.New("-sample must be in [10ms, duration]")
-	case c.UpdateEvery != 0:
-		return errors.New("-update-every: weight updates are not available in the simulator yet; leave it 0")
+	case c.UpdateEvery < 0 || (c.UpdateEvery > 0 && c.UpdateEvery > c.Duration):
+		return errors.New("-update-every must be 0 or in (0, duration]")
+	case c.UpdateTime <= 0 || c.UpdateRolling < 1:
+		return errors.New("-update-time must be positive and -update-rolling at least 1")
 	case len(c.Strategies) == 0:
 		return errors.New("-strategies must name at least one strategy")
 	case c.PollInterval <= 0:
@@ -288,8 +305,20 @@ func simulate(ctx context.Context, cfg rolloutConfig, progress io.Writer) (*roll
 			OracleEPS: cfg.oracleEpisodesPerSecond(load),
 			UtilBound: min(1, load),
 		}
+		var runs []strategy
 		for _, name := range cfg.Strategies {
 			s, _ := lookupStrategy(name)
+			if cfg.UpdateEvery <= 0 {
+				runs = append(runs, s)
+				continue
+			}
+			for _, mode := range []string{updateRolling, updatePauseAll} {
+				u := s
+				u.Update, u.Name = mode, s.Name+" "+mode
+				runs = append(runs, u)
+			}
+		}
+		for _, s := range runs {
 			fmt.Fprintf(progress, "rollout: load %g, %s ...\n", load, s.Name)
 			res, err := runStrategy(ctx, cfg, load, s)
 			if err != nil {

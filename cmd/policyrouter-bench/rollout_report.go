@@ -36,6 +36,8 @@ type rolloutWorkload struct {
 	Seed          uint64  `json:"seed"`
 	BestHitRate   float64 `json:"best_hit_rate"`
 	UpdateEveryMS float64 `json:"update_every_ms"`
+	UpdateTimeMS  float64 `json:"update_time_ms"`
+	UpdateRolling int     `json:"update_rolling"`
 }
 
 // rolloutLoad is every strategy at one offered load.
@@ -54,10 +56,16 @@ type rolloutLoad struct {
 
 // strategyResult is one strategy's figures at one load.
 type strategyResult struct {
-	Strategy string  `json:"strategy"`
-	Router   string  `json:"router"`
-	Sessions bool    `json:"sessions"`
-	Seconds  float64 `json:"seconds"`
+	Strategy string `json:"strategy"`
+	Router   string `json:"router"`
+	Sessions bool   `json:"sessions"`
+	// Update is how weight updates ran (rolling, pause-all), or "".
+	Update string `json:"update,omitempty"`
+	// Updates counts the update cycles finished; UpdateLostGPUSeconds adds
+	// the policy-seconds spent drained for them.
+	Updates              int     `json:"updates,omitempty"`
+	UpdateLostGPUSeconds float64 `json:"update_lost_gpu_seconds,omitempty"`
+	Seconds              float64 `json:"seconds"`
 	// Episodes ended within Seconds; Turns counts every turn run, those
 	// in flight at the end included.
 	Episodes int `json:"episodes"`
@@ -124,7 +132,7 @@ func newRolloutReport(cfg rolloutConfig) *rolloutReport {
 		GenMedianMS: ms(cfg.GenMedian), GenSigma: cfg.GenSigma, GenMeanMS: ms(cfg.meanGeneration()),
 		EnvSigma: cfg.EnvSigma, CrossNodeMS: ms(cfg.CrossNode), Cache: cfg.Cache, Speedup: cfg.Speedup,
 		StickyWaitMS: ms(cfg.StickyWait), LoadFactor: cfg.LoadFactor, DurationS: cfg.Duration.Seconds(), Seed: cfg.Seed,
-		BestHitRate: cfg.bestHitRate(), UpdateEveryMS: ms(cfg.UpdateEvery),
+		BestHitRate: cfg.bestHitRate(), UpdateEveryMS: ms(cfg.UpdateEvery), UpdateTimeMS: ms(cfg.UpdateTime), UpdateRolling: cfg.UpdateRolling,
 	}}
 }
 
@@ -139,10 +147,11 @@ type rolloutAim struct {
 
 // Thresholds of the aims.
 const (
-	aimUtilRatio   = 0.95 // of the bound, at offered load >= capacity
-	aimWaitFactor  = 1.2  // idle_affinity's p99 wait over FIFO's
-	aimStickyRatio = 0.9  // sticky hit rate at 80% load
-	aimStickyLoad  = 0.8
+	aimUtilRatio    = 0.95 // of the bound, at offered load >= capacity
+	aimWaitFactor   = 1.2  // idle_affinity's p99 wait over FIFO's
+	aimStickyRatio  = 0.9  // sticky hit rate at 80% load
+	aimUpdateFactor = 1.3  // rolling over pause-all episodes
+	aimStickyLoad   = 0.8
 )
 
 // judgeAims checks the run against the aims.
@@ -215,8 +224,30 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 	}
 
 	update := rolloutAim{
-		Aim:    "rolling updates serve >= 1.3x the episodes of pause-all over an update cycle",
-		Detail: "not applicable: the simulator does not run weight updates yet (-update-every is reserved)",
+		Aim:    fmt.Sprintf("rolling updates serve >= %gx the episodes of pause-all over an update cycle", aimUpdateFactor),
+		Detail: "not applicable: no weight updates in this run (-update-every 0)",
+	}
+	parts, allOK, judged = nil, true, false
+	for _, lr := range loads {
+		for _, r := range lr.Strategies {
+			if r.Update != updateRolling {
+				continue
+			}
+			base := strings.TrimSuffix(r.Strategy, " "+updateRolling)
+			p := find(lr, base+" "+updatePauseAll)
+			if p == nil {
+				continue
+			}
+			judged = true
+			ok := r.EpisodesPerSecond >= aimUpdateFactor*p.EpisodesPerSecond
+			allOK = allOK && ok
+			parts = append(parts, fmt.Sprintf("%s at load %g: %.2fx, %.1f vs %.1f GPU-s drained (%s)",
+				base, lr.Load, ratio(r.EpisodesPerSecond, p.EpisodesPerSecond), r.UpdateLostGPUSeconds, p.UpdateLostGPUSeconds, metWord(ok)))
+		}
+	}
+	if judged {
+		update.Met = verdict(allOK)
+		update.Detail = strings.Join(parts, "; ")
 	}
 	return []rolloutAim{util, wait, sticky, update}
 }
@@ -236,12 +267,12 @@ func writeRolloutTable(w io.Writer, rep *rolloutReport) {
 		wl.Envs, wl.Turns, wl.Policies, wl.Nodes, wl.GenMedianMS, wl.GenSigma, wl.GenMeanMS, wl.Cache, wl.Speedup, wl.CrossNodeMS, wl.DurationS, wl.Seed)
 	for _, lr := range rep.Loads {
 		fmt.Fprintf(w, "\noffered load %g of capacity (mean env step %.1f ms); oracle %.2f episodes/s\n", lr.Load, lr.EnvStepMS, lr.OracleEPS)
-		fmt.Fprintf(w, "  %-22s %9s %7s %7s %7s %7s %10s %10s %8s %8s %8s %7s\n",
-			"strategy", "episodes", "eps/s", "÷oracle", "util", "÷bound", "wait p50", "wait p99", "hits", "÷best", "cross", "gen ms")
+		fmt.Fprintf(w, "  %-32s %9s %7s %7s %7s %7s %10s %10s %8s %8s %8s %7s %8s %9s\n",
+			"strategy", "episodes", "eps/s", "÷oracle", "util", "÷bound", "wait p50", "wait p99", "hits", "÷best", "cross", "gen ms", "updates", "upd GPU-s")
 		for _, r := range lr.Strategies {
-			fmt.Fprintf(w, "  %-22s %9d %7.2f %7.3f %7.3f %7.3f %8.1fms %8.1fms %7.1f%% %8.3f %7.1f%% %7.1f\n",
+			fmt.Fprintf(w, "  %-32s %9d %7.2f %7.3f %7.3f %7.3f %8.1fms %8.1fms %7.1f%% %8.3f %7.1f%% %7.1f %8d %9.1f\n",
 				r.Strategy, r.Episodes, r.EpisodesPerSecond, r.EpisodesRatio, r.Utilisation, r.UtilRatio,
-				r.WaitP50MS, r.WaitP99MS, 100*r.HitRate, r.HitRatio, 100*r.CrossNode, r.MeanGenerationMS)
+				r.WaitP50MS, r.WaitP99MS, 100*r.HitRate, r.HitRatio, 100*r.CrossNode, r.MeanGenerationMS, r.Updates, r.UpdateLostGPUSeconds)
 		}
 	}
 	fmt.Fprintln(w, "\naims:")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -48,7 +50,7 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 		PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel,
 		Fleet: fakepolicy.Options{
 			GenMedian: cfg.GenMedian, GenSigma: cfg.GenSigma, Serial: true,
-			PrefixCache: cfg.Cache, PrefixSpeedup: cfg.Speedup,
+			PrefixCache: cfg.Cache, PrefixSpeedup: cfg.Speedup, UpdateTime: cfg.UpdateTime,
 		},
 	}, client)
 	if err != nil {
@@ -68,6 +70,10 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	var series []float64
 	var busy time.Duration // summed over policies, start to deadline
 	wg.Go(func() { series, busy = sampleUtilisation(runCtx, rt.fleet, start, deadline, cfg.Sample) })
+	var upd updateOutcome
+	if s.Update != "" {
+		wg.Go(func() { upd = runUpdates(runCtx, cfg, s.Update, client, rt.URL, start, deadline) })
+	}
 	outcomes := make([]workerOutcome, cfg.Envs)
 	stepMedian := time.Duration(float64(cfg.envStepMean(load)) * math.Exp(-cfg.EnvSigma*cfg.EnvSigma/2))
 	for k := range cfg.Envs {
@@ -83,9 +89,13 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 		return nil, err
 	}
 
+	if upd.err != nil {
+		return nil, fmt.Errorf("weight updates: %w", upd.err)
+	}
 	res := &strategyResult{
-		Strategy: s.Name, Router: s.Router, Sessions: s.Sessions,
+		Strategy: s.Name, Router: s.Router, Sessions: s.Sessions, Update: s.Update,
 		Seconds: deadline.Sub(start).Seconds(), UtilisationSeries: series,
+		Updates: upd.updates, UpdateLostGPUSeconds: upd.lost,
 	}
 	res.Utilisation = busy.Seconds() / (float64(cfg.Policies) * res.Seconds)
 	var busySum time.Duration
@@ -226,8 +236,17 @@ func (w envWorker) turn(ctx context.Context, sel map[string]any, gen []byte) (tu
 	var t turnOutcome
 	t0 := time.Now()
 	var s api.SelectResponse
-	if err := postJSON(ctx, w.client, w.router+"/select", sel, &s); err != nil {
-		return t, err
+	for {
+		err := postJSON(ctx, w.client, w.router+"/select", sel, &s)
+		if err == nil {
+			break
+		}
+		// Nothing routable (every policy drained for an update): ask again
+		// shortly, as a trainer does.
+		var se *statusError
+		if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable || !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
+			return t, err
+		}
 	}
 	t.crossNode = s.NodeID != w.node
 	if t.crossNode && w.cfg.CrossNode > 0 && !sleepUntil(ctx, time.Now().Add(w.cfg.CrossNode)) {
@@ -249,4 +268,81 @@ func (w envWorker) turn(ctx context.Context, sel map[string]any, gen []byte) (tu
 	t.hit = g.PrefixHit
 	t.wait = max(time.Since(t0)-t.busy, 0)
 	return t, nil
+}
+
+// updateOutcome is what the weight updates of one run did.
+type updateOutcome struct {
+	updates int     // update cycles finished
+	lost    float64 // policy-seconds out of routing (drained) for updates
+	err     error
+}
+
+// runUpdates starts a weight update every cfg.UpdateEvery until the
+// deadline, each to the next version, rolling (POST /updates) or pausing
+// everything as frameworks do (pauseAll), one at a time, and samples how
+// many policies are drained meanwhile.
+func runUpdates(ctx context.Context, cfg rolloutConfig, mode string, c *http.Client, base string, start, deadline time.Time) (out updateOutcome) {
+	var drainedSamples atomic.Int64
+	const sample = 20 * time.Millisecond
+	sampleCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for sleepUntil(sampleCtx, time.Now().Add(sample)) && time.Now().Before(deadline) {
+			var stats api.Stats
+			if send(sampleCtx, c, http.MethodGet, base+"/stats", nil, &stats) == nil {
+				drainedSamples.Add(int64(stats.Totals.Draining))
+			}
+		}
+	})
+	defer func() {
+		stop()
+		wg.Wait()
+		out.lost = float64(drainedSamples.Load()) * sample.Seconds()
+	}()
+	version := int64(1)
+	for next := start.Add(cfg.UpdateEvery); next.Before(deadline); next = next.Add(cfg.UpdateEvery) {
+		if !sleepUntil(ctx, next) {
+			return out
+		}
+		version++
+		var err error
+		if mode == updatePauseAll {
+			var idle atomic.Int64
+			err = pauseAll(ctx, c, base, version, &idle)
+		} else {
+			err = rollingUpdate(ctx, c, base, version, cfg.UpdateRolling)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				out.err = err
+			}
+			return out
+		}
+		out.updates++
+	}
+	return out
+}
+
+// rollingUpdate runs POST /updates to version, max_unavailable n, and
+// waits for it to end.
+func rollingUpdate(ctx context.Context, c *http.Client, base string, version int64, n int) error {
+	v := strconv.FormatInt(version, 10)
+	body := []byte(`{"version": ` + v + `, "max_unavailable": ` + strconv.Itoa(n) + `, "drain_timeout_ms": 60000,
+		"action": {"path": "/update_weights_from_disk", "body": {"version": ` + v + `}, "timeout_ms": 60000}}`)
+	var u api.Update
+	if err := post(ctx, c, base+"/updates", body, &u); err != nil {
+		return err
+	}
+	for u.State == "running" {
+		if !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
+			return ctx.Err()
+		}
+		if err := send(ctx, c, http.MethodGet, base+"/updates/"+u.ID, nil, &u); err != nil {
+			return err
+		}
+	}
+	if u.State != "succeeded" {
+		return fmt.Errorf("update to version %d ended %s: %s", version, u.State, u.Error)
+	}
+	return nil
 }

@@ -122,6 +122,33 @@ func checkSVG(tb testing.TB, name string, b []byte) {
 	}
 }
 
+// With -update-every, each strategy runs with rolling updates and with the
+// frameworks' pause-all, and the update aim is judged.
+func TestRolloutWithUpdates(t *testing.T) {
+	var out bytes.Buffer
+	args := append(append([]string{}, smokeRollout...), "-json", "-strategies", "idle_affinity",
+		"-duration", "3s", "-update-every", "1s", "-update-time", "100ms")
+	if err := run(context.Background(), args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var rep rolloutReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	rs := rep.Loads[0].Strategies
+	if len(rs) != 2 || rs[0].Update != updateRolling || rs[1].Update != updatePauseAll {
+		t.Fatalf("strategies %+v; want idle_affinity rolling and pause-all", rs)
+	}
+	for _, r := range rs {
+		if r.Updates == 0 || r.UpdateLostGPUSeconds <= 0 || r.Turns == 0 {
+			t.Errorf("%s: %d updates, %.2f GPU-s drained, %d turns; want some of each", r.Strategy, r.Updates, r.UpdateLostGPUSeconds, r.Turns)
+		}
+	}
+	if a := rep.Aims[3]; a.Met == nil {
+		t.Errorf("update aim %+v not judged", a)
+	}
+}
+
 func TestRolloutTable(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(context.Background(), append(append([]string{}, smokeRollout...), "-strategies", "fifo,idle_affinity"), &out, io.Discard); err != nil {
@@ -156,7 +183,9 @@ func TestRolloutFlags(t *testing.T) {
 		{[]string{"-load-factor", "0.5"}, "-load-factor"},
 		{[]string{"-duration", "0s"}, "-duration"},
 		{[]string{"-sample", "1ms"}, "-sample"},
-		{[]string{"-update-every", "10s"}, "not available"},
+		{[]string{"-update-every", "-1s"}, "-update-every"},
+		{[]string{"-update-every", "1m"}, "-update-every"},
+		{[]string{"-update-rolling", "0"}, "-update-rolling"},
 		{[]string{"-strategies", "random"}, "unknown strategy"},
 		{[]string{"-poll-interval", "0s"}, "-poll-interval"},
 		{[]string{"extra"}, "unexpected arguments"},

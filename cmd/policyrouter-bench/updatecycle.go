@@ -184,7 +184,7 @@ func updateCycleOnce(ctx context.Context, cfg config, client *http.Client, maxUn
 	case modeNone:
 		upd.State = "succeeded"
 	case modeBarrier:
-		go func() { barrierDone <- pauseAll(ctx, client, rt.URL, &waitingIdle) }()
+		go func() { barrierDone <- pauseAll(ctx, client, rt.URL, 2, &waitingIdle) }()
 	default:
 		body := []byte(`{"version": 2, "max_unavailable": ` + jsonMaxUnavailable(maxUnavailable) + `, "min_available_per_node": 0, "drain_timeout_ms": 60000,
 			"action": {"path": "/update_weights_from_disk", "body": {"model_path": "/ckpt/step-2", "version": 2}, "timeout_ms": 60000}}`)
@@ -270,7 +270,7 @@ const barrierSample = 10 * time.Millisecond
 // idle, per sample, the drained policies that sit idle meanwhile), send
 // every policy the update at once, and resume them all when every update
 // has answered.
-func pauseAll(ctx context.Context, c *http.Client, base string, idle *atomic.Int64) error {
+func pauseAll(ctx context.Context, c *http.Client, base string, version int64, idle *atomic.Int64) error {
 	var list api.PolicyList
 	if err := send(ctx, c, http.MethodGet, base+"/policies", nil, &list); err != nil {
 		return err
@@ -303,7 +303,8 @@ func pauseAll(ctx context.Context, c *http.Client, base string, idle *atomic.Int
 	errs := make([]error, len(list.Policies))
 	for i, p := range list.Policies {
 		wg.Go(func() {
-			errs[i] = post(ctx, c, p.URL+"/update_weights_from_disk", []byte(`{"model_path": "/ckpt/step-2", "version": 2}`), nil)
+			v := strconv.FormatInt(version, 10)
+			errs[i] = post(ctx, c, p.URL+"/update_weights_from_disk", []byte(`{"model_path": "/ckpt/step-`+v+`", "version": `+v+`}`), nil)
 		})
 	}
 	wg.Wait()
