@@ -62,14 +62,14 @@ func statusOf(code string) int {
 func asError(err error) *Error {
 	var e *Error
 	var in *routing.InputError
+	if ue, ok := updateError(err); ok {
+		return ue
+	}
 	switch {
 	case errors.As(err, &e):
 		return e
 	case errors.As(err, &in):
 		return fieldError(in.Field, in.Msg)
-	case isUpdateError(err):
-		e, _ := updateError(err)
-		return e
 	case errors.Is(err, registry.ErrConflict):
 		return errorf(api.CodeConflict, err.Error())
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, routing.ErrUnknownPolicy):

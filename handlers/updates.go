@@ -139,8 +139,6 @@ func (s *Server) abortUpdate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, updateToAPI(u))
 }
 
-func isUpdateError(err error) bool { _, ok := updateError(err); return ok }
-
 // updateError maps the update manager's errors.
 func updateError(err error) (*Error, bool) {
 	switch {

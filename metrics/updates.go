@@ -49,7 +49,7 @@ func newUpdateMetrics() *updateMetrics {
 		}, []string{"phase"}),
 		phaseOf: map[string]updates.Policy{},
 	}
-	for _, ph := range []string{updates.PhasePending, updates.PhaseDraining, updates.PhaseUpdating, updates.PhaseDone, updates.PhaseFailed} {
+	for _, ph := range updates.Phases {
 		u.policies.WithLabelValues(ph)
 	}
 	for _, ph := range []string{updates.PhaseDraining, updates.PhaseUpdating} {
@@ -80,7 +80,7 @@ func (m *Metrics) ObserveUpdate(up updates.Update) {
 		}
 		u.phaseOf[p.ID] = *p
 	}
-	for _, ph := range []string{updates.PhasePending, updates.PhaseDraining, updates.PhaseUpdating, updates.PhaseDone, updates.PhaseFailed} {
+	for _, ph := range updates.Phases {
 		u.policies.WithLabelValues(ph).Set(float64(counts[ph]))
 	}
 	u.waves.Set(float64(up.Waves))

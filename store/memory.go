@@ -74,14 +74,20 @@ func (m *Memory) ReplacePolicies(ctx context.Context, ps []routing.Policy) error
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	next := make(map[string]routing.Policy, len(ps))
-	for _, p := range ps {
-		next[p.ID] = p.Clone()
-	}
+	next := byID(ps)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.policies = next
 	return nil
+}
+
+// byID returns copies of ps by id; the last of duplicate ids wins.
+func byID(ps []routing.Policy) map[string]routing.Policy {
+	out := make(map[string]routing.Policy, len(ps))
+	for _, p := range ps {
+		out[p.ID] = p.Clone()
+	}
+	return out
 }
 
 // PutUpdate implements Store.
@@ -114,10 +120,7 @@ func (m *Memory) PutRegistration(ctx context.Context, reg Registration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	next := make(map[string]routing.Policy, len(reg.Policies))
-	for _, p := range reg.Policies {
-		next[p.ID] = p.Clone()
-	}
+	next := byID(reg.Policies)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.policies = next

@@ -127,9 +127,11 @@ func (m *Manager) Latest() (Update, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	latest := m.running
-	for _, u := range m.updates {
-		if latest == nil || u.Created.After(latest.Created) && m.running == nil {
-			latest = u
+	if latest == nil {
+		for _, u := range m.updates {
+			if latest == nil || u.Created.After(latest.Created) {
+				latest = u
+			}
 		}
 	}
 	if latest == nil {
@@ -277,27 +279,14 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 			if !p.Confirmed {
 				continue
 			}
-			// Confirmed: a policy that reports versions must show it.
-			if ps.ReportsVersion && now.Sub(p.Since) < versionWait {
+			if !m.settleLocked(ctx, u, p, ps, p.Since, "confirmed", now) {
 				continue
-			}
-			if ps.ReportsVersion {
-				m.failLocked(u, p, fmt.Sprintf("confirmed, but its /idle still reports version %d", ps.Version), now)
-			} else {
-				_ = m.cfg.State.SetVersion(p.ID, u.Spec.Version)
-				m.finishLocked(ctx, p, now)
 			}
 		case p.ActionErr != "":
 			m.failLocked(u, p, "action failed: "+p.ActionErr, now)
 		case !p.ActionDone.IsZero():
-			if ps.ReportsVersion && now.Sub(p.ActionDone) < versionWait {
+			if !m.settleLocked(ctx, u, p, ps, p.ActionDone, "the action succeeded", now) {
 				continue
-			}
-			if ps.ReportsVersion {
-				m.failLocked(u, p, fmt.Sprintf("the action succeeded, but its /idle still reports version %d", ps.Version), now)
-			} else {
-				_ = m.cfg.State.SetVersion(p.ID, u.Spec.Version)
-				m.finishLocked(ctx, p, now)
 			}
 		case !m.inflight[p.ID]:
 			// Not sent yet, or lost in a restart: send it (again).
@@ -359,6 +348,25 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 // versionWait is how long a policy that reports versions may take, after
 // its update, to report the target version.
 const versionWait = 30 * time.Second
+
+// settleLocked ends the wait of a policy whose update was confirmed or
+// whose action succeeded at since, and whose /idle does not yet report
+// the target version. A policy that never reports versions is recorded at
+// it and done; one that does is failed if it still shows an older version
+// versionWait after since. It reports false while the policy still has
+// time.
+func (m *Manager) settleLocked(ctx context.Context, u *Update, p *Policy, ps routing.PolicyStats, since time.Time, what string, now time.Time) bool {
+	switch {
+	case !ps.ReportsVersion:
+		_ = m.cfg.State.SetVersion(p.ID, u.Spec.Version)
+		m.finishLocked(ctx, p, now)
+	case now.Sub(since) < versionWait:
+		return false
+	default:
+		m.failLocked(u, p, fmt.Sprintf("%s, but its /idle still reports version %d", what, ps.Version), now)
+	}
+	return true
+}
 
 // act sends the update's action to the policy at url, and records the
 // outcome.

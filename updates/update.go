@@ -33,6 +33,9 @@ const (
 	PhaseFailed   = "failed"
 )
 
+// Phases lists the policy phases in the order a policy goes through them.
+var Phases = []string{PhasePending, PhaseDraining, PhaseUpdating, PhaseDone, PhaseFailed}
+
 // Errors of the manager.
 var (
 	// ErrRunning: another update is running; one runs at a time.
