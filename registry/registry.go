@@ -60,11 +60,11 @@ func Open(ctx context.Context, st store.Store, state *routing.State) (*Registry,
 	if err != nil {
 		return nil, fmt.Errorf("registry: load: %w", err)
 	}
+	reg.Updates = nil
 	r := &Registry{store: st, state: state, newID: uuid.NewString, cur: reg}
 	if err := r.publishLocked(reg); err != nil {
 		return nil, fmt.Errorf("registry: stored registration is invalid: %w", err)
 	}
-	state.SetMinVersion(reg.Weights.MinVersion())
 	return r, nil
 }
 
@@ -101,27 +101,30 @@ func (r *Registry) findLocked(id string) int {
 func (r *Registry) Register(ctx context.Context, spec Spec) (p routing.Policy, created bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if existing, ok, err := r.sameAsLocked(spec); ok || err != nil {
-		return existing, false, err
-	}
-	if !spec.AllowSharedURL {
-		for _, other := range r.cur.Policies {
-			if other.URL == spec.URL {
-				return routing.Policy{}, false, fmt.Errorf("%w: url %q is already registered at index %d (policy %q); "+
-					"set allow_shared_url to register one server twice", ErrConflict, spec.URL, other.Index, other.ID)
+	err = r.applyLocked(ctx, func() (*store.Change, error) {
+		existing, ok, err := r.sameAsLocked(spec)
+		if ok || err != nil {
+			p, created = existing, false
+			return nil, err
+		}
+		if !spec.AllowSharedURL {
+			for _, other := range r.cur.Policies {
+				if other.URL == spec.URL {
+					return nil, fmt.Errorf("%w: url %q is already registered at index %d (policy %q); "+
+						"set allow_shared_url to register one server twice", ErrConflict, spec.URL, other.Index, other.ID)
+				}
 			}
 		}
-	}
-	p = r.fromSpec(spec, r.lowestFreeLocked(nil))
-	next := append(slices.Clone(r.cur.Policies), p)
-	if err := r.checkLocked(next, r.cur.Topology); err != nil {
+		p, created = r.fromSpec(spec, r.lowestFreeLocked(nil)), true
+		if err := r.checkLocked(append(slices.Clone(r.cur.Policies), p), r.cur.Topology); err != nil {
+			return nil, err
+		}
+		return &store.Change{Put: []routing.Policy{p}}, nil
+	})
+	if err != nil {
 		return routing.Policy{}, false, err
 	}
-	if err := r.store.PutPolicy(ctx, p); err != nil {
-		return routing.Policy{}, false, fmt.Errorf("register policy %d: %w", p.Index, err)
-	}
-	r.commitLocked(next, r.cur.Topology)
-	return p.Clone(), true, nil
+	return p.Clone(), created, nil
 }
 
 // sameAsLocked finds a registration spec names by index or id. It returns
@@ -213,20 +216,23 @@ func (r *Registry) lowestFreeLocked(taken map[int]bool) int {
 func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]routing.Policy, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next, err := r.planLocked(specs)
+	var next []routing.Policy
+	err := r.applyLocked(ctx, func() (*store.Change, error) {
+		var err error
+		if next, err = r.planLocked(specs); err != nil {
+			return nil, err
+		}
+		if err := evalsRegistered(next, r.cur.Topology); err != nil {
+			return nil, err
+		}
+		if err := r.checkLocked(next, r.cur.Topology); err != nil {
+			return nil, err
+		}
+		return &store.Change{Put: next, ReplacePolicies: true}, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := evalsRegistered(next, r.cur.Topology); err != nil {
-		return nil, err
-	}
-	if err := r.checkLocked(next, r.cur.Topology); err != nil {
-		return nil, err
-	}
-	if err := r.store.ReplacePolicies(ctx, next); err != nil {
-		return nil, fmt.Errorf("replace policies: %w", err)
-	}
-	r.commitLocked(next, r.cur.Topology)
 	return clonePolicies(next), nil
 }
 
@@ -236,18 +242,21 @@ func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]routing.Policy,
 func (r *Registry) ReplaceRegistration(ctx context.Context, specs []Spec, t store.Topology) (store.Registration, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next, err := r.planLocked(specs)
+	var next []routing.Policy
+	t = t.Clone()
+	err := r.applyLocked(ctx, func() (*store.Change, error) {
+		var err error
+		if next, err = r.planLocked(specs); err != nil {
+			return nil, err
+		}
+		if err := r.checkLocked(next, t); err != nil {
+			return nil, err
+		}
+		return &store.Change{Put: next, ReplacePolicies: true, Topology: &t}, nil
+	})
 	if err != nil {
 		return store.Registration{}, err
 	}
-	if err := r.checkLocked(next, t); err != nil {
-		return store.Registration{}, err
-	}
-	reg := store.Registration{Policies: next, Topology: t.Clone()}
-	if err := r.store.PutRegistration(ctx, reg); err != nil {
-		return store.Registration{}, fmt.Errorf("replace registration: %w", err)
-	}
-	r.commitLocked(next, t)
 	return store.Registration{Policies: clonePolicies(next), Topology: t.Clone()}, nil
 }
 
@@ -350,22 +359,20 @@ func (r *Registry) fromSpecKeeping(s Spec, freeIndex int, old map[int]routing.Po
 func (r *Registry) Delete(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	i := r.findLocked(id)
-	if i < 0 {
-		return ErrNotFound
-	}
-	next := slices.Delete(slices.Clone(r.cur.Policies), i, i+1)
-	if err := evalsRegistered(next, r.cur.Topology); err != nil {
-		return err
-	}
-	if err := r.checkLocked(next, r.cur.Topology); err != nil {
-		return err
-	}
-	if err := r.store.DeletePolicy(ctx, id); err != nil {
-		return fmt.Errorf("delete policy %q: %w", id, err)
-	}
-	r.commitLocked(next, r.cur.Topology)
-	return nil
+	return r.applyLocked(ctx, func() (*store.Change, error) {
+		i := r.findLocked(id)
+		if i < 0 {
+			return nil, ErrNotFound
+		}
+		next := slices.Delete(slices.Clone(r.cur.Policies), i, i+1)
+		if err := evalsRegistered(next, r.cur.Topology); err != nil {
+			return nil, err
+		}
+		if err := r.checkLocked(next, r.cur.Topology); err != nil {
+			return nil, err
+		}
+		return &store.Change{Delete: []string{id}}, nil
+	})
 }
 
 // SetDraining drains (or resumes) the policy with the given id: it gets no
@@ -373,18 +380,18 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) (routing.Policy, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	i := r.findLocked(id)
-	if i < 0 {
-		return routing.Policy{}, ErrNotFound
-	}
-	p := r.cur.Policies[i].Clone()
-	p.Draining = draining
-	if err := r.store.PutPolicy(ctx, p); err != nil {
-		return routing.Policy{}, fmt.Errorf("drain policy %q: %w", id, err)
-	}
-	r.cur.Policies[i] = p
-	if err := r.state.SetDraining(id, draining); err != nil {
-		return routing.Policy{}, fmt.Errorf("drain policy %q: %w", id, err)
+	var p routing.Policy
+	err := r.applyLocked(ctx, func() (*store.Change, error) {
+		i := r.findLocked(id)
+		if i < 0 {
+			return nil, ErrNotFound
+		}
+		p = r.cur.Policies[i].Clone()
+		p.Draining = draining
+		return &store.Change{Put: []routing.Policy{p}}, nil
+	})
+	if err != nil {
+		return routing.Policy{}, err
 	}
 	return p.Clone(), nil
 }
@@ -403,26 +410,21 @@ func (r *Registry) Weights() store.Weights {
 func (r *Registry) SetWeights(ctx context.Context, w store.Weights) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.store.PutWeights(ctx, w); err != nil {
-		return fmt.Errorf("set weights: %w", err)
-	}
-	r.cur.Weights = w.Clone()
-	r.state.SetMinVersion(w.MinVersion())
-	return nil
+	w = w.Clone()
+	return r.applyLocked(ctx, func() (*store.Change, error) { return &store.Change{Weights: &w}, nil })
 }
 
 // SetTopology replaces the topology.
 func (r *Registry) SetTopology(ctx context.Context, t store.Topology) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.checkLocked(r.cur.Policies, t); err != nil {
-		return err
-	}
-	if err := r.store.PutTopology(ctx, t); err != nil {
-		return fmt.Errorf("set topology: %w", err)
-	}
-	r.commitLocked(r.cur.Policies, t)
-	return nil
+	t = t.Clone()
+	return r.applyLocked(ctx, func() (*store.Change, error) {
+		if err := r.checkLocked(r.cur.Policies, t); err != nil {
+			return nil, err
+		}
+		return &store.Change{Topology: &t}, nil
+	})
 }
 
 // checkLocked checks a registration change before it is stored: the
@@ -449,18 +451,95 @@ func (r *Registry) checkLocked(ps []routing.Policy, t store.Topology) error {
 	return nil
 }
 
-// commitLocked records a change the store has accepted and publishes it.
-// The change was checked, so publishing cannot fail.
-func (r *Registry) commitLocked(ps []routing.Policy, t store.Topology) {
-	slices.SortFunc(ps, func(a, b routing.Policy) int { return a.Index - b.Index })
-	r.cur = store.Registration{Policies: ps, Topology: t.Clone(), Weights: r.cur.Weights}
-	if err := r.publishLocked(r.cur); err != nil {
-		panic(fmt.Sprintf("registry: checked registration rejected: %v", err))
+// maxStaleRetries bounds how often a write is planned again because
+// another replica wrote first.
+const maxStaleRetries = 8
+
+// applyLocked stores the change plan makes from r.cur, if it makes one (a
+// nil change writes nothing), and publishes the result. The write is
+// conditional on the revision r.cur was read at: when another replica
+// wrote first, the registration is loaded again and plan runs again on
+// it, so that its checks see what the other wrote.
+func (r *Registry) applyLocked(ctx context.Context, plan func() (*store.Change, error)) error {
+	for try := 0; ; try++ {
+		c, err := plan()
+		if err != nil || c == nil {
+			return err
+		}
+		rev, err := r.store.Apply(ctx, r.cur.Revision, *c)
+		if errors.Is(err, store.ErrStale) && try < maxStaleRetries {
+			if err := r.reloadLocked(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		next, err := r.cur.Apply(*c)
+		if err != nil {
+			return fmt.Errorf("registry: stored change does not apply: %w", err)
+		}
+		next.Revision = rev
+		if err := r.publishLocked(next); err != nil {
+			panic(fmt.Sprintf("registry: checked registration rejected: %v", err))
+		}
+		r.cur = next
+		return nil
 	}
 }
 
+// Refresh loads the registration from the store and publishes it if it
+// is newer than the one published: how a replica learns of another's
+// writes.
+func (r *Registry) Refresh(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reloadLocked(ctx)
+}
+
+func (r *Registry) reloadLocked(ctx context.Context) error {
+	reg, err := r.store.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("registry: load: %w", err)
+	}
+	if reg.Revision <= r.cur.Revision {
+		return nil
+	}
+	reg.Updates = nil
+	if err := r.publishLocked(reg); err != nil {
+		return fmt.Errorf("registry: stored registration (revision %d) is invalid, kept revision %d: %w", reg.Revision, r.cur.Revision, err)
+	}
+	r.cur = reg
+	return nil
+}
+
+// Follow keeps the published registration up to date with the store's,
+// reloading it on each of the store's change notifications, until ctx is
+// done. A failed reload is logged by onError and tried again on the next
+// notification.
+func (r *Registry) Follow(ctx context.Context, onError func(error)) {
+	changed := r.store.Watch(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
+			onError(err)
+		}
+	}
+}
+
+// publishLocked publishes reg to the routers: policies, topology and the
+// weight-version floor.
 func (r *Registry) publishLocked(reg store.Registration) error {
-	return r.state.Update(reg.Policies, RoutingTopology(reg.Topology))
+	if err := r.state.Update(reg.Policies, RoutingTopology(reg.Topology)); err != nil {
+		return err
+	}
+	r.state.SetMinVersion(reg.Weights.MinVersion())
+	return nil
 }
 
 // RoutingTopology keeps the env and eval components of a stored topology,

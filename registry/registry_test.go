@@ -3,8 +3,11 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -18,39 +21,11 @@ type failingStore struct {
 
 var errDisk = errors.New("disk full")
 
-func (f *failingStore) PutPolicy(ctx context.Context, p routing.Policy) error {
+func (f *failingStore) Apply(ctx context.Context, ifRevision int64, c store.Change) (int64, error) {
 	if f.fail {
-		return errDisk
+		return 0, errDisk
 	}
-	return f.Memory.PutPolicy(ctx, p)
-}
-
-func (f *failingStore) DeletePolicy(ctx context.Context, id string) error {
-	if f.fail {
-		return errDisk
-	}
-	return f.Memory.DeletePolicy(ctx, id)
-}
-
-func (f *failingStore) ReplacePolicies(ctx context.Context, ps []routing.Policy) error {
-	if f.fail {
-		return errDisk
-	}
-	return f.Memory.ReplacePolicies(ctx, ps)
-}
-
-func (f *failingStore) PutTopology(ctx context.Context, t store.Topology) error {
-	if f.fail {
-		return errDisk
-	}
-	return f.Memory.PutTopology(ctx, t)
-}
-
-func (f *failingStore) PutRegistration(ctx context.Context, reg store.Registration) error {
-	if f.fail {
-		return errDisk
-	}
-	return f.Memory.PutRegistration(ctx, reg)
+	return f.Memory.Apply(ctx, ifRevision, c)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -111,9 +86,10 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 func TestOpenRestoresDrainAndTopology(t *testing.T) {
 	ctx := context.Background()
 	mem := store.NewMemory()
-	_ = mem.PutPolicy(ctx, routing.Policy{Index: 0, ID: "a", URL: "http://a:1", Capacity: 1, Draining: true})
-	_ = mem.PutPolicy(ctx, routing.Policy{Index: 1, ID: "b", URL: "http://b:1", Capacity: 2})
-	_ = mem.PutTopology(ctx, store.Topology{"n": {"env": {0}, "eval": {1}}})
+	_, _ = mem.Apply(ctx, store.AnyRevision, store.Change{Put: []routing.Policy{
+		{Index: 0, ID: "a", URL: "http://a:1", Capacity: 1, Draining: true},
+		{Index: 1, ID: "b", URL: "http://b:1", Capacity: 2},
+	}, Topology: &store.Topology{"n": {"env": {0}, "eval": {1}}}})
 	state := routing.New(routing.Options{})
 	if _, err := Open(ctx, mem, state); err != nil {
 		t.Fatal(err)
@@ -125,7 +101,7 @@ func TestOpenRestoresDrainAndTopology(t *testing.T) {
 
 	// A stored registration the routers reject is reported, not half-used.
 	bad := store.NewMemory()
-	_ = bad.PutTopology(ctx, store.Topology{"n": {"env": {0}, "eval": {7}}})
+	_, _ = bad.Apply(ctx, store.AnyRevision, store.Change{Topology: &store.Topology{"n": {"env": {0}, "eval": {7}}}})
 	if _, err := Open(ctx, bad, routing.New(routing.Options{})); err == nil {
 		t.Error("Open accepted a topology naming an unregistered eval index")
 	}
@@ -271,5 +247,75 @@ func TestWeightsAreRestored(t *testing.T) {
 	}
 	if w := r2.Weights(); w.Version != 12 || w.MinVersion() != 10 || state.MinVersion() != 10 {
 		t.Errorf("restored weights %+v, floor %d; want version 12 and floor 10", w, state.MinVersion())
+	}
+}
+
+// Two replicas on one store: neither loses the other's registrations, a
+// replica working from an old read re-checks against what the other wrote,
+// and Follow publishes the other's writes.
+func TestReplicasOnOneStore(t *testing.T) {
+	ctx := context.Background()
+	shared := store.NewMemory()
+	stateA, stateB := routing.New(routing.Options{}), routing.New(routing.Options{})
+	a, err := Open(ctx, shared, stateA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(ctx, shared, stateB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const each = 20
+	var wg sync.WaitGroup
+	for i := range each {
+		for name, r := range map[string]*Registry{"a": a, "b": b} {
+			wg.Go(func() {
+				spec := Spec{URL: fmt.Sprintf("http://%s-%d:1", name, i), ID: fmt.Sprintf("%s-%d", name, i)}
+				if _, _, err := r.Register(ctx, spec); err != nil {
+					t.Errorf("replica %s: Register(%s): %v", name, spec.ID, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	stored, err := shared.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored.Policies) != 2*each {
+		t.Fatalf("store holds %d policies, want %d: a write was lost", len(stored.Policies), 2*each)
+	}
+	seen := map[int]bool{}
+	for _, p := range stored.Policies {
+		if seen[p.Index] {
+			t.Errorf("index %d given twice", p.Index)
+		}
+		seen[p.Index] = true
+	}
+
+	// b has not heard of a's last writes: its register of a URL a took is
+	// still refused, after b reads again.
+	if _, _, err := b.Register(ctx, Spec{URL: "http://a-0:1"}); !errors.Is(err, ErrConflict) {
+		t.Errorf("b registering a's URL = %v, want ErrConflict", err)
+	}
+
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go b.Follow(fctx, func(err error) { t.Errorf("follow: %v", err) })
+	if _, _, err := a.Register(ctx, Spec{URL: "http://late:1", ID: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := stateB.Snapshot().ByID("late"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's routing state never got a's registration")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := b.Get("late"); err != nil {
+		t.Errorf("b.Get(late) = %v after Follow published it", err)
 	}
 }

@@ -34,12 +34,6 @@ const BoltFileName = "policyrouter.db"
 // BoltOptions.LockTimeout is zero.
 const DefaultLockTimeout = time.Second
 
-// batchDelay is how long a PutPolicy, DeletePolicy or PutTopology waits
-// for others to share its transaction and fsync. bbolt's default, 10ms,
-// is mostly added latency for a lone writer; 1ms still coalesces a burst
-// (200 concurrent writers commit in a few transactions).
-const batchDelay = time.Millisecond
-
 // ErrSchemaVersion is returned (wrapped, with both versions and the file
 // named) by OpenBolt for a file written with another schema version.
 var ErrSchemaVersion = errors.New("schema version mismatch")
@@ -52,8 +46,9 @@ var (
 	bucketTopology    = []byte("topology")
 	keySchemaVersion  = []byte("schema_version")
 	keyTopology       = []byte("topology")
-	keyWeights        = []byte("weights") // in bucketMeta
-	keyUpdatePrefix   = []byte("update/") // in bucketMeta: one key per rolling update
+	keyWeights        = []byte("weights")  // in bucketMeta
+	keyRevision       = []byte("revision") // in bucketMeta
+	keyUpdatePrefix   = []byte("update/")  // in bucketMeta: one key per rolling update
 	schemaVersionText = []byte(strconv.Itoa(SchemaVersion))
 )
 
@@ -70,12 +65,13 @@ type BoltOptions struct {
 //
 // Every write happens inside one fsync'd bbolt transaction, so a method
 // returning nil means the change survives a crash, and a failed or
-// interrupted write leaves nothing of itself behind. Concurrent
-// PutPolicy, DeletePolicy and PutTopology calls share transactions (one
-// fsync for many callers, bbolt's DB.Batch), each call still returning
-// only after the commit that holds it. ReplacePolicies is always a
-// transaction of its own. Bolt is safe for concurrent use.
+// interrupted write leaves nothing of itself behind. Each Apply is a
+// transaction of its own: it checks the revision it was given, so it could
+// not share a batch with others, and the registry serialises its writes
+// anyway. Bolt is safe for concurrent use.
 type Bolt struct {
+	notifier
+
 	db   *bolt.DB
 	path string
 }
@@ -115,7 +111,6 @@ func OpenBolt(dir string, opts BoltOptions) (*Bolt, error) {
 		// size too small", ...).
 		return nil, fmt.Errorf("store: open %s: not a bbolt database, or a corrupt one: %w", path, err)
 	}
-	db.MaxBatchDelay = batchDelay
 	if err := initSchema(db, path); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -214,6 +209,9 @@ func (b *Bolt) Load(ctx context.Context) (Registration, error) {
 				return fmt.Errorf("weights: %w", err)
 			}
 		}
+		if reg.Revision, err = readRevision(tx.Bucket(bucketMeta)); err != nil {
+			return err
+		}
 		reg.Updates = make(map[string][]byte)
 		c := tx.Bucket(bucketMeta).Cursor()
 		for k, v := c.Seek(keyUpdatePrefix); k != nil && bytes.HasPrefix(k, keyUpdatePrefix); k, v = c.Next() {
@@ -231,87 +229,92 @@ func (b *Bolt) Load(ctx context.Context) (Registration, error) {
 	return reg, nil
 }
 
-// PutPolicy implements Store.
-func (b *Bolt) PutPolicy(ctx context.Context, p routing.Policy) error {
+// Apply implements Store: one fsync'd transaction, which checks and
+// bumps the revision kept in the meta bucket.
+func (b *Bolt) Apply(ctx context.Context, ifRevision int64, c Change) (int64, error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("store: put policy %q: %w", p.ID, err)
+		return 0, fmt.Errorf("store: apply: %w", err)
 	}
-	key, val, err := encodePolicy(p)
+	puts, err := encodePolicies(c.Put)
 	if err != nil {
-		return fmt.Errorf("store: put policy %q: %w", p.ID, err)
+		return 0, fmt.Errorf("store: apply: %w", err)
 	}
-	// Batch may run the function more than once (when another call in
-	// the same batch fails); a Put of the same key and value is
-	// idempotent.
-	err = b.db.Batch(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketPolicies).Put(key, val)
-	})
-	if err != nil {
-		return fmt.Errorf("store: put policy %q: %w", p.ID, err)
-	}
-	return nil
-}
-
-// DeletePolicy implements Store.
-func (b *Bolt) DeletePolicy(ctx context.Context, id string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("store: delete policy %q: %w", id, err)
-	}
-	key := []byte(id)
-	// Idempotent under Batch's reruns: each run sees a fresh transaction.
-	err := b.db.Batch(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketPolicies)
-		if bk.Get(key) == nil {
-			return ErrNotFound
+	var topo, weights []byte
+	if c.Topology != nil {
+		if topo, err = json.Marshal(*c.Topology); err != nil {
+			return 0, fmt.Errorf("store: apply: topology: %w", err)
 		}
-		return bk.Delete(key)
-	})
-	if err != nil {
-		return fmt.Errorf("store: delete policy %q: %w", id, err)
 	}
-	return nil
-}
-
-// ReplacePolicies implements Store: the policies bucket is deleted and
-// rewritten in one transaction.
-func (b *Bolt) ReplacePolicies(ctx context.Context, ps []routing.Policy) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("store: replace policies: %w", err)
+	if c.Weights != nil {
+		if weights, err = json.Marshal(*c.Weights); err != nil {
+			return 0, fmt.Errorf("store: apply: weights: %w", err)
+		}
 	}
-	write, err := rewritePolicies(ps)
-	if err != nil {
-		return fmt.Errorf("store: replace policies: %w", err)
-	}
-	if err := b.db.Update(write); err != nil {
-		return fmt.Errorf("store: replace policies: %w", err)
-	}
-	return nil
-}
-
-// PutRegistration implements Store: the policies bucket and the topology
-// are rewritten in one transaction.
-func (b *Bolt) PutRegistration(ctx context.Context, reg Registration) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("store: put registration: %w", err)
-	}
-	write, err := rewritePolicies(reg.Policies)
-	if err != nil {
-		return fmt.Errorf("store: put registration: %w", err)
-	}
-	topo, err := json.Marshal(reg.Topology)
-	if err != nil {
-		return fmt.Errorf("store: put registration: %w", err)
-	}
+	var rev int64
 	err = b.db.Update(func(tx *bolt.Tx) error {
-		if err := write(tx); err != nil {
+		meta := tx.Bucket(bucketMeta)
+		cur, err := readRevision(meta)
+		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketTopology).Put(keyTopology, topo)
+		if ifRevision != AnyRevision && ifRevision != cur {
+			return ErrStale
+		}
+		bk := tx.Bucket(bucketPolicies)
+		if c.ReplacePolicies {
+			if err := tx.DeleteBucket(bucketPolicies); err != nil {
+				return err
+			}
+			if bk, err = tx.CreateBucket(bucketPolicies); err != nil {
+				return err
+			}
+			bk.FillPercent = 0.9
+		}
+		for _, id := range c.Delete {
+			if bk.Get([]byte(id)) == nil {
+				return fmt.Errorf("delete policy %q: %w", id, ErrNotFound)
+			}
+			if err := bk.Delete([]byte(id)); err != nil {
+				return err
+			}
+		}
+		for _, e := range puts {
+			if err := bk.Put(e.key, e.val); err != nil {
+				return fmt.Errorf("policy %q: %w", e.key, err)
+			}
+		}
+		if topo != nil {
+			if err := tx.Bucket(bucketTopology).Put(keyTopology, topo); err != nil {
+				return err
+			}
+		}
+		if weights != nil {
+			if err := meta.Put(keyWeights, weights); err != nil {
+				return err
+			}
+		}
+		rev = cur + 1
+		return meta.Put(keyRevision, strconv.AppendInt(nil, rev, 10))
 	})
 	if err != nil {
-		return fmt.Errorf("store: put registration: %w", err)
+		return 0, fmt.Errorf("store: apply: %w", err)
 	}
-	return nil
+	b.notify()
+	return rev, nil
+}
+
+// readRevision returns the revision kept in the meta bucket: 0 in a file
+// never written (or written by a build before revisions).
+func readRevision(meta *bolt.Bucket) (int64, error) {
+	v := meta.Get(keyRevision)
+	if v == nil {
+		return 0, nil
+	}
+	rev, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("corrupt revision %q: %w", v, err)
+	}
+	return rev, nil
 }
 
 // PutUpdate implements Store: one key of the meta bucket per update.
@@ -323,74 +326,29 @@ func (b *Bolt) PutUpdate(ctx context.Context, id string, doc []byte) error {
 	if err := b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(key, doc) }); err != nil {
 		return fmt.Errorf("store: put update %q: %w", id, err)
 	}
+	b.notify()
 	return nil
 }
 
-// PutWeights implements Store: one key of the meta bucket.
-func (b *Bolt) PutWeights(ctx context.Context, w Weights) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("store: put weights: %w", err)
-	}
-	val, err := json.Marshal(w)
-	if err != nil {
-		return fmt.Errorf("store: put weights: %w", err)
-	}
-	if err := b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyWeights, val) }); err != nil {
-		return fmt.Errorf("store: put weights: %w", err)
-	}
-	return nil
-}
+// Watch implements Store: this process is the file's only writer.
+func (b *Bolt) Watch(ctx context.Context) <-chan struct{} { return b.watch(ctx) }
 
-// rewritePolicies encodes ps and returns the transaction step that
-// replaces the policies bucket with them.
-func rewritePolicies(ps []routing.Policy) (func(*bolt.Tx) error, error) {
-	type kv struct{ key, val []byte }
-	kvs := make([]kv, 0, len(ps))
+type keyValue struct{ key, val []byte }
+
+// encodePolicies returns ps's keys and stored values, sorted by key (so
+// that bbolt's inserts are appends). The sort is stable so that, as in
+// Registration.Apply, the last of duplicate ids wins.
+func encodePolicies(ps []routing.Policy) ([]keyValue, error) {
+	kvs := make([]keyValue, 0, len(ps))
 	for _, p := range ps {
 		key, val, err := encodePolicy(p)
 		if err != nil {
 			return nil, fmt.Errorf("policy %q: %w", p.ID, err)
 		}
-		kvs = append(kvs, kv{key, val})
+		kvs = append(kvs, keyValue{key, val})
 	}
-	// Sorted keys make bbolt's inserts appends. The sort is stable so
-	// that, as in Memory, the last of duplicate ids wins.
-	slices.SortStableFunc(kvs, func(a, b kv) int { return bytes.Compare(a.key, b.key) })
-	return func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket(bucketPolicies); err != nil {
-			return err
-		}
-		bk, err := tx.CreateBucket(bucketPolicies)
-		if err != nil {
-			return err
-		}
-		bk.FillPercent = 0.9
-		for _, e := range kvs {
-			if err := bk.Put(e.key, e.val); err != nil {
-				return fmt.Errorf("policy %q: %w", e.key, err)
-			}
-		}
-		return nil
-	}, nil
-}
-
-// PutTopology implements Store. A nil topology is stored as nil, an
-// empty one as empty.
-func (b *Bolt) PutTopology(ctx context.Context, t Topology) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("store: put topology: %w", err)
-	}
-	val, err := json.Marshal(t)
-	if err != nil {
-		return fmt.Errorf("store: put topology: %w", err)
-	}
-	err = b.db.Batch(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTopology).Put(keyTopology, val)
-	})
-	if err != nil {
-		return fmt.Errorf("store: put topology: %w", err)
-	}
-	return nil
+	slices.SortStableFunc(kvs, func(a, b keyValue) int { return bytes.Compare(a.key, b.key) })
+	return kvs, nil
 }
 
 // Close implements Store: it waits for running transactions, then

@@ -27,17 +27,17 @@ func TestBoltReopenKeepsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenBolt: %v", err)
 	}
-	if err := s.ReplacePolicies(ctx, []routing.Policy{testPolicy(0), testPolicy(1), testPolicy(2)}); err != nil {
+	if err := replacePolicies(ctx, s, []routing.Policy{testPolicy(0), testPolicy(1), testPolicy(2)}); err != nil {
 		t.Fatalf("ReplacePolicies: %v", err)
 	}
 	changed := testPolicy(1)
 	changed.Draining = !changed.Draining
 	mustPut(t, s, changed, testPolicy(3))
-	if err := s.DeletePolicy(ctx, testPolicy(0).ID); err != nil {
+	if err := deletePolicy(ctx, s, testPolicy(0).ID); err != nil {
 		t.Fatalf("DeletePolicy: %v", err)
 	}
 	topo := Topology{"node-a": {"env": {0, 1}, "eval": {0}}, "node-b": {"env": {}, "eval": nil}}
-	if err := s.PutTopology(ctx, topo); err != nil {
+	if err := putTopology(ctx, s, topo); err != nil {
 		t.Fatalf("PutTopology: %v", err)
 	}
 	want := mustLoad(t, s)
@@ -86,7 +86,7 @@ func TestBoltClosed(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	ctx := context.Background()
-	if err := s.PutPolicy(ctx, testPolicy(0)); err == nil {
+	if err := putPolicy(ctx, s, testPolicy(0)); err == nil {
 		t.Error("PutPolicy after Close succeeded")
 	}
 	if _, err := s.Load(ctx); err == nil {
@@ -101,10 +101,10 @@ func TestBoltEmptyID(t *testing.T) {
 	ctx := context.Background()
 	s := openBolt(t, t.TempDir())
 	mustPut(t, s, testPolicy(0))
-	if err := s.PutPolicy(ctx, routing.Policy{URL: "http://x"}); err == nil {
+	if err := putPolicy(ctx, s, routing.Policy{URL: "http://x"}); err == nil {
 		t.Error("PutPolicy with an empty id succeeded")
 	}
-	if err := s.ReplacePolicies(ctx, []routing.Policy{testPolicy(1), {URL: "http://x"}}); err == nil {
+	if err := replacePolicies(ctx, s, []routing.Policy{testPolicy(1), {URL: "http://x"}}); err == nil {
 		t.Error("ReplacePolicies with an empty id succeeded")
 	}
 	wantPolicies(t, s, []routing.Policy{testPolicy(0)})
@@ -322,14 +322,14 @@ func TestBoltConcurrentPutsAreDurable(t *testing.T) {
 	start := time.Now()
 	for i := range writers {
 		wg.Go(func() {
-			if err := s.PutPolicy(ctx, testPolicy(i)); err != nil {
+			if err := putPolicy(ctx, s, testPolicy(i)); err != nil {
 				errs <- err
 			}
 		})
 	}
 	for i := range failing {
 		wg.Go(func() {
-			if err := s.DeletePolicy(ctx, fmt.Sprintf("unknown-%d", i)); !errors.Is(err, ErrNotFound) {
+			if err := deletePolicy(ctx, s, fmt.Sprintf("unknown-%d", i)); !errors.Is(err, ErrNotFound) {
 				errs <- fmt.Errorf("DeletePolicy(unknown) = %v, want ErrNotFound", err)
 			}
 		})
@@ -378,7 +378,7 @@ func storeN(tb testing.TB, dir string, n int) {
 	for i := range ps {
 		ps[i] = testPolicy(i)
 	}
-	if err := s.ReplacePolicies(context.Background(), ps); err != nil {
+	if err := replacePolicies(context.Background(), s, ps); err != nil {
 		tb.Fatalf("ReplacePolicies: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -469,7 +469,7 @@ func BenchmarkBoltPutPolicy(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			if err := s.PutPolicy(ctx, testPolicy(i%1000)); err != nil {
+			if err := putPolicy(ctx, s, testPolicy(i%1000)); err != nil {
 				b.Fatal(err)
 			}
 			i++
@@ -487,7 +487,7 @@ func BenchmarkBoltPutPolicy(b *testing.B) {
 			next += 1000
 			mu.Unlock()
 			for pb.Next() {
-				if err := s.PutPolicy(ctx, testPolicy(i%100000)); err != nil {
+				if err := putPolicy(ctx, s, testPolicy(i%100000)); err != nil {
 					b.Error(err)
 					return
 				}

@@ -4,16 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/policyrouter/policyrouter/internal/etcdtest"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if testEtcd.stop != nil {
+		testEtcd.stop()
+	}
+	if code == 0 {
+		if err := goleak.Find(etcdtest.IgnoreLeaks()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // impls lists every Store implementation; the behavioural suite runs
@@ -32,6 +46,40 @@ var impls = []struct {
 		tb.Helper()
 		return openBolt(tb, tb.TempDir())
 	}},
+	{"etcd", func(tb testing.TB) Store {
+		tb.Helper()
+		return openEtcd(tb, tb.Name())
+	}},
+}
+
+// testEtcd is the embedded etcd server of the package's tests, started by
+// the first test that needs it; each test uses a prefix of its own.
+var testEtcd struct {
+	once     sync.Once
+	endpoint string
+	stop     func()
+}
+
+// openEtcd opens an Etcd store on the package's embedded server, under a
+// prefix made from name, and closes it when the test ends.
+func openEtcd(tb testing.TB, name string) *Etcd {
+	tb.Helper()
+	testEtcd.once.Do(func() {
+		srv, err := etcdtest.StartServer()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		testEtcd.endpoint, testEtcd.stop = srv.Endpoint, srv.Stop
+	})
+	if testEtcd.endpoint == "" {
+		tb.Fatal("embedded etcd did not start")
+	}
+	s, err := OpenEtcd(context.Background(), EtcdOptions{Endpoints: []string{testEtcd.endpoint}, Prefix: "/test/" + name + "/"})
+	if err != nil {
+		tb.Fatalf("OpenEtcd: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // openBolt opens a Bolt store in dir and closes it when the test ends.
@@ -58,6 +106,56 @@ func testPolicy(i int) routing.Policy {
 	}
 }
 
+// The one-call writes the tests make, each an unconditional Apply.
+
+func putPolicy(ctx context.Context, s Store, p routing.Policy) error {
+	_, err := s.Apply(ctx, AnyRevision, Change{Put: []routing.Policy{p}})
+	return err
+}
+
+func deletePolicy(ctx context.Context, s Store, id string) error {
+	_, err := s.Apply(ctx, AnyRevision, Change{Delete: []string{id}})
+	return err
+}
+
+func replacePolicies(ctx context.Context, s Store, ps []routing.Policy) error {
+	_, err := s.Apply(ctx, AnyRevision, Change{Put: ps, ReplacePolicies: true})
+	return err
+}
+
+func putTopology(ctx context.Context, s Store, t Topology) error {
+	_, err := s.Apply(ctx, AnyRevision, Change{Topology: &t})
+	return err
+}
+
+func putRegistration(ctx context.Context, s Store, reg Registration) error {
+	_, err := s.Apply(ctx, AnyRevision, Change{Put: reg.Policies, ReplacePolicies: true, Topology: &reg.Topology})
+	return err
+}
+
+func putWeights(ctx context.Context, s Store, w Weights) error {
+	_, err := s.Apply(ctx, AnyRevision, Change{Weights: &w})
+	return err
+}
+
+// waitNotified fails tb unless ch receives within a generous bound.
+func waitNotified(tb testing.TB, ch <-chan struct{}, what string) {
+	tb.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		tb.Fatalf("no watch notification after %s", what)
+	}
+}
+
+// drain empties ch of a pending notification.
+func drain(ch <-chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
+}
+
 func mustLoad(tb testing.TB, s Store) Registration {
 	tb.Helper()
 	reg, err := s.Load(context.Background())
@@ -70,7 +168,7 @@ func mustLoad(tb testing.TB, s Store) Registration {
 func mustPut(tb testing.TB, s Store, ps ...routing.Policy) {
 	tb.Helper()
 	for _, p := range ps {
-		if err := s.PutPolicy(context.Background(), p); err != nil {
+		if err := putPolicy(context.Background(), s, p); err != nil {
 			tb.Fatalf("PutPolicy(%q): %v", p.ID, err)
 		}
 	}
@@ -103,10 +201,10 @@ var storeCases = []struct {
 	{"PutWeights is kept, and PutRegistration leaves it", func(t *testing.T, s Store) {
 		ctx := context.Background()
 		k := int64(3)
-		if err := s.PutWeights(ctx, Weights{Version: 9, MaxStaleness: &k}); err != nil {
+		if err := putWeights(ctx, s, Weights{Version: 9, MaxStaleness: &k}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutRegistration(ctx, Registration{Policies: []routing.Policy{testPolicy(0)}}); err != nil {
+		if err := putRegistration(ctx, s, Registration{Policies: []routing.Policy{testPolicy(0)}}); err != nil {
 			t.Fatal(err)
 		}
 		reg, err := s.Load(ctx)
@@ -120,11 +218,11 @@ var storeCases = []struct {
 	{"PutRegistration replaces policies and topology together", func(t *testing.T, s Store) {
 		ctx := context.Background()
 		mustPut(t, s, testPolicy(0), testPolicy(1), testPolicy(2))
-		if err := s.PutTopology(ctx, Topology{"old": {"env": {0}, "eval": {0}}}); err != nil {
+		if err := putTopology(ctx, s, Topology{"old": {"env": {0}, "eval": {0}}}); err != nil {
 			t.Fatal(err)
 		}
 		topo := Topology{"node-a": {"env": {1}, "eval": {1}}}
-		if err := s.PutRegistration(ctx, Registration{Policies: []routing.Policy{testPolicy(1), testPolicy(5)}, Topology: topo}); err != nil {
+		if err := putRegistration(ctx, s, Registration{Policies: []routing.Policy{testPolicy(1), testPolicy(5)}, Topology: topo}); err != nil {
 			t.Fatal(err)
 		}
 		wantPolicies(t, s, []routing.Policy{testPolicy(1), testPolicy(5)})
@@ -132,7 +230,7 @@ var storeCases = []struct {
 		// A cancelled call changes nothing.
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if err := s.PutRegistration(cctx, Registration{Topology: Topology{}}); !errors.Is(err, context.Canceled) {
+		if err := putRegistration(cctx, s, Registration{Topology: Topology{}}); !errors.Is(err, context.Canceled) {
 			t.Errorf("PutRegistration with a cancelled context = %v; want context.Canceled", err)
 		}
 		wantPolicies(t, s, []routing.Policy{testPolicy(1), testPolicy(5)})
@@ -169,12 +267,12 @@ var storeCases = []struct {
 	{"delete and ErrNotFound", func(t *testing.T, s Store) {
 		ctx := context.Background()
 		mustPut(t, s, testPolicy(0), testPolicy(1), testPolicy(2))
-		if err := s.DeletePolicy(ctx, testPolicy(1).ID); err != nil {
+		if err := deletePolicy(ctx, s, testPolicy(1).ID); err != nil {
 			t.Fatalf("DeletePolicy: %v", err)
 		}
 		wantPolicies(t, s, []routing.Policy{testPolicy(0), testPolicy(2)})
 		for _, id := range []string{testPolicy(1).ID, "never-stored"} {
-			if err := s.DeletePolicy(ctx, id); !errors.Is(err, ErrNotFound) {
+			if err := deletePolicy(ctx, s, id); !errors.Is(err, ErrNotFound) {
 				t.Errorf("DeletePolicy(%q) = %v, want ErrNotFound", id, err)
 			}
 		}
@@ -186,11 +284,11 @@ var storeCases = []struct {
 		changed := testPolicy(2)
 		changed.URL = "http://changed:1"
 		next := []routing.Policy{testPolicy(9), changed, testPolicy(5)}
-		if err := s.ReplacePolicies(ctx, next); err != nil {
+		if err := replacePolicies(ctx, s, next); err != nil {
 			t.Fatalf("ReplacePolicies: %v", err)
 		}
 		wantPolicies(t, s, []routing.Policy{changed, testPolicy(5), testPolicy(9)})
-		if err := s.ReplacePolicies(ctx, nil); err != nil {
+		if err := replacePolicies(ctx, s, nil); err != nil {
 			t.Fatalf("ReplacePolicies(nil): %v", err)
 		}
 		wantPolicies(t, s, nil)
@@ -198,7 +296,7 @@ var storeCases = []struct {
 	{"replace policies with a repeated id keeps the last", func(t *testing.T, s Store) {
 		first, last := testPolicy(1), testPolicy(1)
 		first.URL, last.URL = "http://first:1", "http://last:1"
-		if err := s.ReplacePolicies(context.Background(), []routing.Policy{first, testPolicy(0), last}); err != nil {
+		if err := replacePolicies(context.Background(), s, []routing.Policy{first, testPolicy(0), last}); err != nil {
 			t.Fatalf("ReplacePolicies: %v", err)
 		}
 		wantPolicies(t, s, []routing.Policy{testPolicy(0), last})
@@ -206,10 +304,10 @@ var storeCases = []struct {
 	{"replace policies keeps the topology", func(t *testing.T, s Store) {
 		ctx := context.Background()
 		topo := Topology{"node-a": {"eval": {0}}}
-		if err := s.PutTopology(ctx, topo); err != nil {
+		if err := putTopology(ctx, s, topo); err != nil {
 			t.Fatalf("PutTopology: %v", err)
 		}
-		if err := s.ReplacePolicies(ctx, []routing.Policy{testPolicy(0)}); err != nil {
+		if err := replacePolicies(ctx, s, []routing.Policy{testPolicy(0)}); err != nil {
 			t.Fatalf("ReplacePolicies: %v", err)
 		}
 		wantTopology(t, s, topo)
@@ -228,14 +326,14 @@ var storeCases = []struct {
 			{"node-z": {"eval": {7}}},
 		}
 		for i, topo := range steps {
-			if err := s.PutTopology(ctx, topo); err != nil {
+			if err := putTopology(ctx, s, topo); err != nil {
 				t.Fatalf("step %d: PutTopology: %v", i, err)
 			}
 			wantTopology(t, s, topo)
 		}
 		// A topology write leaves the policies alone.
 		mustPut(t, s, testPolicy(0))
-		if err := s.PutTopology(ctx, Topology{}); err != nil {
+		if err := putTopology(ctx, s, Topology{}); err != nil {
 			t.Fatalf("PutTopology: %v", err)
 		}
 		wantPolicies(t, s, []routing.Policy{testPolicy(0)})
@@ -245,7 +343,7 @@ var storeCases = []struct {
 		p := testPolicy(1)
 		topo := Topology{"node-a": {"env": {0, 1}, "eval": {1}}}
 		mustPut(t, s, p)
-		if err := s.PutTopology(ctx, topo); err != nil {
+		if err := putTopology(ctx, s, topo); err != nil {
 			t.Fatalf("PutTopology: %v", err)
 		}
 		// Mutating the arguments after the calls changes nothing.
@@ -274,7 +372,7 @@ var storeCases = []struct {
 		dupB, dupA := testPolicy(4), testPolicy(4)
 		dupB.ID, dupA.ID = "dup-b", "dup-a"
 		ps = append(ps, dupB, dupA)
-		if err := s.ReplacePolicies(ctx, ps); err != nil {
+		if err := replacePolicies(ctx, s, ps); err != nil {
 			t.Fatalf("ReplacePolicies: %v", err)
 		}
 		var want []routing.Policy
@@ -287,7 +385,7 @@ var storeCases = []struct {
 		}
 		wantPolicies(t, s, want)
 		// The same through individual puts in another order.
-		if err := s.ReplacePolicies(ctx, nil); err != nil {
+		if err := replacePolicies(ctx, s, nil); err != nil {
 			t.Fatalf("ReplacePolicies: %v", err)
 		}
 		for i := len(ps) - 1; i >= 0; i-- {
@@ -295,10 +393,100 @@ var storeCases = []struct {
 		}
 		wantPolicies(t, s, want)
 	}},
+	{"revisions grow with every write and guard conditional writes", func(t *testing.T, s Store) {
+		ctx := context.Background()
+		if rev := mustLoad(t, s).Revision; rev != 0 {
+			t.Fatalf("revision of an empty store = %d, want 0", rev)
+		}
+		r1, err := s.Apply(ctx, 0, Change{Put: []routing.Policy{testPolicy(0)}})
+		if err != nil || r1 <= 0 {
+			t.Fatalf("Apply(if 0) = %d, %v; want a revision > 0", r1, err)
+		}
+		if got := mustLoad(t, s).Revision; got != r1 {
+			t.Fatalf("Load().Revision = %d, want %d", got, r1)
+		}
+		// A writer that read revision 0 has missed r1: refused, nothing written.
+		if _, err := s.Apply(ctx, 0, Change{Put: []routing.Policy{testPolicy(1)}}); !errors.Is(err, ErrStale) {
+			t.Fatalf("Apply(if 0) after a write = %v, want ErrStale", err)
+		}
+		wantPolicies(t, s, []routing.Policy{testPolicy(0)})
+		k := int64(2)
+		r2, err := s.Apply(ctx, r1, Change{Delete: []string{testPolicy(0).ID}, Put: []routing.Policy{testPolicy(3)}, Weights: &Weights{Version: 5, MaxStaleness: &k}})
+		if err != nil || r2 <= r1 {
+			t.Fatalf("Apply(if %d) = %d, %v; want a revision > %d", r1, r2, err, r1)
+		}
+		reg := mustLoad(t, s)
+		if reg.Revision != r2 || reg.Weights.MinVersion() != 3 {
+			t.Errorf("Load() = revision %d, weights %+v; want %d, min version 3", reg.Revision, reg.Weights, r2)
+		}
+		wantPolicies(t, s, []routing.Policy{testPolicy(3)})
+		// A failed delete changes nothing, not even the revision.
+		if _, err := s.Apply(ctx, r2, Change{Put: []routing.Policy{testPolicy(4)}, Delete: []string{"absent"}}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Apply deleting an absent id = %v, want ErrNotFound", err)
+		}
+		if reg := mustLoad(t, s); reg.Revision != r2 || len(reg.Policies) != 1 {
+			t.Errorf("after a failed Apply: revision %d, %d policies; want %d, 1", reg.Revision, len(reg.Policies), r2)
+		}
+		// An update document is not part of the registration's revision.
+		if err := s.PutUpdate(ctx, "u1", []byte(`{"id":"u1"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if reg := mustLoad(t, s); reg.Revision != r2 || string(reg.Updates["u1"]) != `{"id":"u1"}` {
+			t.Errorf("after PutUpdate: revision %d, updates %q; want %d and the document", reg.Revision, reg.Updates, r2)
+		}
+		if r3, err := s.Apply(ctx, AnyRevision, Change{Put: []routing.Policy{testPolicy(5)}}); err != nil || r3 <= r2 {
+			t.Errorf("Apply(any) = %d, %v; want a revision > %d", r3, err, r2)
+		}
+	}},
+	{"concurrent conditional writers: exactly one wins each round", func(t *testing.T, s Store) {
+		ctx := context.Background()
+		const writers = 8
+		for round := range 3 {
+			rev := mustLoad(t, s).Revision
+			var wg sync.WaitGroup
+			wins := make(chan int, writers)
+			for w := range writers {
+				wg.Go(func() {
+					p := testPolicy(round*writers + w)
+					if _, err := s.Apply(ctx, rev, Change{Put: []routing.Policy{p}}); err == nil {
+						wins <- w
+					} else if !errors.Is(err, ErrStale) {
+						t.Errorf("Apply = %v, want nil or ErrStale", err)
+					}
+				})
+			}
+			wg.Wait()
+			close(wins)
+			if n := len(wins); n != 1 {
+				t.Fatalf("round %d: %d writers won, want exactly 1", round, n)
+			}
+		}
+		if n := len(mustLoad(t, s).Policies); n != 3 {
+			t.Errorf("%d policies stored, want 3 (one per round)", n)
+		}
+	}},
+	{"watch notifies at start and after each write", func(t *testing.T, s Store) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch := s.Watch(ctx)
+		waitNotified(t, ch, "start")
+		mustPut(t, s, testPolicy(0))
+		waitNotified(t, ch, "a put")
+		drain(ch)
+		if err := s.PutUpdate(ctx, "u", []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		waitNotified(t, ch, "an update document")
+		drain(ch)
+		if err := putTopology(ctx, s, Topology{"n": {"env": {0}}}); err != nil {
+			t.Fatal(err)
+		}
+		waitNotified(t, ch, "a topology")
+	}},
 	{"cancelled context returns an error and writes nothing", func(t *testing.T, s Store) {
 		topo := Topology{"node-a": {"eval": {0}}}
 		mustPut(t, s, testPolicy(0), testPolicy(1))
-		if err := s.PutTopology(context.Background(), topo); err != nil {
+		if err := putTopology(context.Background(), s, topo); err != nil {
 			t.Fatalf("PutTopology: %v", err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -307,14 +495,14 @@ var storeCases = []struct {
 			"PutPolicy": func() error {
 				p := testPolicy(0)
 				p.URL = "http://cancelled"
-				return s.PutPolicy(ctx, p)
+				return putPolicy(ctx, s, p)
 			},
-			"PutPolicy new": func() error { return s.PutPolicy(ctx, testPolicy(2)) },
-			"DeletePolicy":  func() error { return s.DeletePolicy(ctx, testPolicy(1).ID) },
+			"PutPolicy new": func() error { return putPolicy(ctx, s, testPolicy(2)) },
+			"DeletePolicy":  func() error { return deletePolicy(ctx, s, testPolicy(1).ID) },
 			"ReplacePolicies": func() error {
-				return s.ReplacePolicies(ctx, []routing.Policy{testPolicy(9)})
+				return replacePolicies(ctx, s, []routing.Policy{testPolicy(9)})
 			},
-			"PutTopology": func() error { return s.PutTopology(ctx, Topology{}) },
+			"PutTopology": func() error { return putTopology(ctx, s, Topology{}) },
 			"Load": func() error {
 				_, err := s.Load(ctx)
 				return err
