@@ -377,6 +377,7 @@ const (
 	CodeNoFreshPolicy  = "no_fresh_policy" // available policies, none at the weight-version floor
 	CodeOverloaded     = "overloaded"      // /select: too many calls waiting already (--max-waiters)
 	CodeNotReady       = "not_ready"       // /readyz: not ready yet
+	CodeNotLeader      = "not_leader"      // a follower replica: routing is the leader's (ErrorBody.Leader)
 	CodeInternal       = "internal"        // 500: never for bad input
 )
 
@@ -387,7 +388,13 @@ type ErrorBody struct {
 	// Fields names each bad input field (JSON path) with what is wrong.
 	Fields    map[string]string `json:"fields,omitempty"`
 	RequestID string            `json:"request_id"`
+	// Leader is the advertised URL of the replica that routes, on a
+	// not_leader answer, when one is known.
+	Leader string `json:"leader,omitempty"`
 }
+
+// LeaderHeader names the leader's advertised URL on a not_leader answer.
+const LeaderHeader = "X-Policyrouter-Leader"
 
 // ErrorResponse is the one error envelope of every endpoint.
 type ErrorResponse struct {

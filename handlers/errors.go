@@ -19,6 +19,7 @@ type Error struct {
 	Code    string
 	Message string
 	Fields  map[string]string
+	Leader  string // on not_leader: the leader's advertised URL, if known
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -50,7 +51,7 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case api.CodeUnsupportedMedia:
 		return http.StatusUnsupportedMediaType
-	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy:
+	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy, api.CodeNotLeader:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -109,6 +110,7 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status int, e *Error)
 		Message:   e.Message,
 		Fields:    e.Fields,
 		RequestID: RequestIDFromContext(r.Context()),
+		Leader:    e.Leader,
 	}})
 }
 

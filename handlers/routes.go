@@ -188,6 +188,12 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	)
 	if req.LeaseID != "" {
 		lease, ok := s.State.ParseLeaseID(req.LeaseID)
+		if !ok && s.Leader != nil {
+			// One of several replicas: the lease may be an earlier
+			// leader's, and it ended with that leader's term.
+			writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: false, LeaseID: req.LeaseID})
+			return
+		}
 		if !ok {
 			s.writeError(w, r, routing.ErrUnknownLease)
 			return

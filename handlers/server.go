@@ -57,6 +57,12 @@ type Config struct {
 	Auth *auth.Verifier
 	// Updates runs rolling weight updates (/updates); nil serves none.
 	Updates *updates.Manager
+	// Leader, when set, says whether this replica leads (routes) and the
+	// leader's advertised URL, if known. A follower answers the routing
+	// endpoints (/select, /assign, /release, /complete, /updates and
+	// /readyz) 503 not_leader, naming the leader. Nil: a single router,
+	// always the leader.
+	Leader func() (leading bool, leader string)
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
 	// Now is the clock; default time.Now.
@@ -133,7 +139,7 @@ func (s *Server) Handler() http.Handler {
 	})
 
 	r.Get("/healthz", s.healthz)
-	r.Get("/readyz", s.readyz)
+	r.With(s.leaderOnly).Get("/readyz", s.readyz)
 	// The dashboard's files are public; the data they show comes from
 	// /stats, which needs a read token when auth is on.
 	page := dashboard.Handler()
@@ -143,7 +149,7 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	admin := r.With(s.require(auth.ScopeAdmin))
-	route := r.With(s.require(auth.ScopeRoute))
+	route := r.With(s.require(auth.ScopeRoute), s.leaderOnly)
 	read := r.With(s.require(auth.ScopeRead))
 
 	read.Get("/openapi.yaml", s.openapi)
@@ -164,6 +170,8 @@ func (s *Server) Handler() http.Handler {
 	admin.Put("/weights", s.putWeights)
 	read.Get("/weights", s.getWeights)
 	if s.Updates != nil {
+		// The leader runs the updates; its manager is the one up to date.
+		admin, read := admin.With(s.leaderOnly), read.With(s.leaderOnly)
 		admin.Post("/updates", s.startUpdate)
 		read.Get("/updates", s.listUpdates)
 		read.Get("/updates/{id}", s.getUpdate)
@@ -182,6 +190,29 @@ func (s *Server) Handler() http.Handler {
 		read.Method("GET", "/metrics", s.Metrics.Handler())
 	}
 	return r
+}
+
+// leaderOnly answers 503 not_leader on a follower replica, naming the
+// leader in the body and in the X-Policyrouter-Leader header. Followers
+// do not proxy: a client that knows every replica goes to the leader
+// itself, and a dead leader's clients fail over without a second hop.
+func (s *Server) leaderOnly(next http.Handler) http.Handler {
+	if s.Leader == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leading, leader := s.Leader()
+		if leading {
+			next.ServeHTTP(w, r)
+			return
+		}
+		e := errorf(api.CodeNotLeader, "this replica does not route: no leader is elected yet; retry, or try another replica")
+		if leader != "" {
+			w.Header().Set(api.LeaderHeader, leader)
+			e.Message, e.Leader = "this replica does not route: send routing requests to the leader, "+leader, leader
+		}
+		s.writeError(w, r, e)
+	})
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

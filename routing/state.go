@@ -249,6 +249,27 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 	if err != nil {
 		return err
 	}
+	st.update(snap, false)
+	return nil
+}
+
+// Reset forgets what the router knew of every policy, as if it had just
+// started: every lease ends, and every policy is unknown (no work) until
+// a probe answers when Options.Polled is set. A replica that becomes the
+// leader resets, so that it hands out no policy the old leader handed out
+// until the policy itself says it is idle; one that stops leading resets
+// so that it holds no leases.
+func (st *State) Reset() {
+	prev := st.snap.Load()
+	snap, err := newSnapshot(prev.policies, prev.topology)
+	if err != nil {
+		panic("routing: published snapshot rejected: " + err.Error())
+	}
+	st.update(snap, true)
+}
+
+// update publishes snap; with reset, no policy keeps its live state.
+func (st *State) update(snap *Snapshot, reset bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 
@@ -268,7 +289,7 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 	var redrained []*policyRuntime
 	for pos, p := range snap.policies {
 		rt := old[p.ID]
-		if rt == nil || rt.policy.Index != p.Index {
+		if rt == nil || rt.policy.Index != p.Index || reset {
 			rt = &policyRuntime{}
 			rt.healthy.Store(true)
 			// Nothing to probe without a URL: such a policy is taken as it is.
@@ -329,7 +350,6 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 			break
 		}
 	}
-	return nil
 }
 
 // resize sets the number of slots to n and returns the slots it created.

@@ -365,3 +365,36 @@ func TestWeightVersions(t *testing.T) {
 		t.Errorf("after re-registration: versions %d, %d; want 7, 9", a, b)
 	}
 }
+
+// A replica that becomes the leader resets: the old leader's hand-outs are
+// not known to it, so it hands out nothing until a policy answers idle,
+// and leases from before the reset are ended.
+func TestResetForgetsLeasesAndWaitsForAnswers(t *testing.T) {
+	clock := newFakeClock()
+	st := newState(t, Options{Polled: true, Now: clock.Now}, densePolicies(3), Topology{})
+	for i := range 3 {
+		answer(t, st, i, clock.Now(), true)
+	}
+	held := mustSelect(t, st, SelectIdle, "")
+	st.Reset()
+	for _, ps := range st.Stats().Policies {
+		if ps.State != StateUnknown || ps.Inflight != 0 {
+			t.Errorf("policy %d after Reset: %s, %d in flight; want %s, 0", ps.Policy.Index, ps.State, ps.Inflight, StateUnknown)
+		}
+	}
+	if _, err := st.Release(held.Lease); !errors.Is(err, ErrLeaseEnded) {
+		t.Errorf("Release of a lease from before Reset = %v, want ErrLeaseEnded", err)
+	}
+	for _, r := range idleSelectors {
+		wantNoIdle(t, st, r, "")
+	}
+	if n, total := st.Unprobed(); n != 3 || total != 3 {
+		t.Errorf("Unprobed after Reset = %d of %d, want 3 of 3", n, total)
+	}
+	clock.Advance(time.Second)
+	answer(t, st, held.Policy.Index, clock.Now(), false)
+	answer(t, st, 1, clock.Now(), true)
+	if sel := mustSelect(t, st, SelectIdle, ""); sel.Policy.Index != 1 {
+		t.Errorf("after Reset got policy %d, want 1, the one that answered idle", sel.Policy.Index)
+	}
+}

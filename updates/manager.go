@@ -67,18 +67,36 @@ func New(cfg Config, docs map[string][]byte) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	m := &Manager{cfg: cfg, updates: map[string]*Update{}, inflight: map[string]bool{}, wake: make(chan struct{}, 1)}
+	m := &Manager{cfg: cfg, inflight: map[string]bool{}, wake: make(chan struct{}, 1)}
+	if err := m.Restore(docs); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Restore replaces what the manager knows by docs, the documents the store
+// holds, and continues the running update among them. A replica that
+// becomes the leader restores, since the old leader may have moved its
+// update on. Call it while Run is not running.
+func (m *Manager) Restore(docs map[string][]byte) error {
+	updates := make(map[string]*Update, len(docs))
+	var running *Update
 	for id, doc := range docs {
 		var u Update
 		if err := json.Unmarshal(doc, &u); err != nil {
-			return nil, fmt.Errorf("updates: stored update %q: %w", id, err)
+			return fmt.Errorf("updates: stored update %q: %w", id, err)
 		}
-		m.updates[id] = &u
+		updates[id] = &u
 		if u.State == StateRunning {
-			m.running = &u
+			running = &u
 		}
 	}
-	return m, nil
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.updates, m.running = updates, running
+	clear(m.inflight)
+	m.kick()
+	return nil
 }
 
 // Start begins an update of spec and returns it. It returns ErrRunning
