@@ -76,9 +76,29 @@ type Config struct {
 	StickyLoadFactor float64
 	// MaxSelectWait caps /select's timeout_ms. Default 1 minute.
 	MaxSelectWait time.Duration
-	// DataDir holds the durable (bbolt) store; empty keeps the registration
-	// in memory.
+	// Store is where the registration lives: StoreMemory, StoreBolt (in
+	// DataDir) or StoreEtcd (shared by router replicas, which elect one
+	// leader to route). Empty means StoreBolt when DataDir is set, else
+	// StoreMemory.
+	Store string
+	// DataDir holds the durable (bbolt) store.
 	DataDir string
+	// EtcdEndpoints are the etcd members' client URLs of StoreEtcd, and
+	// EtcdPrefix the prefix of its keys (default store.DefaultEtcdPrefix).
+	// EtcdCA, EtcdCert and EtcdKey are PEM files: a CA trusted besides the
+	// system's, and the client certificate for a cluster that requires one.
+	EtcdEndpoints []string
+	EtcdPrefix    string
+	EtcdCA        string
+	EtcdCert      string
+	EtcdKey       string
+	// LeaderTTL is the etcd session TTL of the leader election, in whole
+	// seconds: a leader that dies is replaced after about that long.
+	// Default DefaultLeaderTTL.
+	LeaderTTL time.Duration
+	// AdvertiseURL is this router's URL as clients reach it: followers name
+	// the leader's in their not_leader answers. Required with StoreEtcd.
+	AdvertiseURL string
 	// Auth verifies bearer tokens; nil serves without authentication.
 	Auth *auth.Verifier
 	// Logger is the router's logger. Default slog.Default().
@@ -103,8 +123,19 @@ type App struct {
 	// TLS is the listener's TLS configuration; nil serves plain HTTP.
 	TLS *tls.Config
 
-	ready atomic.Bool // the first probe round has been answered
+	ready atomic.Bool // the first probe round (of this term) has been answered
+	// etcd is the store when it is shared by replicas; nil otherwise.
+	etcd    *store.Etcd
+	leading atomic.Bool            // this replica is the elected leader
+	leader  atomic.Pointer[string] // the leader's advertised URL; "" none known
 }
+
+// The store kinds of Config.Store.
+const (
+	StoreMemory = "memory"
+	StoreBolt   = "bolt"
+	StoreEtcd   = "etcd"
+)
 
 // New builds a router from cfg and restores its registration from the
 // store. It starts nothing: Run starts the background work. Close releases
@@ -142,10 +173,11 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if ptls != nil && cfg.PollClient != nil {
 		return nil, errors.New("a poll client and policy TLS settings are exclusive")
 	}
-	a.Store, err = openStore(cfg.DataDir)
+	a.Store, err = openStore(ctx, &a.Config)
 	if err != nil {
 		return nil, err
 	}
+	a.etcd, _ = a.Store.(*store.Etcd)
 	defer func() {
 		if err != nil {
 			_ = a.Store.Close()
@@ -167,7 +199,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		return nil, err
 	}
 	cfg.Logger.Info("registration restored", "policies", len(a.State.Snapshot().Policies()),
-		"data_dir", cfg.DataDir, "duration", time.Since(loadStart))
+		"store", a.Config.Store, "duration", time.Since(loadStart))
 
 	a.Metrics = metrics.New(a.State)
 	hcfg := handlers.Config{
@@ -181,6 +213,11 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		Metrics:         a.Metrics,
 		Auth:            cfg.Auth,
 		OpenAPI:         policyrouter.OpenAPI,
+	}
+	if a.etcd != nil {
+		hcfg.Leader = a.Leader
+	} else {
+		a.Metrics.SetLeader(true)
 	}
 	if cfg.PollInterval > 0 {
 		m := a.Metrics
@@ -214,38 +251,88 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	return a, nil
 }
 
-func openStore(dir string) (store.Store, error) {
-	if dir == "" {
+// openStore opens the store cfg names, and fills in cfg's defaults for it.
+func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
+	if cfg.Store == "" {
+		cfg.Store = StoreMemory
+		if cfg.DataDir != "" {
+			cfg.Store = StoreBolt
+		}
+	}
+	switch cfg.Store {
+	case StoreMemory:
 		return store.NewMemory(), nil
+	case StoreBolt:
+		if cfg.DataDir == "" {
+			return nil, errors.New("the bolt store needs a data dir")
+		}
+		st, err := store.OpenBolt(cfg.DataDir, store.BoltOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		return st, nil
+	case StoreEtcd:
+		if len(cfg.EtcdEndpoints) == 0 {
+			return nil, errors.New("the etcd store needs etcd endpoints")
+		}
+		if cfg.AdvertiseURL == "" {
+			return nil, errors.New("the etcd store needs this router's advertise URL, which followers name as the leader's")
+		}
+		if cfg.LeaderTTL == 0 {
+			cfg.LeaderTTL = DefaultLeaderTTL
+		}
+		if cfg.LeaderTTL < time.Second {
+			return nil, fmt.Errorf("leader ttl must be at least 1s (etcd leases are in whole seconds), not %s", cfg.LeaderTTL)
+		}
+		tc, err := etcdTLS(*cfg)
+		if err != nil {
+			return nil, err
+		}
+		return store.OpenEtcd(ctx, store.EtcdOptions{Endpoints: cfg.EtcdEndpoints, Prefix: cfg.EtcdPrefix, TLS: tc, Logger: cfg.Logger})
+	default:
+		return nil, fmt.Errorf("store must be %s, %s or %s, not %q", StoreMemory, StoreBolt, StoreEtcd, cfg.Store)
 	}
-	st, err := store.OpenBolt(dir, store.BoltOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	return st, nil
 }
 
 // Handler returns the HTTP API.
 func (a *App) Handler() http.Handler { return a.Server.Handler() }
 
-// Run runs the background work (the poller) until ctx is done, and
-// returns when it has stopped. Without a poller it waits for ctx.
+// Run runs the background work (the poller and the rolling updates)
+// until ctx is done, and returns when it has stopped. On an etcd store it
+// also follows the registration other replicas write and campaigns for
+// leadership, and runs the poller and the updates only while it leads.
 func (a *App) Run(ctx context.Context) error {
+	if a.Poller == nil {
+		a.Config.Logger.Warn("polling disabled (poll interval 0): no health checks, policies are trusted idle and freed only by /release or lease expiry")
+	}
+	if a.etcd != nil {
+		return a.runReplica(ctx)
+	}
+	a.runTerm(ctx)
+	return nil
+}
+
+// runTerm runs the poller and the rolling updates until ctx is done.
+func (a *App) runTerm(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { _ = a.Updates.Run(ctx) })
 	if a.Poller == nil {
-		a.Config.Logger.Warn("polling disabled (poll interval 0): no health checks, policies are trusted idle and freed only by /release or lease expiry")
 		<-ctx.Done()
-		return nil
+		return
 	}
-	return a.Poller.Run(ctx)
+	if err := a.Poller.Run(ctx); err != nil {
+		a.Config.Logger.Error("poller stopped", "err", err)
+	}
 }
 
 // Ready reports whether the router routes: once every policy it started
 // with has had its first probe answered or timed out (the poller probes
 // them all at once at start), and from then on. It says why not.
 func (a *App) Ready() error {
+	if leading, leader := a.Leader(); !leading {
+		return fmt.Errorf("a follower: the leader is %q", leader)
+	}
 	if a.ready.Load() {
 		return nil
 	}

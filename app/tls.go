@@ -137,24 +137,42 @@ func serverTLS(cfg Config) (*tls.Config, error) {
 // and a client certificate (reloaded like the server's) for policies that
 // require one.
 func policyTLS(cfg Config) (*tls.Config, error) {
-	if cfg.PolicyCA == "" && cfg.PolicyClientCert == "" && cfg.PolicyClientKey == "" {
+	return clientTLS(cfg.Logger, clientFiles{"--policy-ca", cfg.PolicyCA}, clientFiles{"--policy-client-cert", cfg.PolicyClientCert}, clientFiles{"--policy-client-key", cfg.PolicyClientKey})
+}
+
+// etcdTLS returns the TLS configuration towards etcd, or nil for plain
+// connections: --etcd-ca trusted besides the system's roots, and the
+// client certificate of a cluster that requires one.
+func etcdTLS(cfg Config) (*tls.Config, error) {
+	return clientTLS(cfg.Logger, clientFiles{"--etcd-ca", cfg.EtcdCA}, clientFiles{"--etcd-cert", cfg.EtcdCert}, clientFiles{"--etcd-key", cfg.EtcdKey})
+}
+
+// clientFiles is a PEM file of a client's TLS settings and the flag that
+// named it.
+type clientFiles struct{ flag, file string }
+
+// clientTLS returns the TLS configuration of a client that trusts ca
+// besides the system's roots and presents cert and key (reloaded when
+// they change), or nil when all three are empty.
+func clientTLS(log *slog.Logger, ca, cert, key clientFiles) (*tls.Config, error) {
+	if ca.file == "" && cert.file == "" && key.file == "" {
 		return nil, nil
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cfg.PolicyCA != "" {
-		pool, err := certPool(cfg.PolicyCA, true)
+	if ca.file != "" {
+		pool, err := certPool(ca.file, true)
 		if err != nil {
-			return nil, fmt.Errorf("--policy-ca: %w", err)
+			return nil, fmt.Errorf("%s: %w", ca.flag, err)
 		}
 		tc.RootCAs = pool
 	}
-	if cfg.PolicyClientCert != "" || cfg.PolicyClientKey != "" {
-		if cfg.PolicyClientCert == "" || cfg.PolicyClientKey == "" {
-			return nil, errors.New("--policy-client-cert and --policy-client-key go together")
+	if cert.file != "" || key.file != "" {
+		if cert.file == "" || key.file == "" {
+			return nil, fmt.Errorf("%s and %s go together", cert.flag, key.flag)
 		}
-		kp, err := loadKeyPair(cfg.PolicyClientCert, cfg.PolicyClientKey, cfg.Logger)
+		kp, err := loadKeyPair(cert.file, key.file, log)
 		if err != nil {
-			return nil, fmt.Errorf("--policy-client-cert/--policy-client-key: %w", err)
+			return nil, fmt.Errorf("%s/%s: %w", cert.flag, key.flag, err)
 		}
 		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return kp.current(), nil

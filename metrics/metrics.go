@@ -29,6 +29,7 @@ type Metrics struct {
 	probeTime   prometheus.Histogram
 	transitions *prometheus.CounterVec
 	updates     *updateMetrics
+	leader      prometheus.Gauge
 }
 
 // New registers policyrouter's metrics, Go runtime and process metrics, and
@@ -88,14 +89,27 @@ func New(state *routing.State) *Metrics {
 	for _, to := range []string{"unhealthy", "healthy"} {
 		m.transitions.WithLabelValues(to)
 	}
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "policyrouter_leader",
+		Help: "1 while this router routes: always for a router on a store of its own; for replicas on etcd, the elected leader.",
+	})
 	m.updates = newUpdateMetrics()
 	m.reg.MustRegister(m.updates.collectors()...)
-	m.reg.MustRegister(m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
+	m.reg.MustRegister(m.leader, m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
 		&stateCollector{state: state},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// SetLeader records whether this router routes.
+func (m *Metrics) SetLeader(leading bool) {
+	if leading {
+		m.leader.Set(1)
+	} else {
+		m.leader.Set(0)
+	}
 }
 
 // Handler serves the metrics in the Prometheus text format.

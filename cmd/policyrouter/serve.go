@@ -8,8 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,6 +21,7 @@ import (
 	"github.com/policyrouter/policyrouter/app"
 	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
 )
 
 // serveConfig is everything `serve` reads from flags and the environment.
@@ -35,6 +38,15 @@ type serveConfig struct {
 	MaxWaiters    int
 	StickyLoad    float64
 	DataDir       string
+	// The store, and for replicas on etcd, the election.
+	Store         string
+	EtcdEndpoints string
+	EtcdPrefix    string
+	EtcdCA        string
+	EtcdCert      string
+	EtcdKey       string
+	LeaderTTL     time.Duration
+	AdvertiseURL  string
 	JWTSecret     string
 	JWTPublicKey  string
 	JWTIssuer     string
@@ -69,7 +81,15 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 0, "lifetime of a /select lease that names no lease_ttl_ms; 0: leases do not expire")
 	fs.IntVar(&c.MaxWaiters, "max-waiters", routing.DefaultMaxWaiters, "most /select calls waiting at once for an idle policy; one more is answered 503 overloaded")
 	fs.Float64Var(&c.StickyLoad, "sticky-load-factor", routing.DefaultLoadFactor, "c of the sticky load bound ceil(c*(total+1)/available) for sessions whose request names no load_factor; 1 to 1000")
-	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the durable store; empty keeps registrations in memory")
+	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the durable (bolt) store; empty keeps registrations in memory")
+	fs.StringVar(&c.Store, "store", "", "where registrations live: memory, bolt (in --data-dir) or etcd (shared by router replicas, which elect a leader); default bolt with --data-dir, else memory")
+	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", "", "comma-separated client URLs of the etcd members (--store etcd)")
+	fs.StringVar(&c.EtcdPrefix, "etcd-prefix", store.DefaultEtcdPrefix, "prefix of the router's etcd keys; replicas on one prefix share a registration and elect one leader")
+	fs.StringVar(&c.EtcdCA, "etcd-ca", "", "PEM file of CA certificates trusted, besides the system's, for https:// etcd endpoints")
+	fs.StringVar(&c.EtcdCert, "etcd-cert", "", "PEM file of the client certificate presented to etcd (mutual TLS)")
+	fs.StringVar(&c.EtcdKey, "etcd-key", "", "PEM file of the key of --etcd-cert")
+	fs.DurationVar(&c.LeaderTTL, "leader-ttl", app.DefaultLeaderTTL, "etcd session TTL of the leader election, whole seconds: a dead leader is replaced after about this long (--store etcd)")
+	fs.StringVar(&c.AdvertiseURL, "advertise-url", "", "this router's URL as clients reach it, named by followers as the leader's (--store etcd); default from --addr and the TLS flags")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", "", "HS256 secret for bearer tokens (at least 32 bytes)")
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", "", "PEM file of an RSA or Ed25519 public key for bearer tokens")
 	fs.StringVar(&c.JWTIssuer, "jwt-issuer", "", "required iss claim, if set")
@@ -98,6 +118,9 @@ func (c *serveConfig) check() error {
 	}
 	if c.MaxWaiters < 1 {
 		return fmt.Errorf("--max-waiters must be >= 1, not %d", c.MaxWaiters)
+	}
+	if err := c.checkStore(); err != nil {
+		return err
 	}
 	if err := c.checkTransport(); err != nil {
 		return err
@@ -128,6 +151,68 @@ func serveCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	return serve(ctx, cfg, logger, nil)
+}
+
+// checkStore checks the store flags against each other.
+func (c *serveConfig) checkStore() error {
+	etcdSet := c.EtcdEndpoints != "" || c.EtcdCA != "" || c.EtcdCert != "" || c.EtcdKey != ""
+	switch c.Store {
+	case "", app.StoreMemory, app.StoreBolt:
+		if etcdSet {
+			return errors.New("--etcd-endpoints, --etcd-ca, --etcd-cert and --etcd-key need --store etcd")
+		}
+		if c.Store == app.StoreBolt && c.DataDir == "" {
+			return errors.New("--store bolt needs --data-dir")
+		}
+		if c.Store == app.StoreMemory && c.DataDir != "" {
+			return errors.New("--data-dir is the bolt store's: drop it, or --store memory")
+		}
+	case app.StoreEtcd:
+		if c.EtcdEndpoints == "" {
+			return errors.New("--store etcd needs --etcd-endpoints, e.g. http://127.0.0.1:2379")
+		}
+		if c.DataDir != "" {
+			return errors.New("--data-dir is the bolt store's; with --store etcd the registration lives in etcd")
+		}
+		for _, e := range splitList(c.EtcdEndpoints) {
+			if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("--etcd-endpoints: %q is not an http:// or https:// URL", e)
+			}
+		}
+		if c.LeaderTTL < time.Second || c.LeaderTTL%time.Second != 0 {
+			return fmt.Errorf("--leader-ttl must be whole seconds, at least 1s (etcd leases are), not %s", c.LeaderTTL)
+		}
+		if c.AdvertiseURL != "" {
+			if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("--advertise-url: %q is not an http:// or https:// URL", c.AdvertiseURL)
+			}
+		}
+	default:
+		return fmt.Errorf("--store must be memory, bolt or etcd, not %q", c.Store)
+	}
+	return nil
+}
+
+// advertiseURL is --advertise-url, or the URL of the bound address ln:
+// its host, or this machine's name when it listens on every interface.
+func (c *serveConfig) advertiseURL(ln net.Addr) string {
+	if c.AdvertiseURL != "" {
+		return c.AdvertiseURL
+	}
+	scheme := "http"
+	if c.TLSCert != "" {
+		scheme = "https"
+	}
+	host, port, err := net.SplitHostPort(ln.String())
+	if err != nil {
+		return scheme + "://" + ln.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			host = name
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
 // checkTransport refuses plain HTTP on a non-loopback address, where
@@ -223,17 +308,19 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, listening 
 	if cfg.TLSCert == "" && !auth.IsLoopbackAddr(cfg.Addr) {
 		logger.Info("serving plain HTTP on a non-loopback address: TLS is left to the proxy in front (--behind-tls-proxy)", "addr", cfg.Addr)
 	}
-	a, err := app.New(ctx, cfg.appConfig(verifier, logger))
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		_ = a.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	acfg := cfg.appConfig(verifier, logger)
+	acfg.AdvertiseURL = cfg.advertiseURL(ln.Addr())
+	a, err := app.New(ctx, acfg)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
 	logger.Info("policyrouter listening", "addr", ln.Addr().String(), "router", cfg.Router, "auth", verifier != nil,
-		"tls", cfg.TLSCert != "", "mtls", cfg.TLSClientCA != "")
+		"tls", cfg.TLSCert != "", "mtls", cfg.TLSClientCA != "", "store", a.Config.Store, "advertise_url", acfg.AdvertiseURL)
 	if listening != nil {
 		listening <- ln.Addr().String()
 	}
@@ -257,6 +344,13 @@ func (c *serveConfig) appConfig(verifier *auth.Verifier, logger *slog.Logger) ap
 		MaxWaiters:       c.MaxWaiters,
 		MaxSelectWait:    c.MaxSelectWait,
 		DataDir:          c.DataDir,
+		Store:            c.Store,
+		EtcdEndpoints:    splitList(c.EtcdEndpoints),
+		EtcdPrefix:       c.EtcdPrefix,
+		EtcdCA:           c.EtcdCA,
+		EtcdCert:         c.EtcdCert,
+		EtcdKey:          c.EtcdKey,
+		LeaderTTL:        c.LeaderTTL,
 		TLSCert:          c.TLSCert,
 		TLSKey:           c.TLSKey,
 		TLSClientCA:      c.TLSClientCA,
@@ -268,4 +362,15 @@ func (c *serveConfig) appConfig(verifier *auth.Verifier, logger *slog.Logger) ap
 		Logger:           logger,
 		RequestLogLevel:  c.requestLogLevel,
 	}
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

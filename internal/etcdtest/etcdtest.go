@@ -45,7 +45,7 @@ func StartServer() (*Server, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "policyrouter-test"
 	cfg.Dir = dir
-	cfg.LogLevel = "error"
+	cfg.LogLevel = "fatal" // its shutdown logs errors for closed listeners
 	client, err := freeURL()
 	if err != nil {
 		return nil, err

@@ -1,0 +1,175 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/internal/etcdtest"
+)
+
+// replica is one router of several on an etcd store, served over HTTP.
+type replica struct {
+	app    *App
+	url    string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startReplica(t *testing.T, endpoint, prefix string) *replica {
+	t.Helper()
+	var handler atomic.Pointer[http.Handler]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := New(ctx, Config{
+		Store: StoreEtcd, EtcdEndpoints: []string{endpoint}, EtcdPrefix: prefix, LeaderTTL: time.Second,
+		AdvertiseURL: srv.URL, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	h := a.Handler()
+	handler.Store(&h)
+	r := &replica{app: a, url: srv.URL, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		_ = a.Run(ctx)
+	}()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop ends the replica's term and closes its store; later calls wait.
+func (r *replica) stop() {
+	r.cancel()
+	<-r.done
+	_ = r.app.Close()
+}
+
+func post(t *testing.T, url, path string, body any) (int, http.Header, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, resp.Header, out
+}
+
+// waitFor polls cond for up to 15 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// leaderOf returns the replica that leads, once exactly one does.
+func leaderOf(t *testing.T, rs ...*replica) (leader *replica, followers []*replica) {
+	t.Helper()
+	waitFor(t, "one leader", func() bool {
+		leader, followers = nil, nil
+		for _, r := range rs {
+			if leading, _ := r.app.Leader(); leading {
+				if leader != nil {
+					return false
+				}
+				leader = r
+			} else {
+				followers = append(followers, r)
+			}
+		}
+		return leader != nil
+	})
+	return leader, followers
+}
+
+// Two replicas on one etcd: one leads; the follower takes registrations and
+// sends routing to the leader; when the leader stops, the follower takes
+// over without handing out the policy the old leader's client still uses,
+// and the old lease is released false.
+func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	var busy [3]atomic.Bool
+	var policies [3]*httptest.Server
+	for i := range policies {
+		policies[i] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `{"idle": %t}`, !busy[i].Load())
+		}))
+		defer policies[i].Close()
+	}
+	a := startReplica(t, etcd.Endpoint, "/ha-test/")
+	b := startReplica(t, etcd.Endpoint, "/ha-test/")
+	leader, followers := leaderOf(t, a, b)
+	follower := followers[0]
+
+	// Admin writes on the follower reach the leader through etcd.
+	for i, p := range policies {
+		if code, _, body := post(t, follower.url, "/policies", map[string]any{"url": p.URL, "index": i}); code != http.StatusCreated {
+			t.Fatalf("register on the follower: %d %v", code, body)
+		}
+	}
+	waitFor(t, "the leader to hear of the follower's registrations", func() bool { return len(leader.app.State.Snapshot().Policies()) == 3 })
+
+	// The follower sends routing to the leader.
+	code, hdr, body := post(t, follower.url, "/select", map[string]any{"timeout_ms": 0})
+	if e, _ := body["error"].(map[string]any); code != http.StatusServiceUnavailable || e["code"] != api.CodeNotLeader || e["leader"] != leader.url || hdr.Get(api.LeaderHeader) != leader.url {
+		t.Fatalf("follower /select = %d %v (header %q); want 503 not_leader naming %s", code, body, hdr.Get(api.LeaderHeader), leader.url)
+	}
+	if err := follower.app.Ready(); err == nil {
+		t.Error("a follower says it is ready")
+	}
+
+	// The leader hands out policy 0, whose client then keeps it busy.
+	waitFor(t, "the leader's first probe round", func() bool { return leader.app.Ready() == nil })
+	code, _, sel := post(t, leader.url, "/select", map[string]any{"timeout_ms": 2000, "router": "simple"})
+	if code != http.StatusOK {
+		t.Fatalf("leader /select = %d %v", code, sel)
+	}
+	held := int(sel["index"].(float64))
+	busy[held].Store(true)
+
+	leader.stop()
+	newLeader, _ := leaderOf(t, follower)
+	if newLeader != follower {
+		t.Fatal("the follower did not take over")
+	}
+	waitFor(t, "the new leader's first probe round", func() bool { return follower.app.Ready() == nil })
+	got := map[int]bool{}
+	for range 2 {
+		code, _, s := post(t, follower.url, "/select", map[string]any{"timeout_ms": 2000, "router": "simple"})
+		if code != http.StatusOK {
+			t.Fatalf("new leader /select = %d %v", code, s)
+		}
+		got[int(s["index"].(float64))] = true
+	}
+	if got[held] || len(got) != 2 {
+		t.Errorf("new leader handed out %v; want the two policies other than %d, which the old leader's client still uses", got, held)
+	}
+	if code, _, s := post(t, follower.url, "/select", map[string]any{"timeout_ms": 200}); code != http.StatusServiceUnavailable {
+		t.Errorf("third /select on the new leader = %d %v; want 503: the only policy left is busy", code, s)
+	}
+	code, _, rel := post(t, follower.url, "/release", map[string]any{"lease_id": sel["lease_id"]})
+	if code != http.StatusOK || rel["released"] != false {
+		t.Errorf("releasing the old leader's lease = %d %v; want 200 released false", code, rel)
+	}
+}

@@ -1,0 +1,148 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// DefaultLeaderTTL is the default of Config.LeaderTTL.
+const DefaultLeaderTTL = 2 * time.Second
+
+// Leader reports whether this router leads (routes and polls) and the
+// advertised URL of the replica that does, when one is known. A router on
+// a store of its own always leads.
+func (a *App) Leader() (leading bool, leader string) {
+	if a.etcd == nil {
+		return true, a.Config.AdvertiseURL
+	}
+	if p := a.leader.Load(); p != nil {
+		leader = *p
+	}
+	return a.leading.Load(), leader
+}
+
+// electionPrefix is where the replicas on one etcd prefix campaign.
+func (a *App) electionPrefix() string { return a.etcd.Prefix() + "leader" }
+
+// runReplica is Run on an etcd store: keep the registration current,
+// watch who leads, and campaign; lead while elected.
+func (a *App) runReplica(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		a.Registry.Follow(ctx, func(err error) { a.Config.Logger.Error("registration from etcd not applied", "err", err) })
+	})
+	wg.Go(func() { a.watchLeader(ctx) })
+	ttl := int(math.Ceil(a.Config.LeaderTTL.Seconds()))
+	for ctx.Err() == nil {
+		if err := a.campaign(ctx, ttl); err != nil && ctx.Err() == nil {
+			a.Config.Logger.Warn("leader election: campaign ended; campaigning again", "err", err)
+			sleep(ctx, 500*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// campaign runs one etcd session: it campaigns for leadership, leads
+// until the session is lost or ctx is done, and then gives the session up
+// (revoking it, so that another replica takes over at once when this one
+// stops in good order).
+func (a *App) campaign(ctx context.Context, ttl int) error {
+	// The session outlives ctx so that Close can still revoke it.
+	sess, err := concurrency.NewSession(a.etcd.Client(), concurrency.WithTTL(ttl), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		return fmt.Errorf("new session: %w", err)
+	}
+	defer func() {
+		if err := sess.Close(); err != nil {
+			a.Config.Logger.Warn("leader election: session not revoked; it expires after the leader ttl", "err", err)
+		}
+	}()
+	term, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sess.Done():
+			cancel()
+		case <-term.Done():
+		}
+	}()
+	el := concurrency.NewElection(sess, a.electionPrefix())
+	if err := el.Campaign(term, a.Config.AdvertiseURL); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	a.lead(term)
+	if ctx.Err() == nil {
+		return fmt.Errorf("etcd session lost (leader ttl %ds)", ttl)
+	}
+	return nil
+}
+
+// lead is one term of leadership: it ends when ctx is done. The routing
+// state starts from nothing (every policy unknown until probed, no
+// leases), the registration and the rolling updates are read from etcd,
+// and the poller and the update runner run for the term.
+func (a *App) lead(ctx context.Context) {
+	start := time.Now()
+	a.State.Reset()
+	a.ready.Store(a.Poller == nil)
+	if err := a.Registry.Refresh(ctx); err != nil {
+		a.Config.Logger.Error("leading: registration not reloaded", "err", err)
+	}
+	reg, err := a.Store.Load(ctx)
+	if err == nil {
+		err = a.Updates.Restore(reg.Updates)
+	}
+	if err != nil {
+		a.Config.Logger.Error("leading: rolling updates not restored", "err", err)
+	}
+	a.leading.Store(true)
+	a.Metrics.SetLeader(true)
+	a.Config.Logger.Info("leading: this replica routes and polls", "advertise_url", a.Config.AdvertiseURL)
+	a.runTerm(ctx)
+	a.leading.Store(false)
+	a.Metrics.SetLeader(false)
+	a.State.Reset()
+	a.Config.Logger.Info("no longer leading", "term", time.Since(start).Round(time.Millisecond))
+}
+
+// watchLeader keeps a.leader current: the value of the oldest campaign
+// key (the leader's advertised URL), or nothing while none is elected.
+func (a *App) watchLeader(ctx context.Context) {
+	cli, prefix := a.etcd.Client(), a.electionPrefix()+"/"
+	for ctx.Err() == nil {
+		resp, err := cli.Get(ctx, prefix, clientv3.WithFirstCreate()...)
+		if err != nil {
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		leader := ""
+		if len(resp.Kvs) > 0 {
+			leader = string(resp.Kvs[0].Value)
+		}
+		a.leader.Store(&leader)
+		// Wait for any change of the campaign keys, then read again.
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		select {
+		case <-wch:
+		case <-ctx.Done():
+		}
+		cancel()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
