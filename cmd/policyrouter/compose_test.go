@@ -34,6 +34,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/app"
 )
 
 // composeRoot is the repository root, where docker-compose.yml,
@@ -535,5 +536,310 @@ func TestComposeTLS(t *testing.T) {
 	}
 	if len(s.Ports) != 1 || strconv.Itoa(int(s.Ports[0].Target)) != port || s.Ports[0].HostIP != "127.0.0.1" {
 		t.Errorf("router-tls listens on %s and publishes %+v; want that port on 127.0.0.1", port, s.Ports)
+	}
+}
+
+// The "ha" profile: router replicas sharing one etcd.
+
+// composeEtcdImages are the official etcd images; the tag must be the
+// version of the etcd client in go.mod.
+var composeEtcdImages = []string{"gcr.io/etcd-development/etcd:", "quay.io/coreos/etcd:"}
+
+// argValue returns the value of --name in a command's arguments, given as
+// "--name value" or "--name=value".
+func argValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// goModVersion returns the version that go.mod requires of a module.
+func goModVersion(tb testing.TB, module string) string {
+	tb.Helper()
+	data, err := os.ReadFile(filepath.Join(composeRoot, "go.mod"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && f[0] == module {
+			return f[1]
+		}
+	}
+	tb.Fatalf("go.mod does not require %s", module)
+	return ""
+}
+
+// haProblems checks the services of the "ha" profile of p and returns
+// what is wrong with them: etcd, the router replicas on it and the
+// registration job that registers through one of them.
+func haProblems(tb testing.TB, p *types.Project) []string {
+	tb.Helper()
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	// etcd: one official image, at the client's version, serving clients on
+	// every interface of its container and advertising its service name.
+	var etcdName string
+	var etcd types.ServiceConfig
+	for name, s := range p.Services {
+		if slices.ContainsFunc(composeEtcdImages, func(prefix string) bool { return strings.HasPrefix(s.Image, prefix) }) {
+			if etcdName != "" {
+				bad("two etcd services, %s and %s; the replicas need one", etcdName, name)
+			}
+			etcdName, etcd = name, s
+		}
+	}
+	if etcdName == "" {
+		return append(problems, fmt.Sprintf("no etcd service (image %v...) in the ha profile", composeEtcdImages))
+	}
+	if _, tag, _ := strings.Cut(etcd.Image[strings.LastIndex(etcd.Image, "/"):], ":"); tag != goModVersion(tb, "go.etcd.io/etcd/client/v3") {
+		bad("etcd runs %s; want the version of go.etcd.io/etcd/client/v3 in go.mod", etcd.Image)
+	}
+	if !slices.Contains(etcd.Profiles, "ha") {
+		bad("etcd is not in the ha profile (profiles %v)", etcd.Profiles)
+	}
+	etcdPort := ""
+	if u, err := url.Parse(argValue(etcd.Command, "--listen-client-urls")); err != nil || u.Scheme != "http" || u.Hostname() != "0.0.0.0" || u.Port() == "" {
+		bad("etcd --listen-client-urls %q: want http://0.0.0.0:<port>, reachable from the other containers", argValue(etcd.Command, "--listen-client-urls"))
+	} else {
+		etcdPort = u.Port()
+	}
+	if got, want := argValue(etcd.Command, "--advertise-client-urls"), "http://"+etcdName+":"+etcdPort; got != want {
+		bad("etcd --advertise-client-urls %q, want %q (its service name and client port)", got, want)
+	}
+	if hc := etcd.HealthCheck; hc == nil || hc.Disable || len(hc.Test) < 2 || hc.Test[0] != "CMD" ||
+		filepath.Base(hc.Test[1]) != "etcdctl" || !strings.Contains(strings.Join(hc.Test, " "), "endpoint health") {
+		bad("etcd's healthcheck is %+v; want [CMD etcdctl ... endpoint health] (the image has no shell)", etcd.HealthCheck)
+	}
+	dataDir := argValue(etcd.Command, "--data-dir")
+	if !slices.ContainsFunc(etcd.Volumes, func(v types.ServiceVolumeConfig) bool {
+		_, named := p.Volumes[v.Source]
+		return v.Type == types.VolumeTypeVolume && named && v.Target == dataDir
+	}) {
+		bad("etcd --data-dir %q is not on a named volume (volumes %+v)", dataDir, etcd.Volumes)
+	}
+
+	// The replicas: every router on --store etcd.
+	published := map[string]string{} // host port -> service, over the whole project
+	for name, s := range p.Services {
+		for _, port := range s.Ports {
+			if other, ok := published[port.Published]; ok {
+				bad("%s and %s both publish host port %s", other, name, port.Published)
+			}
+			published[port.Published] = name
+		}
+	}
+	routers := map[string]int{} // service -> container port
+	var prefixes []string
+	for _, name := range slices.Sorted(maps.Keys(p.Services)) {
+		s := p.Services[name]
+		if !usesBinary(s) || len(s.Command) == 0 || s.Command[0] != "serve" {
+			continue
+		}
+		parseCommand(tb, "docker-compose.yml service "+name, s.Command)
+		cfg := serveConfigOf(tb, s.Command[1:])
+		if cfg.Store != app.StoreEtcd {
+			continue
+		}
+		if !slices.Contains(s.Profiles, "ha") {
+			bad("%s runs on etcd outside the ha profile (profiles %v)", name, s.Profiles)
+		}
+		if err := cfg.check(); err != nil {
+			bad("%s: %v", name, err)
+		}
+		if _, err := cfg.verifier(); err != nil {
+			bad("%s would not start: %v", name, err)
+		}
+		prefixes = append(prefixes, cfg.EtcdPrefix)
+		for _, e := range splitList(cfg.EtcdEndpoints) {
+			if u, err := url.Parse(e); err != nil || u.Scheme != "http" || u.Hostname() != etcdName || u.Port() != etcdPort {
+				bad("%s --etcd-endpoints %s: want http://%s:%s, the etcd service", name, e, etcdName, etcdPort)
+			}
+		}
+		if d, ok := s.DependsOn[etcdName]; !ok || d.Condition != types.ServiceConditionHealthy {
+			bad("%s does not wait for etcd to be healthy (depends_on %+v)", name, s.DependsOn)
+		}
+		_, port, err := net.SplitHostPort(cfg.Addr)
+		if err != nil {
+			bad("%s --addr %s: %v", name, cfg.Addr, err)
+			continue
+		}
+		if u, err := url.Parse(cfg.AdvertiseURL); err != nil || u.Scheme != "http" || u.Hostname() != name || u.Port() != port || strings.Trim(u.Path, "/") != "" {
+			bad("%s --advertise-url %q, want http://%s:%s: followers name it to clients, who reach the leader by its service name and container port", name, cfg.AdvertiseURL, name, port)
+		}
+		if len(s.Ports) != 1 || strconv.Itoa(int(s.Ports[0].Target)) != port || s.Ports[0].HostIP != "127.0.0.1" || s.Ports[0].Published == "" {
+			bad("%s listens on %s and publishes %+v; want that port on 127.0.0.1 only", name, port, s.Ports)
+		}
+		nport, _ := strconv.Atoi(port)
+		routers[name] = nport
+	}
+	if len(routers) < 2 {
+		bad("the ha profile runs %d router(s) on etcd (%v); want at least two", len(routers), slices.Sorted(maps.Keys(routers)))
+	}
+	slices.Sort(prefixes)
+	if prefixes = slices.Compact(prefixes); len(prefixes) > 1 {
+		bad("the replicas use different --etcd-prefix values %v: they would not share a registration or a leader", prefixes)
+	}
+
+	// The registration: one one-shot curl job in the profile that sends
+	// deploy/'s files to one replica, after that replica is up (not ready:
+	// a follower never is).
+	var regs []string
+	for name, s := range p.Services {
+		if !usesBinary(s) && slices.Contains(s.Profiles, "ha") && strings.Contains(strings.Join(s.Command, " "), "/deploy/policies.json") {
+			regs = append(regs, name)
+		}
+	}
+	if len(regs) != 1 {
+		return append(problems, fmt.Sprintf("want one registration job in the ha profile, have %v", regs))
+	}
+	reg := p.Services[regs[0]]
+	script := strings.Join(reg.Command, " ")
+	target := ""
+	for name, port := range routers {
+		if strings.Contains(script, fmt.Sprintf("http://%s:%d/", name, port)) {
+			target = name
+		}
+	}
+	if target == "" {
+		return append(problems, fmt.Sprintf("%s registers through none of the replicas %v:\n%s", regs[0], routers, script))
+	}
+	base := fmt.Sprintf("http://%s:%d", target, routers[target])
+	for _, want := range []string{
+		base + "/healthz",
+		"-X PUT " + base + "/policies", "-X PUT " + base + "/topology",
+		"@/deploy/policies.json", "@/deploy/topology.json",
+	} {
+		if !strings.Contains(script, want) {
+			bad("%s's command lacks %q:\n%s", regs[0], want, script)
+		}
+	}
+	if strings.Contains(script, "/readyz") {
+		bad("%s waits on /readyz, which only the leader passes; wait on /healthz", regs[0])
+	}
+	if reg.Restart != "no" {
+		bad("%s restarts (%q); it is a one-shot job", regs[0], reg.Restart)
+	}
+	deps := slices.Collect(maps.Keys(reg.DependsOn))
+	for _, want := range append([]string{target}, slices.Collect(maps.Keys(fakePolicies(tb, p)))...) {
+		if !slices.Contains(deps, want) {
+			bad("%s does not depend on %s (depends_on %v)", regs[0], want, slices.Sorted(slices.Values(deps)))
+		}
+	}
+	if !slices.ContainsFunc(reg.Volumes, func(v types.ServiceVolumeConfig) bool {
+		return v.Target == "/deploy" && v.Source == filepath.Join(mustAbs(tb, composeRoot), "deploy")
+	}) {
+		bad("%s does not mount ./deploy at /deploy: %+v", regs[0], reg.Volumes)
+	}
+	return problems
+}
+
+// TestComposeHA checks the "ha" profile, and that it is off by default.
+func TestComposeHA(t *testing.T) {
+	for _, problem := range haProblems(t, loadCompose(t, "ha")) {
+		t.Error(problem)
+	}
+	for name, s := range loadCompose(t).Services {
+		if slices.Contains([]string{"etcd", "router-a", "router-b", "register-ha"}, name) || (usesBinary(s) && slices.Contains(s.Command, "etcd")) {
+			t.Errorf("%s runs without the ha profile", name)
+		}
+	}
+}
+
+// TestComposeHAChecksFail breaks the ha profile one way at a time and
+// expects haProblems to say so, so that the checks above cannot pass
+// vacuously.
+func TestComposeHAChecksFail(t *testing.T) {
+	// replaceArg returns args with the value of --name replaced.
+	replaceArg := func(args types.ShellCommand, name, value string) types.ShellCommand {
+		out := slices.Clone(args)
+		for i, a := range out {
+			if a == name && i+1 < len(out) {
+				out[i+1] = value
+			}
+		}
+		return out
+	}
+	editService := func(name string, edit func(*types.ServiceConfig)) func(*types.Project) {
+		return func(p *types.Project) {
+			s, ok := p.Services[name]
+			if !ok {
+				t.Fatalf("no service %s", name)
+			}
+			edit(&s)
+			p.Services[name] = s
+		}
+	}
+	cases := map[string]func(*types.Project){
+		"endpoint names another service": editService("router-b", func(s *types.ServiceConfig) {
+			s.Command = replaceArg(s.Command, "--etcd-endpoints", "http://etcd-0:2379")
+		}),
+		"endpoint on the peer port": editService("router-a", func(s *types.ServiceConfig) {
+			s.Command = replaceArg(s.Command, "--etcd-endpoints", "http://etcd:2380")
+		}),
+		"advertise names the other replica": editService("router-b", func(s *types.ServiceConfig) {
+			s.Command = replaceArg(s.Command, "--advertise-url", "http://router-a:8080")
+		}),
+		"advertise names the published port": editService("router-a", func(s *types.ServiceConfig) {
+			s.Command = replaceArg(s.Command, "--advertise-url", "http://router-a:8081")
+		}),
+		"advertise is the host's loopback": editService("router-a", func(s *types.ServiceConfig) {
+			s.Command = replaceArg(s.Command, "--advertise-url", "http://127.0.0.1:8081")
+		}),
+		"a replica with a data dir": editService("router-a", func(s *types.ServiceConfig) {
+			s.Command = append(slices.Clone(s.Command), "--data-dir", "/data")
+		}),
+		"a replica on another prefix": editService("router-b", func(s *types.ServiceConfig) {
+			s.Command = append(slices.Clone(s.Command), "--etcd-prefix", "/other/")
+		}),
+		"a replica not waiting for etcd's health": editService("router-a", func(s *types.ServiceConfig) {
+			s.DependsOn = types.DependsOnConfig{"etcd": {Condition: types.ServiceConditionStarted, Required: true}}
+		}),
+		"a replica published on every interface": editService("router-b", func(s *types.ServiceConfig) {
+			s.Ports = []types.ServicePortConfig{{Target: 8080, Published: "8082", Protocol: "tcp"}}
+		}),
+		"both replicas on one host port": editService("router-b", func(s *types.ServiceConfig) {
+			s.Ports = []types.ServicePortConfig{{HostIP: "127.0.0.1", Target: 8080, Published: "8081", Protocol: "tcp"}}
+		}),
+		"one replica": func(p *types.Project) { delete(p.Services, "router-b") },
+		"etcd without a healthcheck": editService("etcd", func(s *types.ServiceConfig) {
+			s.HealthCheck = nil
+		}),
+		"etcd advertising localhost": editService("etcd", func(s *types.ServiceConfig) {
+			s.Command = replaceArg(s.Command, "--advertise-client-urls", "http://localhost:2379")
+		}),
+		"etcd on its container's loopback": editService("etcd", func(s *types.ServiceConfig) {
+			s.Command = replaceArg(s.Command, "--listen-client-urls", "http://127.0.0.1:2379")
+		}),
+		"etcd at another version": editService("etcd", func(s *types.ServiceConfig) {
+			s.Image = "gcr.io/etcd-development/etcd:v3.5.0"
+		}),
+		"registration through no replica": editService("register-ha", func(s *types.ServiceConfig) {
+			s.Command = types.ShellCommand{strings.ReplaceAll(strings.Join(s.Command, " "), "router-a:", "router:")}
+		}),
+		"registration waiting for readiness": editService("register-ha", func(s *types.ServiceConfig) {
+			s.Command = types.ShellCommand{strings.ReplaceAll(strings.Join(s.Command, " "), "/healthz", "/readyz")}
+		}),
+		"registration before the policies": editService("register-ha", func(s *types.ServiceConfig) {
+			delete(s.DependsOn, "policy-b")
+		}),
+	}
+	for name, breakIt := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := loadCompose(t, "ha")
+			breakIt(p)
+			if problems := haProblems(t, p); len(problems) == 0 {
+				t.Error("haProblems found nothing wrong")
+			} else {
+				t.Logf("found: %s", strings.Join(problems, "; "))
+			}
+		})
 	}
 }
