@@ -147,8 +147,24 @@ func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
 	}
 	held := int(sel["index"].(float64))
 	busy[held].Store(true)
+	// The other two are handed out too, and a fourth /select waits: when
+	// the leader stops leading, the wait ends with not_leader.
+	for range 2 {
+		if code, _, s := post(t, leader.url, "/select", map[string]any{"timeout_ms": 2000, "router": "simple"}); code != http.StatusOK {
+			t.Fatalf("leader /select = %d %v", code, s)
+		}
+	}
+	waiting := make(chan map[string]any, 1)
+	go func() {
+		_, _, body := post(t, leader.url, "/select", map[string]any{"timeout_ms": 30000, "router": "simple"})
+		waiting <- body
+	}()
+	waitFor(t, "a waiting /select", func() bool { return leader.app.State.Stats().Waiters == 1 })
 
 	leader.stop()
+	if e, _ := (<-waiting)["error"].(map[string]any); e["code"] != api.CodeNotLeader {
+		t.Errorf("a /select waiting when the leader stopped leading got %v; want not_leader", e)
+	}
 	newLeader, _ := leaderOf(t, follower)
 	if newLeader != follower {
 		t.Fatal("the follower did not take over")

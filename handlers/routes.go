@@ -152,6 +152,10 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		// The caller left while waiting; Select consumed nothing and there
 		// is nobody to answer.
 		return
+	case errors.Is(err, routing.ErrReset):
+		// This replica stopped leading while the call waited.
+		s.writeNotLeader(w, r)
+		return
 	case errors.Is(err, context.DeadlineExceeded) && !s.State.AnyFresh(req.MinVersion):
 		s.writeError(w, r, errorf(api.CodeNoFreshPolicy, "no policy with a fresh enough weight version (at least "+
 			strconv.FormatInt(minVersion(s.State, req.MinVersion), 10)+") became idle within "+wait.String()))

@@ -201,18 +201,26 @@ func (s *Server) leaderOnly(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		leading, leader := s.Leader()
-		if leading {
+		if leading, _ := s.Leader(); leading {
 			next.ServeHTTP(w, r)
 			return
 		}
-		e := errorf(api.CodeNotLeader, "this replica does not route: no leader is elected yet; retry, or try another replica")
-		if leader != "" {
-			w.Header().Set(api.LeaderHeader, leader)
-			e.Message, e.Leader = "this replica does not route: send routing requests to the leader, "+leader, leader
-		}
-		s.writeError(w, r, e)
+		s.writeNotLeader(w, r)
 	})
+}
+
+// writeNotLeader answers 503 not_leader, naming the leader if one is known.
+func (s *Server) writeNotLeader(w http.ResponseWriter, r *http.Request) {
+	var leader string
+	if s.Leader != nil {
+		_, leader = s.Leader()
+	}
+	e := errorf(api.CodeNotLeader, "this replica does not route: no leader is elected yet; retry, or try another replica")
+	if leader != "" {
+		w.Header().Set(api.LeaderHeader, leader)
+		e.Message, e.Leader = "this replica does not route: send routing requests to the leader, "+leader, leader
+	}
+	s.writeError(w, r, e)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -106,11 +106,17 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Selection, erro
 
 	select {
 	case <-w.ch:
+		if w.err != nil {
+			return Selection{}, w.err
+		}
 		return w.sel, nil
 	case <-ctx.Done():
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if w.err != nil {
+		return Selection{}, w.err // ended, and removed, by Reset
+	}
 	if w.granted == nil {
 		st.waiters.remove(w)
 		return Selection{}, ctx.Err()

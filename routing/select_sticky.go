@@ -64,6 +64,9 @@ func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector
 	defer timer.Stop()
 	select {
 	case <-w.ch:
+		if w.err != nil {
+			return Selection{}, true, w.err
+		}
 		st.sticky.count(natural)
 		return w.sel, true, nil
 	case <-timer.C:
@@ -72,6 +75,8 @@ func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	switch {
+	case w.err != nil:
+		return Selection{}, true, w.err // ended, and removed, by Reset
 	case w.granted == nil:
 		rt.stickyWaiters.remove(w)
 		if err := ctx.Err(); err != nil {

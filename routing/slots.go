@@ -88,6 +88,7 @@ type waiter struct {
 	minVersion int64         // the weight-version floor its policy must meet
 	sel        Selection
 	granted    *slot
+	err        error // why the wait was ended without a slot (ErrReset)
 }
 
 type waiterList struct {

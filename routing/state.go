@@ -21,6 +21,9 @@ var (
 	// ErrOverloaded: Select would have to wait, and Options.MaxWaiters
 	// calls are waiting already.
 	ErrOverloaded = errors.New("too many /select calls waiting")
+	// ErrReset: Reset ended the wait of a Select (the router stopped
+	// leading, or took over).
+	ErrReset = errors.New("routing state reset while waiting")
 )
 
 // DefaultMaxWaiters is the default of Options.MaxWaiters.
@@ -249,7 +252,9 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 	if err != nil {
 		return err
 	}
-	st.update(snap, false)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.updateLocked(snap, false)
 	return nil
 }
 
@@ -260,18 +265,28 @@ func (st *State) Update(policies []Policy, topo Topology) error {
 // until the policy itself says it is idle; one that stops leading resets
 // so that it holds no leases.
 func (st *State) Reset() {
-	prev := st.snap.Load()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// Under mu, so that no Update comes between reading the published
+	// snapshot and replacing it. Resets are rare: the snapshot's rings are
+	// built under the lock.
+	prev := st.ledger.snap
 	snap, err := newSnapshot(prev.policies, prev.topology)
 	if err != nil {
 		panic("routing: published snapshot rejected: " + err.Error())
 	}
-	st.update(snap, true)
+	st.updateLocked(snap, true)
 }
 
-// update publishes snap; with reset, no policy keeps its live state.
-func (st *State) update(snap *Snapshot, reset bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
+// updateLocked publishes snap; with reset, no policy keeps its live state
+// and every waiting Select ends with ErrReset. Caller must hold mu.
+func (st *State) updateLocked(snap *Snapshot, reset bool) {
+	if reset {
+		st.endWaitersLocked(&st.waiters)
+		for _, rt := range st.runtimes {
+			st.endWaitersLocked(&rt.stickyWaiters)
+		}
+	}
 
 	// Idle slots in deque order, to be put back in that order.
 	var requeue []*slot
@@ -349,6 +364,16 @@ func (st *State) update(snap *Snapshot, reset bool) {
 		if !any {
 			break
 		}
+	}
+}
+
+// endWaitersLocked ends every wait in l with ErrReset. Caller must hold mu.
+func (st *State) endWaitersLocked(l *waiterList) {
+	for l.head != nil {
+		w := l.head
+		l.remove(w)
+		w.err = ErrReset
+		close(w.ch)
 	}
 }
 

@@ -376,7 +376,22 @@ func TestResetForgetsLeasesAndWaitsForAnswers(t *testing.T) {
 		answer(t, st, i, clock.Now(), true)
 	}
 	held := mustSelect(t, st, SelectIdle, "")
+	mustSelect(t, st, SelectIdle, "")
+	mustSelect(t, st, SelectIdle, "")
+	// A Select waiting when the state resets ends with ErrReset.
+	waited := make(chan error, 1)
+	go func() {
+		_, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle})
+		waited <- err
+	}()
+	waitForWaiters(t, st, 1)
 	st.Reset()
+	if err := <-waited; !errors.Is(err, ErrReset) {
+		t.Errorf("a Select waiting across Reset = %v, want ErrReset", err)
+	}
+	if n := st.Stats().Waiters; n != 0 {
+		t.Errorf("%d waiters after Reset, want 0", n)
+	}
 	for _, ps := range st.Stats().Policies {
 		if ps.State != StateUnknown || ps.Inflight != 0 {
 			t.Errorf("policy %d after Reset: %s, %d in flight; want %s, 0", ps.Policy.Index, ps.State, ps.Inflight, StateUnknown)
@@ -392,9 +407,10 @@ func TestResetForgetsLeasesAndWaitsForAnswers(t *testing.T) {
 		t.Errorf("Unprobed after Reset = %d of %d, want 3 of 3", n, total)
 	}
 	clock.Advance(time.Second)
+	other := (held.Policy.Index + 1) % 3
 	answer(t, st, held.Policy.Index, clock.Now(), false)
-	answer(t, st, 1, clock.Now(), true)
-	if sel := mustSelect(t, st, SelectIdle, ""); sel.Policy.Index != 1 {
-		t.Errorf("after Reset got policy %d, want 1, the one that answered idle", sel.Policy.Index)
+	answer(t, st, other, clock.Now(), true)
+	if sel := mustSelect(t, st, SelectIdle, ""); sel.Policy.Index != other {
+		t.Errorf("after Reset got policy %d, want %d, the one that answered idle", sel.Policy.Index, other)
 	}
 }
