@@ -77,6 +77,8 @@ func (a *App) campaign(ctx context.Context, ttl int) error {
 	if err := el.Campaign(term, a.Config.AdvertiseURL); err != nil {
 		return fmt.Errorf("campaign: %w", err)
 	}
+	// Update documents are written only while this key stands.
+	a.etcd.Fence(el.Key(), el.Rev())
 	a.lead(term)
 	if ctx.Err() == nil {
 		return fmt.Errorf("etcd session lost (leader ttl %ds)", ttl)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -50,7 +51,19 @@ type Etcd struct {
 	cli    *clientv3.Client
 	prefix string
 	logger *slog.Logger
+	fence  atomic.Pointer[fence]
 }
+
+// fence is a key that must still exist, created at rev, for an update
+// document to be written: the writer's election key.
+type fence struct {
+	key string
+	rev int64
+}
+
+// ErrFenced is returned by PutUpdate when the fence set by Fence no longer
+// holds: the writer is no longer the leader.
+var ErrFenced = errors.New("this replica no longer leads: the write was fenced off")
 
 var _ Store = (*Etcd)(nil)
 
@@ -203,10 +216,28 @@ func (e *Etcd) Apply(ctx context.Context, ifRevision int64, c Change) (int64, er
 	}
 }
 
-// PutUpdate implements Store.
+// Fence makes every later PutUpdate conditional on key still existing with
+// create revision rev: the leader's election key (concurrency.Election's
+// Key and Rev). Only the leader runs rolling updates; fenced, a replica
+// that lost its leadership cannot overwrite what its successor writes.
+func (e *Etcd) Fence(key string, rev int64) { e.fence.Store(&fence{key: key, rev: rev}) }
+
+// PutUpdate implements Store; ErrFenced when the fence no longer holds.
 func (e *Etcd) PutUpdate(ctx context.Context, id string, doc []byte) error {
-	if _, err := e.cli.Put(ctx, e.keyUpdates()+id, string(doc)); err != nil {
+	put := clientv3.OpPut(e.keyUpdates()+id, string(doc))
+	f := e.fence.Load()
+	if f == nil {
+		if _, err := e.cli.Do(ctx, put); err != nil {
+			return fmt.Errorf("store: put update %q: %w", id, err)
+		}
+		return nil
+	}
+	resp, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(f.key), "=", f.rev)).Then(put).Commit()
+	if err != nil {
 		return fmt.Errorf("store: put update %q: %w", id, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("store: put update %q: %w", id, ErrFenced)
 	}
 	return nil
 }

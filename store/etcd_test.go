@@ -36,3 +36,31 @@ func TestEtcdReplicasShareThePrefix(t *testing.T) {
 	}
 	wantPolicies(t, a, []routing.Policy{testPolicy(0), testPolicy(1)})
 }
+
+// A fenced PutUpdate writes only while the fence key stands, as created:
+// a deposed leader cannot overwrite its successor's rolling update.
+func TestEtcdFencedUpdates(t *testing.T) {
+	s := openEtcd(t, t.Name())
+	ctx := context.Background()
+	key := s.Prefix() + "leader/a"
+	put, err := s.Client().Put(ctx, key, "http://a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Fence(key, put.Header.Revision)
+	if err := s.PutUpdate(ctx, "u1", []byte(`{"v":1}`)); err != nil {
+		t.Fatalf("PutUpdate while the fence stands: %v", err)
+	}
+	if _, err := s.Client().Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client().Put(ctx, key, "http://b"); err != nil { // another term's key, same name
+		t.Fatal(err)
+	}
+	if err := s.PutUpdate(ctx, "u1", []byte(`{"v":2}`)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("PutUpdate after the fence fell = %v, want ErrFenced", err)
+	}
+	if got := string(mustLoad(t, s).Updates["u1"]); got != `{"v":1}` {
+		t.Errorf("stored update = %s, want the fenced write's predecessor", got)
+	}
+}
