@@ -189,3 +189,81 @@ func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
 		t.Errorf("releasing the old leader's lease = %d %v; want 200 released false", code, rel)
 	}
 }
+
+func getJSON(t *testing.T, url, path string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Get(url + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// A rolling update the leader started continues on the replica that takes
+// over, from the state stored in etcd, and ends with every policy at the
+// new version.
+func TestRollingUpdateContinuesAfterFailOver(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	gate := make(chan struct{})
+	var actions, blocked atomic.Int32
+	var versions [4]atomic.Int64
+	var policies [4]*httptest.Server
+	for i := range policies {
+		policies[i] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/update" {
+				// The first action completes; the others wait for the gate
+				// (or for their sender to give up).
+				if actions.Add(1) > 1 {
+					blocked.Add(1)
+					select {
+					case <-gate:
+					case <-r.Context().Done():
+						return
+					}
+				}
+				versions[i].Store(8)
+				return
+			}
+			fmt.Fprintf(w, `{"idle": true, "version": %d}`, versions[i].Load())
+		}))
+		defer policies[i].Close()
+	}
+	a := startReplica(t, etcd.Endpoint, "/ha-update/")
+	b := startReplica(t, etcd.Endpoint, "/ha-update/")
+	leader, followers := leaderOf(t, a, b)
+	for i, p := range policies {
+		if code, _, body := post(t, followers[0].url, "/policies", map[string]any{"url": p.URL, "index": i}); code != http.StatusCreated {
+			t.Fatalf("register: %d %v", code, body)
+		}
+	}
+	waitFor(t, "the leader to route all four", func() bool {
+		return len(leader.app.State.Snapshot().Policies()) == 4 && leader.app.Ready() == nil
+	})
+	code, _, u := post(t, leader.url, "/updates", map[string]any{"version": 8, "max_unavailable": 1, "action": map[string]any{"path": "/update"}})
+	if code != http.StatusAccepted {
+		t.Fatalf("POST /updates = %d %v", code, u)
+	}
+	id, _ := u["id"].(string)
+	waitFor(t, "the second wave's action to be in flight", func() bool { return blocked.Load() >= 1 })
+
+	leader.stop()
+	next, _ := leaderOf(t, followers[0])
+	close(gate)
+	var last map[string]any
+	waitFor(t, "the update to end on the new leader", func() bool {
+		code, body := getJSON(t, next.url, "/updates/"+id)
+		last = body
+		return code == http.StatusOK && body["state"] != "running"
+	})
+	if last["state"] != "succeeded" {
+		t.Fatalf("update %s ended %v on the new leader: %v", id, last["state"], last)
+	}
+	for i := range versions {
+		if v := versions[i].Load(); v != 8 {
+			t.Errorf("policy %d at version %d, want 8", i, v)
+		}
+	}
+}
