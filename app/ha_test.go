@@ -15,6 +15,8 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/internal/etcdtest"
+	"github.com/policyrouter/policyrouter/internal/testpki"
+	"github.com/policyrouter/policyrouter/registry"
 )
 
 // replica is one router of several on an etcd store, served over HTTP.
@@ -265,5 +267,33 @@ func TestRollingUpdateContinuesAfterFailOver(t *testing.T) {
 		if v := versions[i].Load(); v != 8 {
 			t.Errorf("policy %d at version %d, want 8", i, v)
 		}
+	}
+}
+
+// Routers reach an etcd that requires client certificates with --etcd-ca,
+// --etcd-cert and --etcd-key, and are refused without a certificate.
+func TestEtcdOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "etcd-ca")
+	certFile, keyFile := ca.Server(t, "etcd").Write(t, dir, "etcd")
+	caFile := ca.WriteCert(t, dir, "ca")
+	clientCert, clientKey := ca.Client(t, "router").Write(t, dir, "router")
+	etcd := etcdtest.StartTLS(t, &etcdtest.TLS{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile})
+
+	cfg := Config{Store: StoreEtcd, EtcdEndpoints: []string{etcd.Endpoint}, AdvertiseURL: "http://127.0.0.1:1",
+		EtcdCA: caFile, EtcdCert: clientCert, EtcdKey: clientKey, Logger: slog.New(slog.DiscardHandler)}
+	a, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New over mutual TLS: %v", err)
+	}
+	if _, _, err := a.Registry.Register(context.Background(), registry.Spec{URL: "http://10.0.0.1:8000"}); err != nil {
+		t.Errorf("Register over mutual TLS: %v", err)
+	}
+	_ = a.Close()
+
+	cfg.EtcdCert, cfg.EtcdKey = "", ""
+	if a, err := New(context.Background(), cfg); err == nil {
+		_ = a.Close()
+		t.Error("New without a client certificate succeeded against an etcd that requires one")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
 )
@@ -23,10 +24,23 @@ type Server struct {
 	Endpoint string // the client URL, http://127.0.0.1:<port>
 }
 
+// TLS makes a server serve its clients over HTTPS and require a client
+// certificate: PEM files of its certificate and key, and of the CA that
+// signs client certificates.
+type TLS struct {
+	CertFile, KeyFile, ClientCAFile string
+}
+
 // Start starts a server (see StartServer) and stops it when tb ends.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	s, err := StartServer()
+	return StartTLS(tb, nil)
+}
+
+// StartTLS is Start, over TLS with client certificates when tc is set.
+func StartTLS(tb testing.TB, tc *TLS) *Server {
+	tb.Helper()
+	s, err := startServer(tc)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -37,7 +51,9 @@ func Start(tb testing.TB) *Server {
 // StartServer starts an etcd server with its data in a new temporary
 // directory, removed by Stop. It is for a TestMain that shares one server
 // between a package's tests; Start is for one test.
-func StartServer() (*Server, error) {
+func StartServer() (*Server, error) { return startServer(nil) }
+
+func startServer(tc *TLS) (*Server, error) {
 	dir, err := os.MkdirTemp("", "policyrouter-etcd-")
 	if err != nil {
 		return nil, err
@@ -53,6 +69,10 @@ func StartServer() (*Server, error) {
 	peer, err := freeURL()
 	if err != nil {
 		return nil, err
+	}
+	if tc != nil {
+		client.Scheme = "https"
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: tc.CertFile, KeyFile: tc.KeyFile, TrustedCAFile: tc.ClientCAFile, ClientCertAuth: true}
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
