@@ -296,9 +296,20 @@ type Stats struct {
 	Sticky     StickyStats   `json:"sticky"`
 	// Update summarises the running rolling update, else the latest one;
 	// null when there has been none.
-	Update        *UpdateSummary `json:"update"`
-	UptimeSeconds float64        `json:"uptime_seconds"`
+	Update *UpdateSummary `json:"update"`
+	// Replica says, for one of several routers on an etcd store, whether
+	// it leads and which one does; null for a router on a store of its own.
+	Replica       *ReplicaStats `json:"replica"`
+	UptimeSeconds float64       `json:"uptime_seconds"`
 	Time          time.Time      `json:"time"`
+}
+
+// ReplicaStats is the leadership of one of several routers.
+type ReplicaStats struct {
+	// Leading is true on the leader, the replica that routes and polls.
+	Leading bool `json:"leading"`
+	// Leader is the leader's advertised URL; empty while none is elected.
+	Leader string `json:"leader"`
 }
 
 // WeightsRequest is the body of PUT /weights: the trainer's current weight

@@ -363,6 +363,9 @@
     }
     setText($("router"), s.router ? "router: " + s.router : "");
     $("router").hidden = !s.router;
+    const replica = s.replica;
+    setText($("replica"), !replica ? "" : replica.leading ? "leader" : "follower · leader " + (replica.leader || "not elected"));
+    $("replica").hidden = !replica;
     setText($("f-policies"), fmtCount(tot.policies || 0));
     const r = totalRate.add(now, (tot.selected_total || 0) + (tot.assigned_total || 0));
     setText($("f-rate"), fmtRate(r));

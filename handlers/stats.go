@@ -29,6 +29,10 @@ func (s *Server) buildStats() api.Stats {
 		UptimeSeconds: now.Sub(s.started).Seconds(),
 		Time:          now.UTC(),
 	}
+	if s.Leader != nil {
+		leading, leader := s.Leader()
+		out.Replica = &api.ReplicaStats{Leading: leading, Leader: leader}
+	}
 	if s.Updates != nil {
 		if u, ok := s.Updates.Latest(); ok {
 			a := updateToAPI(u)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/api"
 )
 
 // runBinary runs the built binary with args and returns its exit code,
@@ -104,5 +106,26 @@ func TestStatusCommand(t *testing.T) {
 	code, _, stderr = runCLI(t, "status", "--url", "http://127.0.0.1:1")
 	if code != 2 || !strings.Contains(stderr, "127.0.0.1:1") {
 		t.Errorf("status of no router: exit %d, %s", code, stderr)
+	}
+}
+
+// status says which replica leads when the router is one of several.
+func TestStatusNamesTheLeader(t *testing.T) {
+	for _, c := range []struct {
+		replica *api.ReplicaStats
+		want    string
+	}{
+		{nil, ""},
+		{&api.ReplicaStats{Leading: true, Leader: "http://a:8080"}, "replica: the leader"},
+		{&api.ReplicaStats{Leader: "http://a:8080"}, "the leader is http://a:8080"},
+		{&api.ReplicaStats{}, "no leader is elected"},
+	} {
+		var out strings.Builder
+		if err := printStatus(&out, api.Stats{Replica: c.replica}); err != nil {
+			t.Fatal(err)
+		}
+		if got := out.String(); (c.want == "") != !strings.Contains(got, "replica:") || !strings.Contains(got, c.want) {
+			t.Errorf("status with replica %+v:\n%s\nwant a line with %q", c.replica, got, c.want)
+		}
 	}
 }

@@ -145,5 +145,16 @@ func printStatus(w io.Writer, s api.Stats) error {
 	t := s.Totals
 	_, err := fmt.Fprintf(w, "%d policies: %d idle, %d busy, %d unhealthy, %d draining, %d unknown; %d waiters, %d leases\n",
 		t.Policies, t.Idle, t.Busy, t.Unhealthy, t.Draining, t.Unknown, s.Waiters, s.Leases)
+	if err != nil || s.Replica == nil {
+		return err
+	}
+	switch {
+	case s.Replica.Leading:
+		_, err = fmt.Fprintln(w, "replica: the leader (it routes and polls)")
+	case s.Replica.Leader != "":
+		_, err = fmt.Fprintf(w, "replica: a follower (it does not poll: policies show unknown); the leader is %s\n", s.Replica.Leader)
+	default:
+		_, err = fmt.Fprintln(w, "replica: a follower; no leader is elected")
+	}
 	return err
 }
