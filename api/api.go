@@ -301,7 +301,7 @@ type Stats struct {
 	// it leads and which one does; null for a router on a store of its own.
 	Replica       *ReplicaStats `json:"replica"`
 	UptimeSeconds float64       `json:"uptime_seconds"`
-	Time          time.Time      `json:"time"`
+	Time          time.Time     `json:"time"`
 }
 
 // ReplicaStats is the leadership of one of several routers.
