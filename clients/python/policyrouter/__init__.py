@@ -17,6 +17,7 @@ from .errors import (  # noqa: E402
     AuthError,
     Conflict,
     NotFound,
+    NotLeader,
     PolicyRouterError,
     Unavailable,
     ValidationError,
@@ -35,5 +36,6 @@ __all__ = [
     "NotFound",
     "Conflict",
     "Unavailable",
+    "NotLeader",
     "__version__",
 ]

@@ -16,6 +16,17 @@ Retries are limited to what is safe to repeat:
   ``register_policy`` with an explicit ``index`` or ``id`` is the
   exception: the server treats an identical re-registration of an index or
   id as a no-op (200), so it is retried like a PUT.
+
+Several routers (replicas on one etcd, of which the elected leader routes):
+give the client every replica's URL. A follower answers routing calls 503
+``not_leader`` naming the leader; nothing was done, so the client sends the
+call again to the leader, whatever the method. A replica that refuses the
+connection (the request was never sent) is skipped for the next one. Both
+are followed for at most ``failover_timeout`` seconds, enough for an
+election (the leader TTL, 2 s by default, plus a probe round). A ``/select``
+whose request may have reached a replica that then failed is *not* sent
+again: a lease may have been issued. After a fail-over the old leader's
+leases are void: releasing one answers ``released: false``.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import json
 import numbers
 import random
+import threading
 import time
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -31,7 +43,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from . import __version__
-from .errors import Unavailable, error_from_response
+from .errors import NotLeader, Unavailable, error_from_response
 
 __all__ = ["Client", "RegisteredPolicy", "request_was_not_sent"]
 
@@ -107,7 +119,10 @@ class Client:
 
     Args:
         base_url: the server, e.g. ``"http://127.0.0.1:8080"`` (a path
-            prefix, for a server behind a proxy, is kept).
+            prefix, for a server behind a proxy, is kept), or a list of the
+            URLs of several replicas on one etcd: the client then sends
+            calls to the leader, following ``not_leader`` answers and
+            skipping replicas that refuse connections (see the module docs).
         token: a bearer token (``policyrouter token`` mints one); sent as
             ``Authorization: Bearer <token>`` when given.
         timeout: seconds to connect and to wait for an answer; a
@@ -131,6 +146,9 @@ class Client:
             (``--tls-client-ca``): the path of a PEM file holding the
             certificate and its key, or a ``(cert_file, key_file)`` tuple.
             Bearer tokens still apply on top of it.
+        failover_timeout: seconds for which one call follows ``not_leader``
+            answers and refused connections from replica to replica before
+            the last error is raised.
 
     ``verify`` and ``cert``, when given, are passed to every ``requests``
     call, so they win over a given ``session``'s settings (and a CA file or
@@ -145,7 +163,7 @@ class Client:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: Union[str, Sequence[str]],
         token: Optional[str] = None,
         timeout: Timeout = 10.0,
         session: Optional[requests.Session] = None,
@@ -156,12 +174,25 @@ class Client:
         pool_maxsize: int = 32,
         verify: Union[bool, str, None] = None,
         cert: Union[str, Tuple[str, str], None] = None,
+        failover_timeout: float = 15.0,
     ) -> None:
-        if not base_url or "://" not in base_url:
-            raise ValueError(f"base_url must be an absolute URL like http://127.0.0.1:8080, not {base_url!r}")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("base_url must be a URL or a non-empty list of URLs")
+        for u in urls:
+            if not isinstance(u, str) or "://" not in u:
+                raise ValueError(f"base_url must be an absolute URL like http://127.0.0.1:8080, not {u!r}")
         if retries < 0:
             raise ValueError("retries must be >= 0")
-        self.base_url = base_url.rstrip("/")
+        if failover_timeout < 0:
+            raise ValueError("failover_timeout must be >= 0")
+        #: Every replica's URL, in the order given.
+        self.base_urls: List[str] = [u.rstrip("/") for u in urls]
+        #: The URL calls go to: the first, then the replica that last
+        #: answered (the leader, when there are several).
+        self.base_url = self.base_urls[0]
+        self.failover_timeout = float(failover_timeout)
+        self._url_lock = threading.Lock()
         self.token = token
         self.timeout = timeout
         self.retries = int(retries)
@@ -199,6 +230,8 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
+        if len(self.base_urls) > 1:
+            return f"Client({self.base_urls!r}, current={self.base_url!r})"
         return f"Client({self.base_url!r})"
 
     # -- registration ----------------------------------------------------
@@ -484,8 +517,9 @@ class Client:
 
     def readyz(self) -> Dict[str, Any]:
         """``GET /readyz``: ``{"status": "ok"}``; raises Unavailable when the
-        server is not ready (after the usual retries)."""
-        return self._request("GET", "/readyz").json()
+        server is not ready (after the usual retries), and NotLeader at once
+        from a follower replica (only the leader is ready)."""
+        return self._request("GET", "/readyz", follow_leader=False).json()
 
     # -- plumbing --------------------------------------------------------
 
@@ -513,6 +547,14 @@ class Client:
             delay = max(delay, retry_after)
         return min(delay, self.max_backoff)
 
+    def _next_url(self, base: str) -> str:
+        """The replica after base in base_urls (the first for a URL not in
+        it, such as a leader's advertised URL)."""
+        try:
+            return self.base_urls[(self.base_urls.index(base) + 1) % len(self.base_urls)]
+        except ValueError:
+            return self.base_urls[0]
+
     def _request(
         self,
         method: str,
@@ -522,6 +564,7 @@ class Client:
         idempotent: Optional[bool] = None,
         extra_read_s: float = 0.0,
         missing_ok_on_retry: bool = False,
+        follow_leader: bool = True,
     ) -> requests.Response:
         """Send one API call, with the retries the module docs describe;
         return the 2xx response or raise."""
@@ -531,13 +574,16 @@ class Client:
         headers = dict(self._headers)
         # One id for every attempt of this call, so server logs tie them up.
         headers["X-Request-ID"] = uuid.uuid4().hex
-        url = self.base_url + path
+        with self._url_lock:
+            base = self.base_url
         timeout = self._timeouts(extra_read_s)
         attempt = 0
         maybe_done = False  # an earlier attempt may have reached the server
+        hops = 0  # moves to another replica, bounded by failover_timeout
+        failover_until: Optional[float] = None
         while True:
             try:
-                resp = self.session.request(method, url, data=data, headers=headers,
+                resp = self.session.request(method, base + path, data=data, headers=headers,
                                             timeout=timeout, allow_redirects=False, **self._tls)
             except requests.exceptions.RequestException as exc:
                 not_sent = request_was_not_sent(exc)
@@ -546,6 +592,17 @@ class Client:
                     and isinstance(exc, requests.exceptions.ConnectionError)
                     and not isinstance(exc, requests.exceptions.SSLError)
                 )
+                if retryable and len(self.base_urls) > 1:
+                    # Another replica may lead: try the next one.
+                    failover_until = failover_until or time.monotonic() + self.failover_timeout
+                    if time.monotonic() < failover_until:
+                        maybe_done = maybe_done or not not_sent
+                        base = self._next_url(base)
+                        hops += 1
+                        if hops % len(self.base_urls) == 0:  # a whole round refused: wait a little
+                            time.sleep(self._delay(hops // len(self.base_urls) - 1, None))
+                        continue
+                    raise
                 if attempt >= self.retries or not retryable:
                     raise
                 maybe_done = maybe_done or not not_sent
@@ -553,10 +610,29 @@ class Client:
                 attempt += 1
                 continue
             if resp.status_code < 300:
+                if base != self.base_url:
+                    with self._url_lock:
+                        self.base_url = base
                 return resp
             if missing_ok_on_retry and maybe_done and resp.status_code == 404:
                 return resp
             err = error_from_response(resp)
+            if isinstance(err, NotLeader) and follow_leader:
+                # Nothing was done: send it again, to the leader.
+                failover_until = failover_until or time.monotonic() + self.failover_timeout
+                if time.monotonic() >= failover_until:
+                    raise err
+                resp.close()
+                leader = (err.leader or "").rstrip("/")
+                if leader and leader != base:
+                    base = leader
+                else:
+                    # No leader named yet (an election is on), or it names
+                    # this replica still: wait a little, try the next one.
+                    time.sleep(min(self._delay(hops, None), max(0.0, failover_until - time.monotonic())))
+                    base = self._next_url(base)
+                hops += 1
+                continue
             if idempotent and resp.status_code in RETRY_STATUSES and attempt < self.retries:
                 retry_after = err.retry_after if isinstance(err, Unavailable) else None
                 maybe_done = True

@@ -28,6 +28,7 @@ __all__ = [
     "NotFound",
     "Conflict",
     "Unavailable",
+    "NotLeader",
     "error_from_response",
     "parse_retry_after",
 ]
@@ -133,6 +134,30 @@ class Unavailable(PolicyRouterError):
         return text
 
 
+class NotLeader(Unavailable):
+    """503 ``not_leader``: the server is a follower replica of several on
+    one etcd; routing is the leader's. Nothing was done, so the request may
+    be sent again, to the leader.
+
+    ``leader`` is the leader's advertised URL, or ``None`` while none is
+    elected.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: Optional[str],
+        message: str,
+        fields: Optional[Mapping[str, str]] = None,
+        request_id: Optional[str] = None,
+        retry_after: Optional[float] = None,
+        leader: Optional[str] = None,
+    ) -> None:
+        super().__init__(status, code, message, fields, request_id, retry_after)
+        self.args = self.args + (leader,)
+        self.leader = leader
+
+
 _BY_STATUS = {
     400: ValidationError,
     422: ValidationError,
@@ -205,6 +230,16 @@ def error_from_response(response: Any) -> PolicyRouterError:
     if not message:
         message = getattr(response, "reason", None) or f"HTTP {status}"
     cls = _BY_STATUS.get(status, PolicyRouterError)
+    if cls is Unavailable and code == "not_leader":
+        leader = None
+        if isinstance(body, dict) and isinstance(body["error"].get("leader"), str):
+            leader = body["error"]["leader"] or None
+        leader = leader or response.headers.get("X-Policyrouter-Leader") or None
+        return NotLeader(
+            status, code, message, fields, request_id,
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            leader=leader,
+        )
     if cls is Unavailable:
         return Unavailable(
             status, code, message, fields, request_id,
