@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -452,8 +454,10 @@ func (r *Registry) checkLocked(ps []routing.Policy, t store.Topology) error {
 }
 
 // maxStaleRetries bounds how often a write is planned again because
-// another replica wrote first.
-const maxStaleRetries = 8
+// another replica wrote first. Between tries the write backs off for a
+// random time of up to 2^try ms (at most 64 ms), so that a replica whose
+// peer writes in a tight loop still gets its turn.
+const maxStaleRetries = 16
 
 // applyLocked stores the change plan makes from r.cur, if it makes one (a
 // nil change writes nothing), and publishes the result. The write is
@@ -468,6 +472,7 @@ func (r *Registry) applyLocked(ctx context.Context, plan func() (*store.Change, 
 		}
 		rev, err := r.store.Apply(ctx, r.cur.Revision, *c)
 		if errors.Is(err, store.ErrStale) && try < maxStaleRetries {
+			time.Sleep(time.Duration(rand.Int64N(int64(time.Millisecond) << min(try, 6))))
 			if err := r.reloadLocked(ctx); err != nil {
 				return err
 			}

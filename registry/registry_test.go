@@ -283,7 +283,7 @@ func TestReplicasOnOneStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(stored.Policies) != 2*each {
-		t.Fatalf("store holds %d policies, want %d: a write was lost", len(stored.Policies), 2*each)
+		t.Fatalf("store holds %d policies, want %d", len(stored.Policies), 2*each)
 	}
 	seen := map[int]bool{}
 	for _, p := range stored.Policies {
