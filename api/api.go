@@ -381,15 +381,16 @@ const (
 	CodeTooLarge         = "payload_too_large" // 413
 	CodeUnsupportedMedia = "unsupported_media_type"
 	// 503 codes: each says why there is no policy to route to.
-	CodeNoPolicies     = "no_policies"     // none registered
-	CodeAllUnavailable = "all_unavailable" // every policy unhealthy, draining or not yet heard from
-	CodeNoIdlePolicy   = "no_idle_policy"  // /select waited timeout_ms and none became idle
-	CodeShuttingDown   = "shutting_down"   // the server is stopping
-	CodeNoFreshPolicy  = "no_fresh_policy" // available policies, none at the weight-version floor
-	CodeOverloaded     = "overloaded"      // /select: too many calls waiting already (--max-waiters)
-	CodeNotReady       = "not_ready"       // /readyz: not ready yet
-	CodeNotLeader      = "not_leader"      // a follower replica: routing is the leader's (ErrorBody.Leader)
-	CodeInternal       = "internal"        // 500: never for bad input
+	CodeNoPolicies     = "no_policies"       // none registered
+	CodeAllUnavailable = "all_unavailable"   // every policy unhealthy, draining or not yet heard from
+	CodeNoIdlePolicy   = "no_idle_policy"    // /select waited timeout_ms and none became idle
+	CodeShuttingDown   = "shutting_down"     // the server is stopping
+	CodeNoFreshPolicy  = "no_fresh_policy"   // available policies, none at the weight-version floor
+	CodeOverloaded     = "overloaded"        // /select: too many calls waiting already (--max-waiters)
+	CodeNotReady       = "not_ready"         // /readyz: not ready yet
+	CodeNotLeader      = "not_leader"        // a follower replica: routing is the leader's (ErrorBody.Leader)
+	CodeStoreDown      = "store_unavailable" // the store (etcd) did not answer; nothing was written
+	CodeInternal       = "internal"          // 500: never for bad input
 )
 
 // ErrorBody is the content of the error envelope.

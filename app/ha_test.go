@@ -297,3 +297,24 @@ func TestEtcdOverMutualTLS(t *testing.T) {
 		t.Error("New without a client certificate succeeded against an etcd that requires one")
 	}
 }
+
+// With etcd gone, an admin write on a replica answers 503
+// store_unavailable after the request timeout, not a hang or a 500, and
+// writes nothing.
+func TestEtcdDownIsStoreUnavailable(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	r := startReplica(t, etcd.Endpoint, "/ha-down/")
+	etcd.Stop()
+	start := time.Now()
+	code, hdr, body := post(t, r.url, "/policies", map[string]any{"url": "http://10.0.0.1:8000"})
+	e, _ := body["error"].(map[string]any)
+	if code != http.StatusServiceUnavailable || e["code"] != api.CodeStoreDown || hdr.Get("Retry-After") == "" {
+		t.Fatalf("POST /policies with etcd down = %d %v; want 503 store_unavailable with Retry-After", code, body)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("the write took %s to fail; the request timeout is 5s", d)
+	}
+	if n := len(r.app.State.Snapshot().Policies()); n != 0 {
+		t.Errorf("%d policies published although nothing was stored", n)
+	}
+}

@@ -54,13 +54,18 @@ func (a *App) runReplica(ctx context.Context) error {
 // (revoking it, so that another replica takes over at once when this one
 // stops in good order).
 func (a *App) campaign(ctx context.Context, ttl int) error {
-	// The session outlives ctx so that Close can still revoke it.
-	sess, err := concurrency.NewSession(a.etcd.Client(), concurrency.WithTTL(ttl), concurrency.WithContext(context.WithoutCancel(ctx)))
+	cli := a.etcd.Client()
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("new session: %w", err)
 	}
 	defer func() {
-		if err := sess.Close(); err != nil {
+		// Revoked, not left to expire, so that another replica takes over
+		// at once; bounded, since etcd may be what failed.
+		sess.Orphan()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		if _, err := cli.Revoke(rctx, sess.Lease()); err != nil {
 			a.Config.Logger.Warn("leader election: session not revoked; it expires after the leader ttl", "err", err)
 		}
 	}()

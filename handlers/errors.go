@@ -10,6 +10,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/store"
 )
 
 // Error is the one application error type of the handlers: a code of the
@@ -51,7 +52,7 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case api.CodeUnsupportedMedia:
 		return http.StatusUnsupportedMediaType
-	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy, api.CodeNotLeader:
+	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy, api.CodeNotLeader, api.CodeStoreDown:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -71,6 +72,10 @@ func asError(err error) *Error {
 		return e
 	case errors.As(err, &in):
 		return fieldError(in.Field, in.Msg)
+	case errors.Is(err, store.ErrUnavailable):
+		return errorf(api.CodeStoreDown, "the registration's store did not answer; nothing was written: "+err.Error())
+	case errors.Is(err, store.ErrStale):
+		return errorf(api.CodeConflict, "the registration kept changing under this request (other replicas writing); nothing was written, send it again")
 	case errors.Is(err, registry.ErrConflict):
 		return errorf(api.CodeConflict, err.Error())
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, routing.ErrUnknownPolicy):

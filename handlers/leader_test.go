@@ -1,11 +1,14 @@
 package handlers
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/store"
 )
 
 // One replica of several: as a follower it answers routing 503 not_leader
@@ -56,5 +59,23 @@ func TestFollowerAnswersNotLeader(t *testing.T) {
 	want(t, ts.do(t, "POST", "/release", `{"lease_id": "`+sel.LeaseID+`"}`), http.StatusOK, &rel)
 	if !rel.Released {
 		t.Error("the leader's own lease was not released")
+	}
+}
+
+// A store that did not answer is a 503 the caller may retry, and a write
+// that kept losing the race to other replicas a 409: neither is a 500.
+func TestStoreErrorsAreNotInternal(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		code   string
+		status int
+	}{
+		{fmt.Errorf("store: apply: %w: %w", store.ErrUnavailable, context.DeadlineExceeded), api.CodeStoreDown, http.StatusServiceUnavailable},
+		{fmt.Errorf("store: %w", store.ErrStale), api.CodeConflict, http.StatusConflict},
+	} {
+		e := asError(c.err)
+		if e.Code != c.code || statusOf(e.Code) != c.status {
+			t.Errorf("asError(%v) = %s (%d), want %s (%d)", c.err, e.Code, statusOf(e.Code), c.code, c.status)
+		}
 	}
 }

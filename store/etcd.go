@@ -33,6 +33,9 @@ type EtcdOptions struct {
 	TLS *tls.Config
 	// DialTimeout bounds the first connection. Default 5 seconds.
 	DialTimeout time.Duration
+	// RequestTimeout bounds each call of a context without a deadline.
+	// Default 5 seconds.
+	RequestTimeout time.Duration
 	// Logger logs a lost watch. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -48,10 +51,11 @@ type EtcdOptions struct {
 // operations per transaction; it is bounded instead by etcd's request size
 // (--max-request-bytes, 1.5 MiB by default: about 10,000 policies).
 type Etcd struct {
-	cli    *clientv3.Client
-	prefix string
-	logger *slog.Logger
-	fence  atomic.Pointer[fence]
+	cli     *clientv3.Client
+	prefix  string
+	logger  *slog.Logger
+	timeout time.Duration // of calls without a deadline
+	fence   atomic.Pointer[fence]
 }
 
 // fence is a key that must still exist, created at rev, for an update
@@ -78,6 +82,9 @@ func OpenEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 5 * time.Second
 	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 5 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -93,7 +100,7 @@ func OpenEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open etcd %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
-	e := &Etcd{cli: cli, prefix: opts.Prefix, logger: opts.Logger}
+	e := &Etcd{cli: cli, prefix: opts.Prefix, logger: opts.Logger, timeout: opts.RequestTimeout}
 	cctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
 	if _, err := cli.Get(cctx, e.keyRegistration(), clientv3.WithCountOnly()); err != nil {
@@ -109,6 +116,25 @@ func (e *Etcd) Client() *clientv3.Client { return e.cli }
 
 // Prefix returns the key prefix.
 func (e *Etcd) Prefix() string { return e.prefix }
+
+// call bounds a call of ctx by the request timeout when ctx has no
+// deadline: the etcd client otherwise retries an unreachable cluster for as
+// long as ctx lasts.
+func (e *Etcd) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, e.timeout)
+}
+
+// failed wraps the error of an etcd call of op: ErrUnavailable unless the
+// caller gave up (ctx is done) or the request itself was refused.
+func failed(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil || errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		return fmt.Errorf("store: %s: %w", op, err)
+	}
+	return fmt.Errorf("store: %s: %w: %w", op, ErrUnavailable, err)
+}
 
 func (e *Etcd) keyRegistration() string { return e.prefix + "registration" }
 func (e *Etcd) keyUpdates() string      { return e.prefix + "updates/" }
@@ -146,9 +172,11 @@ func decodeRegistration(val []byte) (Registration, error) {
 
 // Load implements Store: one read of the prefix, a consistent snapshot.
 func (e *Etcd) Load(ctx context.Context) (Registration, error) {
-	resp, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix())
+	cctx, cancel := e.call(ctx)
+	defer cancel()
+	resp, err := e.cli.Get(cctx, e.prefix, clientv3.WithPrefix())
 	if err != nil {
-		return Registration{}, fmt.Errorf("store: load: %w", err)
+		return Registration{}, failed(ctx, "load", err)
 	}
 	reg := Registration{Policies: []routing.Policy{}, Updates: make(map[string][]byte)}
 	for _, kv := range resp.Kvs {
@@ -173,10 +201,12 @@ func (e *Etcd) Load(ctx context.Context) (Registration, error) {
 // An unconditional Apply that loses the race reads again and retries.
 func (e *Etcd) Apply(ctx context.Context, ifRevision int64, c Change) (int64, error) {
 	key := e.keyRegistration()
+	cctx, cancel := e.call(ctx)
+	defer cancel()
 	for {
-		resp, err := e.cli.Get(ctx, key)
+		resp, err := e.cli.Get(cctx, key)
 		if err != nil {
-			return 0, fmt.Errorf("store: apply: read: %w", err)
+			return 0, failed(ctx, "apply: read", err)
 		}
 		var cur Registration
 		var rev int64
@@ -197,7 +227,7 @@ func (e *Etcd) Apply(ctx context.Context, ifRevision int64, c Change) (int64, er
 		if err != nil {
 			return 0, fmt.Errorf("store: apply: %w", err)
 		}
-		txn, err := e.cli.Txn(ctx).
+		txn, err := e.cli.Txn(cctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, string(val))).
 			Commit()
@@ -205,7 +235,7 @@ func (e *Etcd) Apply(ctx context.Context, ifRevision int64, c Change) (int64, er
 			return 0, fmt.Errorf("store: apply: the registration (%d bytes) is larger than etcd accepts (--max-request-bytes): %w", len(val), err)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("store: apply: %w", err)
+			return 0, failed(ctx, "apply", err)
 		}
 		if txn.Succeeded {
 			return txn.Header.Revision, nil
@@ -225,16 +255,18 @@ func (e *Etcd) Fence(key string, rev int64) { e.fence.Store(&fence{key: key, rev
 // PutUpdate implements Store; ErrFenced when the fence no longer holds.
 func (e *Etcd) PutUpdate(ctx context.Context, id string, doc []byte) error {
 	put := clientv3.OpPut(e.keyUpdates()+id, string(doc))
+	cctx, cancel := e.call(ctx)
+	defer cancel()
 	f := e.fence.Load()
 	if f == nil {
-		if _, err := e.cli.Do(ctx, put); err != nil {
-			return fmt.Errorf("store: put update %q: %w", id, err)
+		if _, err := e.cli.Do(cctx, put); err != nil {
+			return failed(ctx, "put update "+id, err)
 		}
 		return nil
 	}
-	resp, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(f.key), "=", f.rev)).Then(put).Commit()
+	resp, err := e.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(f.key), "=", f.rev)).Then(put).Commit()
 	if err != nil {
-		return fmt.Errorf("store: put update %q: %w", id, err)
+		return failed(ctx, "put update "+id, err)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("store: put update %q: %w", id, ErrFenced)

@@ -86,6 +86,11 @@ const AnyRevision int64 = -1
 // registration in between. Load again, re-check and retry.
 var ErrStale = errors.New("the registration changed since it was read")
 
+// ErrUnavailable wraps the errors of a store that did not answer (etcd
+// unreachable, or without a quorum, within the request timeout): nothing
+// was written, and the call may be made again.
+var ErrUnavailable = errors.New("store unavailable")
+
 // Change is one atomic change of the registration.
 type Change struct {
 	// Put stores these policies, each replacing a stored policy with the
