@@ -17,16 +17,24 @@ Retries are limited to what is safe to repeat:
   exception: the server treats an identical re-registration of an index or
   id as a no-op (200), so it is retried like a PUT.
 
-Several routers (replicas on one etcd, of which the elected leader routes):
-give the client every replica's URL. A follower answers routing calls 503
-``not_leader`` naming the leader; nothing was done, so the client sends the
-call again to the leader, whatever the method. A replica that refuses the
-connection (the request was never sent) is skipped for the next one. Both
-are followed for at most ``failover_timeout`` seconds, enough for an
-election (the leader TTL, 2 s by default, plus a probe round). A ``/select``
-whose request may have reached a replica that then failed is *not* sent
-again: a lease may have been issued. After a fail-over the old leader's
-leases are void: releasing one answers ``released: false``.
+With several routers (replicas sharing one etcd, one of them the elected
+leader), a call also fails over, whatever its method, in the two cases
+where the router it went to certainly did nothing:
+
+* a ``503 not_leader`` answer (a follower got a leader-only call: no lease
+  was issued, no load counted). The call is sent to the leader the
+  follower names (``X-Policyrouter-Leader``, or the envelope's
+  ``leader``), or, when it names none (an election is on) or one that
+  already failed this call, to the next router after ``Retry-After``;
+* a connection that could not be opened (refused: a dead router): the
+  call goes to the next router at once, and after a short backoff once
+  every router failed.
+
+This lasts at most ``failover_timeout`` seconds and a few passes over the
+routers; then the last error is raised (:class:`~policyrouter.errors.NotLeader`
+or the ``requests`` exception). Errors after a request may have reached a
+router (reset, read timeout) follow the rules above: a ``/select`` whose
+answer was lost is never sent again, since a lease may have been issued.
 """
 
 from __future__ import annotations
@@ -49,6 +57,15 @@ __all__ = ["Client", "RegisteredPolicy", "request_was_not_sent"]
 
 # Statuses after which a safe (idempotent) request is repeated.
 RETRY_STATUSES = frozenset({502, 503, 504})
+
+# Default bound, in seconds, on following not_leader answers and refused
+# connections across routers: an election takes the leader TTL (2 s by
+# default) plus one probe round, with room for a slow one.
+DEFAULT_FAILOVER_TIMEOUT = 15.0
+
+# Passes over the routers one call makes at most while failing over (each
+# pass may also follow one named leader per router).
+FAILOVER_PASSES = 4
 
 # The server's wait of a /select without timeout_ms (its default).
 DEFAULT_SELECT_WAIT_MS = 30000
@@ -115,14 +132,14 @@ def _omit_none(**kw: Any) -> Dict[str, Any]:
 
 
 class Client:
-    """A client of one policyrouter server.
+    """A client of one policyrouter server, or of several replicas of it.
 
     Args:
         base_url: the server, e.g. ``"http://127.0.0.1:8080"`` (a path
-            prefix, for a server behind a proxy, is kept), or a list of the
-            URLs of several replicas on one etcd: the client then sends
-            calls to the leader, following ``not_leader`` answers and
-            skipping replicas that refuse connections (see the module docs).
+            prefix, for a server behind a proxy, is kept); or a list of
+            the replicas of a highly available router, e.g.
+            ``["http://a:8080", "http://b:8080", "http://c:8080"]``, which
+            the client fails over between (see the module docs).
         token: a bearer token (``policyrouter token`` mints one); sent as
             ``Authorization: Bearer <token>`` when given.
         timeout: seconds to connect and to wait for an answer; a
@@ -146,16 +163,27 @@ class Client:
             (``--tls-client-ca``): the path of a PEM file holding the
             certificate and its key, or a ``(cert_file, key_file)`` tuple.
             Bearer tokens still apply on top of it.
-        failover_timeout: seconds for which one call follows ``not_leader``
-            answers and refused connections from replica to replica before
-            the last error is raised.
+        failover_timeout: the most seconds one call spends following
+            ``not_leader`` answers and refused connections from router to
+            router (default 15: an election takes the leader TTL, 2 s by
+            default, and a probe round). A request under way is not cut
+            short, so an unreachable (not refusing) router can add the
+            connect timeout. 0 turns fail-over off.
+
+    Attributes:
+        base_urls: the routers given, as a list (normalised, without
+            duplicates).
+        base_url: the router in use: the first one at the start, then the
+            one that last answered (after a fail-over, the leader found;
+            it may be outside ``base_urls`` when a follower named it).
 
     ``verify`` and ``cert``, when given, are passed to every ``requests``
     call, so they win over a given ``session``'s settings (and a CA file or
     ``False`` over the ``REQUESTS_CA_BUNDLE`` environment variable).
 
     One client can be shared by threads (``requests`` sessions are used that
-    way in practice); every method is one HTTP request, plus retries.
+    way in practice; the switch of ``base_url`` is locked); every method is
+    one HTTP request, plus retries and fail-over.
     Methods return the server's JSON as plain dicts and lists, and raise
     :class:`~policyrouter.errors.PolicyRouterError` subclasses for error
     answers and ``requests`` exceptions for transport failures.
@@ -174,25 +202,32 @@ class Client:
         pool_maxsize: int = 32,
         verify: Union[bool, str, None] = None,
         cert: Union[str, Tuple[str, str], None] = None,
-        failover_timeout: float = 15.0,
+        failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
             raise ValueError("base_url must be a URL or a non-empty list of URLs")
+        base_urls: List[str] = []
         for u in urls:
-            if not isinstance(u, str) or "://" not in u:
+            if not isinstance(u, str) or not u or "://" not in u:
                 raise ValueError(f"base_url must be an absolute URL like http://127.0.0.1:8080, not {u!r}")
+            u = u.rstrip("/")
+            if u not in base_urls:
+                base_urls.append(u)
         if retries < 0:
             raise ValueError("retries must be >= 0")
-        if failover_timeout < 0:
+        if not failover_timeout >= 0:
             raise ValueError("failover_timeout must be >= 0")
-        #: Every replica's URL, in the order given.
-        self.base_urls: List[str] = [u.rstrip("/") for u in urls]
-        #: The URL calls go to: the first, then the replica that last
-        #: answered (the leader, when there are several).
-        self.base_url = self.base_urls[0]
+        self.base_urls = base_urls
+        # The URL in use: the first one, then the one that last answered.
+        # Read without the lock (one attribute read), switched under it.
+        self.base_url = base_urls[0]
+        # Position in base_urls of the last listed URL used; rotation on
+        # fail-over goes on from there (also while base_url is a leader
+        # named by a follower that is not in the list).
+        self._pos = 0
+        self._lock = threading.Lock()
         self.failover_timeout = float(failover_timeout)
-        self._url_lock = threading.Lock()
         self.token = token
         self.timeout = timeout
         self.retries = int(retries)
@@ -231,7 +266,7 @@ class Client:
 
     def __repr__(self) -> str:
         if len(self.base_urls) > 1:
-            return f"Client({self.base_urls!r}, current={self.base_url!r})"
+            return f"Client({self.base_urls!r}, base_url={self.base_url!r})"
         return f"Client({self.base_url!r})"
 
     # -- registration ----------------------------------------------------
@@ -518,7 +553,8 @@ class Client:
     def readyz(self) -> Dict[str, Any]:
         """``GET /readyz``: ``{"status": "ok"}``; raises Unavailable when the
         server is not ready (after the usual retries), and NotLeader at once
-        from a follower replica (only the leader is ready)."""
+        from a follower replica: only the leader is ready, and following it
+        would report another router's readiness."""
         return self._request("GET", "/readyz", follow_leader=False).json()
 
     # -- plumbing --------------------------------------------------------
@@ -547,14 +583,6 @@ class Client:
             delay = max(delay, retry_after)
         return min(delay, self.max_backoff)
 
-    def _next_url(self, base: str) -> str:
-        """The replica after base in base_urls (the first for a URL not in
-        it, such as a leader's advertised URL)."""
-        try:
-            return self.base_urls[(self.base_urls.index(base) + 1) % len(self.base_urls)]
-        except ValueError:
-            return self.base_urls[0]
-
     def _request(
         self,
         method: str,
@@ -566,43 +594,69 @@ class Client:
         missing_ok_on_retry: bool = False,
         follow_leader: bool = True,
     ) -> requests.Response:
-        """Send one API call, with the retries the module docs describe;
-        return the 2xx response or raise."""
+        """Send one API call, with the retries and fail-over the module docs
+        describe; return the 2xx response or raise."""
         if idempotent is None:
             idempotent = method in ("GET", "HEAD", "OPTIONS")
         data = None if body is None else json.dumps(body, default=_to_json_value).encode()
         headers = dict(self._headers)
         # One id for every attempt of this call, so server logs tie them up.
         headers["X-Request-ID"] = uuid.uuid4().hex
-        with self._url_lock:
-            base = self.base_url
         timeout = self._timeouts(extra_read_s)
-        attempt = 0
+        with self._lock:
+            started_on, pos = self.base_url, self._pos
+        base = started_on
+        attempt = 0  # retries on one router (the module docs' rules)
         maybe_done = False  # an earlier attempt may have reached the server
-        hops = 0  # moves to another replica, bounded by failover_timeout
-        failover_until: Optional[float] = None
+        # Fail-over state: hops to another router (or resends after
+        # not_leader), pauses taken, routers that failed since the last
+        # pause, and the time bound (set at the first hop).
+        hops = pauses = 0
+        max_hops = FAILOVER_PASSES * 2 * (len(self.base_urls) + 1)
+        failed: set = set()
+        deadline: Optional[float] = None
+
+        def next_listed() -> Tuple[str, int]:
+            p = self.base_urls.index(base) if base in self.base_urls else pos
+            p = (p + 1) % len(self.base_urls)
+            return self.base_urls[p], p
+
+        def may_hop(delay: float) -> bool:
+            nonlocal deadline, hops
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self.failover_timeout
+            if hops >= max_hops or now + delay >= deadline:
+                return False
+            hops += 1
+            if delay > 0:
+                time.sleep(delay)
+            return True
+
         while True:
             try:
                 resp = self.session.request(method, base + path, data=data, headers=headers,
                                             timeout=timeout, allow_redirects=False, **self._tls)
             except requests.exceptions.RequestException as exc:
                 not_sent = request_was_not_sent(exc)
+                if not_sent and (len(self.base_urls) > 1 or base not in self.base_urls):
+                    # Nothing reached this router: any request may go to
+                    # the next one. Pause only once every router failed.
+                    failed.add(base)
+                    nxt, nxt_pos = next_listed()
+                    pause = nxt in failed
+                    if not may_hop(self._delay(pauses, None) if pause else 0.0):
+                        raise
+                    if pause:
+                        pauses += 1
+                        failed.clear()
+                    base, pos = nxt, nxt_pos
+                    continue
                 retryable = not_sent or (
                     idempotent
                     and isinstance(exc, requests.exceptions.ConnectionError)
                     and not isinstance(exc, requests.exceptions.SSLError)
                 )
-                if retryable and len(self.base_urls) > 1:
-                    # Another replica may lead: try the next one.
-                    failover_until = failover_until or time.monotonic() + self.failover_timeout
-                    if time.monotonic() < failover_until:
-                        maybe_done = maybe_done or not not_sent
-                        base = self._next_url(base)
-                        hops += 1
-                        if hops % len(self.base_urls) == 0:  # a whole round refused: wait a little
-                            time.sleep(self._delay(hops // len(self.base_urls) - 1, None))
-                        continue
-                    raise
                 if attempt >= self.retries or not retryable:
                     raise
                 maybe_done = maybe_done or not not_sent
@@ -610,29 +664,32 @@ class Client:
                 attempt += 1
                 continue
             if resp.status_code < 300:
-                if base != self.base_url:
-                    with self._url_lock:
-                        self.base_url = base
-                return resp
-            if missing_ok_on_retry and maybe_done and resp.status_code == 404:
+                self._settle(started_on, base, pos)
                 return resp
             err = error_from_response(resp)
             if isinstance(err, NotLeader) and follow_leader:
-                # Nothing was done: send it again, to the leader.
-                failover_until = failover_until or time.monotonic() + self.failover_timeout
-                if time.monotonic() >= failover_until:
-                    raise err
+                # A follower made no lease and no change: resend anywhere.
                 resp.close()
-                leader = (err.leader or "").rstrip("/")
-                if leader and leader != base:
-                    base = leader
+                failed.add(base)
+                leader = _leader_url(err.leader)
+                pause = leader is None or leader == base or leader in failed
+                if not pause:
+                    nxt = leader
+                    nxt_pos = self.base_urls.index(leader) if leader in self.base_urls else pos
                 else:
-                    # No leader named yet (an election is on), or it names
-                    # this replica still: wait a little, try the next one.
-                    time.sleep(min(self._delay(hops, None), max(0.0, failover_until - time.monotonic())))
-                    base = self._next_url(base)
-                hops += 1
+                    # No leader known (an election), or a stale one: the
+                    # next router, after the follower's Retry-After.
+                    nxt, nxt_pos = next_listed()
+                if not may_hop(self._delay(pauses, err.retry_after) if pause else 0.0):
+                    raise err
+                if pause:
+                    pauses += 1
+                    failed.clear()  # after a pause, what followers say is news
+                base, pos = nxt, nxt_pos
                 continue
+            self._settle(started_on, base, pos)
+            if missing_ok_on_retry and maybe_done and resp.status_code == 404:
+                return resp
             if idempotent and resp.status_code in RETRY_STATUSES and attempt < self.retries:
                 retry_after = err.retry_after if isinstance(err, Unavailable) else None
                 maybe_done = True
@@ -642,3 +699,23 @@ class Client:
                 continue
             raise err
 
+    def _settle(self, started_on: str, base: str, pos: int) -> None:
+        """Make ``base``, a router that answered, the one in use, unless
+        another thread switched while this call was failing over (its news
+        is as fresh)."""
+        if base == started_on:
+            return
+        with self._lock:
+            if self.base_url == started_on:
+                self.base_url, self._pos = base, pos
+
+
+def _leader_url(named: Optional[str]) -> Optional[str]:
+    """The leader URL a not_leader answer named, normalised like base URLs;
+    ``None`` when none (or not an http(s) URL) was named."""
+    if not named:
+        return None
+    named = named.strip().rstrip("/")
+    if not named.lower().startswith(("http://", "https://")) or len(named.split("://", 1)[1]) == 0:
+        return None
+    return named

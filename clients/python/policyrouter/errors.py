@@ -135,12 +135,18 @@ class Unavailable(PolicyRouterError):
 
 
 class NotLeader(Unavailable):
-    """503 ``not_leader``: the server is a follower replica of several on
-    one etcd; routing is the leader's. Nothing was done, so the request may
-    be sent again, to the leader.
+    """503 ``not_leader``: the router answering is a follower of a
+    replicated (HA) deployment and serves only admin calls and reads; the
+    leader-only endpoints (``/select``, ``/assign``, ``/release``,
+    ``/complete``, ``/updates``, ``/readyz``) must go to the elected leader.
+    The follower made no lease and no change, so the request may be sent
+    again anywhere.
 
-    ``leader`` is the leader's advertised URL, or ``None`` while none is
-    elected.
+    ``leader`` is the leader's URL as the follower knows it (the
+    ``X-Policyrouter-Leader`` header, else the envelope's ``leader``), or
+    ``None`` while no leader is known (during an election). The client
+    follows it by itself; this error reaches the caller only once the
+    client's ``failover_timeout`` is spent.
     """
 
     def __init__(
@@ -157,6 +163,14 @@ class NotLeader(Unavailable):
         self.args = self.args + (leader,)
         self.leader = leader
 
+    def __str__(self) -> str:
+        text = super().__str__()
+        text += f" (leader {self.leader})" if self.leader else " (no leader known)"
+        return text
+
+
+# The header a follower names the leader in (absent while none is known).
+LEADER_HEADER = "X-Policyrouter-Leader"
 
 _BY_STATUS = {
     400: ValidationError,
@@ -231,14 +245,14 @@ def error_from_response(response: Any) -> PolicyRouterError:
         message = getattr(response, "reason", None) or f"HTTP {status}"
     cls = _BY_STATUS.get(status, PolicyRouterError)
     if cls is Unavailable and code == "not_leader":
-        leader = None
-        if isinstance(body, dict) and isinstance(body["error"].get("leader"), str):
-            leader = body["error"]["leader"] or None
-        leader = leader or response.headers.get("X-Policyrouter-Leader") or None
+        leader = (response.headers.get(LEADER_HEADER) or "").strip()
+        if not leader and isinstance(body, dict) and isinstance(body.get("error"), dict):
+            named = body["error"].get("leader")
+            leader = named.strip() if isinstance(named, str) else ""
         return NotLeader(
             status, code, message, fields, request_id,
             retry_after=parse_retry_after(response.headers.get("Retry-After")),
-            leader=leader,
+            leader=leader or None,
         )
     if cls is Unavailable:
         return Unavailable(

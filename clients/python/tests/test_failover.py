@@ -1,197 +1,388 @@
-"""Fail-over between router replicas: the list form of Client, following
-``not_leader`` answers and refused connections, and what is never resent.
-
-Replicas are stubs (``http.server`` in a thread) that answer as the
-server's followers and leader do; one test uses the real binary.
-"""
-
-from __future__ import annotations
+"""Fail-over between several routers (HA): in-process stub routers playing a
+leader, followers that answer not_leader (naming the leader or not), a
+router that drops a /select unanswered, and dead addresses; plus one test
+against the real binary behind a dead address."""
 
 import json
+import pickle
 import socket
 import threading
 import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, List, Optional, Tuple
+
+import requests
 
 from policyrouter import Client, NotLeader, Unavailable
-from policyrouter.errors import error_from_response
+from policyrouter.client import request_was_not_sent
 
-from ._server import Server
+from tests._server import Server
 
-Answer = Tuple[int, dict, dict]  # status, headers, JSON body
-
-
-def not_leader(leader: Optional[str]) -> Answer:
-    err = {"code": "not_leader", "message": "this replica does not route", "request_id": "r"}
-    headers = {"Retry-After": "1"}
-    if leader:
-        err["leader"] = leader
-        headers["X-Policyrouter-Leader"] = leader
-    return 503, headers, {"error": err}
+LEADER_ONLY = ("/select", "/assign", "/release", "/complete", "/readyz")
 
 
-SELECTED: Answer = (200, {}, {"index": 3, "id": "p3", "url": "http://p3", "lease_id": "6f1c1f5e-8d0a-4a55-9c43-0d5b3a1e2f10"})
+def leader_only(path):
+    return path in LEADER_ONLY or path == "/updates" or path.startswith("/updates/")
 
 
-class Stub:
-    """A replica that answers every request with answer(path), and counts
-    the requests it saw."""
-
-    def __init__(self, answer: Callable[[str], Optional[Answer]]) -> None:
-        self.answer = answer
-        self.requests: List[str] = []
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                n = int(self.headers.get("Content-Length") or 0)
-                if n:
-                    self.rfile.read(n)
-                stub.requests.append(self.command + " " + self.path)
-                ans = stub.answer(self.path)
-                if ans is None:  # drop the connection without an answer
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                status, headers, body = ans
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = _serve
-
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def dead_url() -> str:
-    """A loopback URL where nothing listens (a port that was free)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+def dead_url():
+    """A loopback URL nothing listens on: connecting is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     return "http://127.0.0.1:%d" % port
 
 
+class Stub:
+    """A router replica on a loopback port. ``role`` (changeable while it
+    runs) is ``"leader"`` (answers everything), ``"follower"`` (leader-only
+    calls get not_leader naming ``self.leader``, in the header, the body or
+    both as ``leader_in`` says; other calls are answered) or ``"drop"``
+    (reads a /select or /assign and closes the connection unanswered). One
+    connection per request (HTTP/1.0), so that :meth:`kill` leaves no
+    kept-alive connection answering."""
+
+    def __init__(self, name, role="leader", leader=None, leader_in="both", retry_after="0"):
+        self.name = name
+        self.role = role
+        self.leader = leader
+        self.leader_in = leader_in
+        self.retry_after = retry_after
+        self.requests = []
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def _serve(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                with stub._lock:
+                    stub.requests.append((self.command, self.path, body))
+                    role, leader = stub.role, stub.leader
+                if role == "drop" and self.path in ("/select", "/assign"):
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                headers = {"Content-Type": "application/json"}
+                if role == "follower" and leader_only(self.path):
+                    status = 503
+                    headers["Retry-After"] = stub.retry_after
+                    err = {"code": "not_leader", "message": "this router is not the leader",
+                           "request_id": "rid-%s" % stub.name}
+                    if leader and stub.leader_in in ("both", "header"):
+                        headers["X-Policyrouter-Leader"] = leader
+                    if leader and stub.leader_in in ("both", "body"):
+                        err["leader"] = leader
+                    payload = {"error": err}
+                elif self.path == "/select":
+                    status, payload = 200, {"index": 0, "lease_id": "lease-" + stub.name, "replica": stub.name}
+                elif self.path == "/release":
+                    status, payload = 200, {"released": True, "replica": stub.name}
+                else:
+                    status, payload = 200, {"replica": stub.name}
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        self.alive = True
+
+    def set(self, role, leader=None):
+        with self._lock:
+            self.role, self.leader = role, leader
+
+    def count(self, path=None):
+        with self._lock:
+            return sum(1 for r in self.requests if path is None or r[1] == path)
+
+    def kill(self):
+        """Stop listening: connecting is refused from now on."""
+        if self.alive:
+            self.alive = False
+            self.httpd.shutdown()
+            self.httpd.server_close()
+
+
 class FailoverTest(unittest.TestCase):
-    def stub(self, answer: Callable[[str], Optional[Answer]]) -> Stub:
-        s = Stub(answer)
-        self.addCleanup(s.close)
+    def stub(self, *a, **kw):
+        s = Stub(*a, **kw)
+        self.addCleanup(s.kill)
         return s
 
-    def test_list_form_and_validation(self) -> None:
-        c = Client(["http://a:1/", "http://b:2"])
-        self.assertEqual(c.base_urls, ["http://a:1", "http://b:2"])
-        self.assertEqual(c.base_url, "http://a:1")
-        self.assertIn("http://b:2", repr(c))
-        for bad in ([], ["http://a:1", "b:2"], [None]):
-            with self.assertRaises(ValueError, msg=repr(bad)):
-                Client(bad)  # type: ignore[arg-type]
+    def client(self, urls, **kw):
+        kw.setdefault("timeout", 5.0)
+        kw.setdefault("backoff", 0.01)
+        c = Client(urls, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    # -- construction ----------------------------------------------------
+
+    def test_list_form(self):
+        a, b = "http://127.0.0.1:1", "http://127.0.0.1:2"
+        c = self.client([a + "/", b, a])
+        self.assertEqual(c.base_urls, [a, b])  # normalised, duplicates dropped
+        self.assertEqual(c.base_url, a)
+        self.assertEqual(self.client((a, b)).base_urls, [a, b])
+        one = self.client(a + "/")
+        self.assertEqual((one.base_url, one.base_urls), (a, [a]))
+        self.assertEqual(repr(one), "Client(%r)" % a)
+        for bad in ([], [a, "127.0.0.1:8080"], [a, ""], [a, None]):
+            with self.subTest(urls=bad):
+                with self.assertRaises(ValueError):
+                    Client(bad)
         with self.assertRaises(ValueError):
-            Client("http://a:1", failover_timeout=-1)
+            Client(a, failover_timeout=-1)
+        with self.assertRaises(ValueError):
+            Client(a, failover_timeout=float("nan"))
 
-    def test_follows_the_named_leader(self) -> None:
-        leader = self.stub(lambda path: SELECTED)
-        follower = self.stub(lambda path: not_leader(leader.url))
-        c = Client([follower.url, "http://127.0.0.1:9"], timeout=5.0)
-        sel = c.select(timeout_ms=0)
-        self.assertEqual(sel["index"], 3)
-        self.assertEqual(len(follower.requests), 1)
-        self.assertEqual(leader.requests, ["POST /select"])
-        # The client stays with the leader: the next call goes straight there.
-        self.assertEqual(c.base_url, leader.url)
-        c.select(timeout_ms=0)
-        self.assertEqual(len(follower.requests), 1)
-        self.assertEqual(len(leader.requests), 2)
-
-    def test_rotates_past_refused_connections_and_leaderless_followers(self) -> None:
-        leader = self.stub(lambda path: SELECTED)
-        electing = self.stub(lambda path: not_leader(None))
-        c = Client([dead_url(), electing.url, leader.url], timeout=5.0, retries=0)
-        self.assertEqual(c.select(timeout_ms=0)["index"], 3)
-        self.assertEqual(len(electing.requests), 1)
-        self.assertEqual(c.base_url, leader.url)
-
-    def test_bounded_when_no_replica_leads(self) -> None:
-        a = self.stub(lambda path: not_leader(None))
-        b = self.stub(lambda path: not_leader(None))
-        c = Client([a.url, b.url], timeout=5.0, failover_timeout=0.5)
-        start = time.monotonic()
+    def test_not_leader_error(self):
+        leader = self.stub("l")
+        follower = self.stub("f", role="follower", leader=leader.url)
+        c = self.client(follower.url, failover_timeout=0)
         with self.assertRaises(NotLeader) as cm:
-            c.select(timeout_ms=0)
-        elapsed = time.monotonic() - start
+            c.select()
+        e = cm.exception
+        self.assertIsInstance(e, Unavailable)
+        self.assertEqual((e.status, e.code, e.leader, e.retry_after, e.request_id),
+                         (503, "not_leader", leader.url, 0.0, "rid-f"))
+        self.assertIn(leader.url, str(e))
+        e2 = pickle.loads(pickle.dumps(e))
+        self.assertEqual((type(e2), e2.leader, e2.retry_after, str(e2)), (NotLeader, e.leader, 0.0, str(e)))
+        self.assertEqual(leader.count(), 0)  # failover_timeout=0: no fail-over
+        for where in ("header", "body"):
+            with self.subTest(leader_in=where):
+                follower.leader_in = where
+                with self.assertRaises(NotLeader) as cm:
+                    c.assign(1)
+                self.assertEqual(cm.exception.leader, leader.url)
+        follower.set("follower", None)
+        with self.assertRaises(NotLeader) as cm:
+            c.readyz()
         self.assertIsNone(cm.exception.leader)
-        self.assertIsInstance(cm.exception, Unavailable)
-        self.assertLess(elapsed, 5.0, "fail-over outlasted its bound tenfold")
-        self.assertGreaterEqual(len(a.requests) + len(b.requests), 2)
+        self.assertIn("no leader known", str(cm.exception))
 
-    def test_bounded_when_every_replica_refuses(self) -> None:
-        c = Client([dead_url(), dead_url()], timeout=2.0, failover_timeout=0.5)
-        start = time.monotonic()
-        with self.assertRaises(Exception) as cm:
-            c.select(timeout_ms=0)
-        self.assertNotIsInstance(cm.exception, NotLeader)
-        self.assertLess(time.monotonic() - start, 5.0)
+    # -- following the leader --------------------------------------------
 
-    def test_select_not_resent_after_it_may_have_reached_a_replica(self) -> None:
-        # The replica takes the /select and drops the connection: a lease may
-        # have been issued, so the call is not sent again, to it or another.
-        dropper = self.stub(lambda path: None)
-        other = self.stub(lambda path: SELECTED)
-        c = Client([dropper.url, other.url], timeout=5.0)
-        with self.assertRaises(Exception) as cm:
-            c.select(timeout_ms=0)
-        self.assertNotIsInstance(cm.exception, NotLeader)
-        self.assertEqual(dropper.requests, ["POST /select"])
-        self.assertEqual(other.requests, [])
+    def test_follows_the_named_leader(self):
+        for where in ("header", "body", "both"):
+            with self.subTest(leader_in=where):
+                leader = self.stub("l")
+                other = self.stub("o", role="follower", leader=leader.url)
+                follower = self.stub("f", role="follower", leader=leader.url + "/", leader_in=where)
+                c = self.client([follower.url, other.url, leader.url])
+                self.assertEqual(c.select()["replica"], "l")
+                self.assertEqual(other.count(), 0, "the named leader is asked next, not the next in the list")
+                self.assertEqual(c.base_url, leader.url)
+                self.assertEqual(c.release(lease_id="lease-l")["replica"], "l")
+                self.assertEqual(follower.count(), 1, "the client sticks to the leader")
 
-    def test_readyz_does_not_follow(self) -> None:
-        leader = self.stub(lambda path: (200, {}, {"status": "ok"}))
-        follower = self.stub(lambda path: not_leader(leader.url))
+    def test_readyz_does_not_follow(self):
+        leader = self.stub("l")
+        follower = self.stub("f", role="follower", leader=leader.url)
         with self.assertRaises(NotLeader) as cm:
-            Client([follower.url, leader.url]).readyz()
+            self.client([follower.url, leader.url]).readyz()
         self.assertEqual(cm.exception.leader, leader.url)
-        self.assertEqual(leader.requests, [])
+        self.assertEqual(leader.count(), 0, "readyz reports the router asked, not the leader")
 
-    def test_not_leader_error_from_header_alone(self) -> None:
-        class Resp:
-            status_code = 503
-            headers = {"X-Policyrouter-Leader": "http://l:8080", "Retry-After": "1"}
-            text = json.dumps({"error": {"code": "not_leader", "message": "m", "request_id": "r"}})
-            reason = "Service Unavailable"
+    def test_a_leader_outside_the_list_is_used_and_remembered(self):
+        leader = self.stub("l")
+        follower = self.stub("f", role="follower", leader=leader.url)
+        c = self.client(follower.url)  # the single-URL form follows the leader too
+        for call in (lambda: c.select(), lambda: c.assign(2), lambda: c.complete(0),
+                     lambda: c.release(lease_id="x"), lambda: c.readyz(),
+                     lambda: c.rolling_update(3), lambda: c.abort_update("u1")):
+            self.assertEqual(call()["replica"], "l")
+        self.assertEqual((c.base_url, c.base_urls), (leader.url, [follower.url]))
+        self.assertEqual(follower.count(), 1)
+        # The remembered leader dies; the listed router is the new leader.
+        leader.kill()
+        follower.set("leader")
+        self.assertEqual(c.select()["replica"], "f")
+        self.assertEqual(c.base_url, follower.url)
 
-        err = error_from_response(Resp())
-        self.assertIsInstance(err, NotLeader)
-        self.assertEqual(err.leader, "http://l:8080")
-        self.assertEqual(err.retry_after, 1.0)
+    def test_admin_calls_are_answered_by_a_follower(self):
+        leader = self.stub("l")
+        follower = self.stub("f", role="follower", leader=leader.url)
+        c = self.client([follower.url, leader.url])
+        self.assertEqual(c.stats()["replica"], "f")
+        self.assertEqual(c.set_weights(3)["replica"], "f")
+        self.assertEqual(c.base_url, follower.url)
+        self.assertEqual(leader.count(), 0)
+
+    def test_no_leader_named_tries_the_next_router_after_retry_after(self):
+        follower = self.stub("f", role="follower", retry_after="1")
+        leader = self.stub("l")
+        c = self.client([follower.url, leader.url])
+        t0 = time.monotonic()
+        self.assertEqual(c.select()["replica"], "l")
+        self.assertGreaterEqual(time.monotonic() - t0, 0.9, "Retry-After: 1 is honoured")
+        self.assertEqual(c.base_url, leader.url)
+
+    def test_a_stale_leader_is_not_followed_twice(self):
+        # The old leader is dead, the followers still name it, the new one
+        # is further down the list.
+        old = dead_url()
+        f = self.stub("f", role="follower", leader=old)
+        new = self.stub("n")
+        c = self.client([old, f.url, new.url])
+        self.assertEqual(c.select()["replica"], "n")
+        self.assertEqual(f.count("/select"), 1)
+        self.assertEqual(c.base_url, new.url)
+
+    # -- connections refused --------------------------------------------
+
+    def test_refused_connections_rotate_for_every_method(self):
+        leader = self.stub("l")
+        c = self.client([dead_url(), dead_url(), leader.url], retries=0)
+        self.assertEqual(c.select()["replica"], "l")
+        self.assertEqual(c.base_url, leader.url)
+        for path, call in (("/assign", lambda: c.assign(1)), ("/release", lambda: c.release(lease_id="x")),
+                           ("/complete", lambda: c.complete(0)), ("/policies", lambda: c.register_policy("http://x:1")),
+                           ("/updates", lambda: c.rolling_update(2))):
+            c.base_url = c.base_urls[0]  # as after a restart of the client
+            with self.subTest(path=path):
+                self.assertEqual(call()["replica"], "l")
+                self.assertEqual(leader.count(path), 1)
+
+    def test_election_then_success(self):
+        # The leader is killed; the followers know no leader for a while,
+        # then one of them wins the election.
+        a = self.stub("a")
+        b = self.stub("b", role="follower", leader=a.url)
+        d = self.stub("d", role="follower", leader=a.url)
+        c = self.client([a.url, b.url, d.url], failover_timeout=10.0)
+        self.assertEqual(c.select()["replica"], "a")
+        a.kill()
+        b.set("follower", None)
+        d.set("follower", None)
+
+        def elect():
+            time.sleep(0.5)
+            d.set("leader")
+            b.set("follower", d.url)
+
+        t = threading.Thread(target=elect)
+        t.start()
+        self.addCleanup(t.join)
+        self.assertEqual(c.select()["replica"], "d")
+        self.assertEqual(c.base_url, d.url)
+
+    # -- bounds ----------------------------------------------------------
+
+    def test_no_leader_anywhere_raises_not_leader_within_the_bound(self):
+        f1 = self.stub("f1", role="follower", retry_after="1")
+        f2 = self.stub("f2", role="follower", retry_after="1")
+        c = self.client([f1.url, f2.url], failover_timeout=0.5)
+        t0 = time.monotonic()
+        with self.assertRaises(NotLeader) as cm:
+            c.select()
+        self.assertLess(time.monotonic() - t0, 5.0)
+        self.assertIsNone(cm.exception.leader)
+        self.assertEqual(c.base_url, f1.url, "no router answered as leader")
+
+    def test_all_routers_dead_raises_the_connection_error(self):
+        c = self.client([dead_url(), dead_url()], failover_timeout=0.5)
+        t0 = time.monotonic()
+        with self.assertRaises(requests.ConnectionError) as cm:
+            c.select()
+        self.assertTrue(request_was_not_sent(cm.exception))
+        self.assertLess(time.monotonic() - t0, 5.0)
+
+    def test_attempts_are_capped(self):
+        # A follower naming a dead leader, answering at once: without the
+        # time bound, the attempt cap ends the call.
+        for backoff in (0.001, 0.0):
+            with self.subTest(backoff=backoff):
+                f = self.stub("f", role="follower", leader=dead_url())
+                c = self.client([f.url], failover_timeout=3600.0, backoff=backoff, max_backoff=0.001)
+                t0 = time.monotonic()
+                with self.assertRaises((NotLeader, requests.ConnectionError)):
+                    c.assign(1)
+                self.assertLess(time.monotonic() - t0, 30.0)
+                self.assertLessEqual(f.count(), 40)
+
+    # -- what is never resent ---------------------------------------------
+
+    def test_a_select_that_may_have_been_received_is_not_resent(self):
+        dropper = self.stub("d", role="drop")
+        leader = self.stub("l")
+        c = self.client([dropper.url, leader.url])
+        for path, call in (("/select", lambda: c.select()), ("/assign", lambda: c.assign(1))):
+            with self.subTest(path=path):
+                with self.assertRaises(requests.ConnectionError) as cm:
+                    call()
+                self.assertFalse(request_was_not_sent(cm.exception))
+                self.assertEqual(dropper.count(path), 1)
+                self.assertEqual(leader.count(), 0)
+        self.assertEqual(c.base_url, dropper.url)
+
+    def test_a_read_timeout_is_not_resent(self):
+        # A router that accepts the connection and never answers.
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        self.addCleanup(srv.close)
+        leader = self.stub("l")
+        c = self.client(["http://127.0.0.1:%d" % srv.getsockname()[1], leader.url], timeout=(2.0, 0.3))
+        with self.assertRaises(requests.exceptions.ReadTimeout):
+            c.select(timeout_ms=0)
+        self.assertEqual(leader.count(), 0)
+
+    # -- sharing ---------------------------------------------------------
+
+    def test_threads_share_a_client(self):
+        leader = self.stub("l")
+        follower = self.stub("f", role="follower", leader=leader.url)
+        c = self.client([dead_url(), follower.url, leader.url])
+        errors, answers = [], []
+
+        def work():
+            try:
+                for _ in range(5):
+                    answers.append(c.select()["replica"])
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(errors, [])
+        self.assertEqual(answers, ["l"] * 40)
+        self.assertEqual(c.base_url, leader.url)
+        self.assertEqual(leader.count("/select"), 40)
 
 
 class RealServerFailoverTest(unittest.TestCase):
-    def test_skips_a_dead_replica(self) -> None:
+    def test_dead_router_then_a_live_one(self):
         server = Server()
-        self.addCleanup(lambda: self.assertEqual(server.stop(), 0))
+        self.addCleanup(server.stop)
         c = Client([dead_url(), server.url], timeout=5.0)
-        c.register_policy("http://10.0.0.1:8000", index=0)
-        sel = c.select(timeout_ms=0)
-        self.assertEqual(sel["index"], 0)
+        self.addCleanup(c.close)
+        p = c.register_policy("http://127.0.0.1:9/p0", index=0)
+        self.assertTrue(p.created)
         self.assertEqual(c.base_url, server.url)
-        self.assertTrue(c.release(sel["lease_id"])["released"])
+        sel = c.select(timeout_ms=0)
+        self.assertEqual((sel["index"], sel["id"]), (0, p["id"]))
+        self.assertTrue(sel["lease_id"])
+        self.assertTrue(c.release(lease_id=sel["lease_id"])["released"])
 
 
 if __name__ == "__main__":
