@@ -11,7 +11,6 @@ import threading
 import time
 import unittest
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
 
@@ -29,6 +28,7 @@ from policyrouter.errors import parse_retry_after
 
 from tests import seed_reference as seed
 from tests._server import ServerTestCase
+from tests._stub import LoopbackServer, drop, reply
 
 
 class RegistrationTest(ServerTestCase):
@@ -411,50 +411,23 @@ class FakeServer:
     def __init__(self):
         self.script = {}
         self.requests = []
-        fake = self
+        self.server = LoopbackServer(self._serve)
+        self.httpd, self.url = self.server.httpd, self.server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _serve(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
-                fake.requests.append((self.command, self.path, dict(self.headers), body))
-                actions = fake.script.get((self.command, self.path)) or [(200, {}, b"{}")]
-                action = actions.pop(0) if len(actions) > 1 else actions[0]
-                if action == "drop":
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                status, headers, payload = action
-                if isinstance(payload, (dict, list)):
-                    payload = json.dumps(payload).encode()
-                self.send_response(status)
-                headers = dict(headers)
-                headers.setdefault("Content-Type", "application/json")
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = do_PUT = do_DELETE = _serve
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+    def _serve(self, h, body):
+        self.requests.append((h.command, h.path, dict(h.headers), body))
+        actions = self.script.get((h.command, h.path)) or [(200, {}, b"{}")]
+        action = actions.pop(0) if len(actions) > 1 else actions[0]
+        if action == "drop":
+            drop(h)
+            return
+        reply(h, *action)
 
     def count(self, method, path):
         return sum(1 for r in self.requests if r[0] == method and r[1] == path)
 
     def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.close()
 
 
 def envelope(code, message, **extra):

@@ -3,13 +3,11 @@ leader, followers that answer not_leader (naming the leader or not), a
 router that drops a /select unanswered, and dead addresses; plus one test
 against the real binary behind a dead address."""
 
-import json
 import pickle
 import socket
 import threading
 import time
 import unittest
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
 
@@ -17,6 +15,7 @@ from policyrouter import Client, NotLeader, Unavailable
 from policyrouter.client import request_was_not_sent
 
 from tests._server import Server
+from tests._stub import LoopbackServer, drop, reply
 
 LEADER_ONLY = ("/select", "/assign", "/release", "/complete", "/readyz")
 
@@ -50,57 +49,35 @@ class Stub:
         self.retry_after = retry_after
         self.requests = []
         self._lock = threading.Lock()
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"
-
-            def _serve(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
-                with stub._lock:
-                    stub.requests.append((self.command, self.path, body))
-                    role, leader = stub.role, stub.leader
-                if role == "drop" and self.path in ("/select", "/assign"):
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                headers = {"Content-Type": "application/json"}
-                if role == "follower" and leader_only(self.path):
-                    status = 503
-                    headers["Retry-After"] = stub.retry_after
-                    err = {"code": "not_leader", "message": "this router is not the leader",
-                           "request_id": "rid-%s" % stub.name}
-                    if leader and stub.leader_in in ("both", "header"):
-                        headers["X-Policyrouter-Leader"] = leader
-                    if leader and stub.leader_in in ("both", "body"):
-                        err["leader"] = leader
-                    payload = {"error": err}
-                elif self.path == "/select":
-                    status, payload = 200, {"index": 0, "lease_id": "lease-" + stub.name, "replica": stub.name}
-                elif self.path == "/release":
-                    status, payload = 200, {"released": True, "replica": stub.name}
-                else:
-                    status, payload = 200, {"replica": stub.name}
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = _serve
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.server = LoopbackServer(self._serve, protocol="HTTP/1.0")
+        self.url = self.server.url
         self.alive = True
+
+    def _serve(self, h, body):
+        with self._lock:
+            self.requests.append((h.command, h.path, body))
+            role, leader = self.role, self.leader
+        if role == "drop" and h.path in ("/select", "/assign"):
+            drop(h)
+            return
+        headers = {}
+        if role == "follower" and leader_only(h.path):
+            status = 503
+            headers["Retry-After"] = self.retry_after
+            err = {"code": "not_leader", "message": "this router is not the leader",
+                   "request_id": "rid-%s" % self.name}
+            if leader and self.leader_in in ("both", "header"):
+                headers["X-Policyrouter-Leader"] = leader
+            if leader and self.leader_in in ("both", "body"):
+                err["leader"] = leader
+            payload = {"error": err}
+        elif h.path == "/select":
+            status, payload = 200, {"index": 0, "lease_id": "lease-" + self.name, "replica": self.name}
+        elif h.path == "/release":
+            status, payload = 200, {"released": True, "replica": self.name}
+        else:
+            status, payload = 200, {"replica": self.name}
+        reply(h, status, headers, payload)
 
     def set(self, role, leader=None):
         with self._lock:
@@ -114,8 +91,7 @@ class Stub:
         """Stop listening: connecting is refused from now on."""
         if self.alive:
             self.alive = False
-            self.httpd.shutdown()
-            self.httpd.server_close()
+            self.server.close()
 
 
 class FailoverTest(unittest.TestCase):
