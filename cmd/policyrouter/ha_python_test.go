@@ -217,9 +217,12 @@ func TestHAPythonClientFailover(t *testing.T) {
 	if c.NotLeader != 0 {
 		t.Errorf("the client raised NotLeader %d times; want 0: every fail-over should end within failover_timeout", c.NotLeader)
 	}
-	if c.RequestErrors > threads*kills {
-		t.Errorf("the client raised %d requests exceptions; want at most %d (one per thread in flight at each of %d kills)",
-			c.RequestErrors, threads*kills, kills)
+	// Each thread has at most one call in flight at a kill; a pooled
+	// connection to the dead leader that the kernel resets just after
+	// urllib3 checked it can cost one more.
+	if limit := 2 * threads * kills; c.RequestErrors > limit {
+		t.Errorf("the client raised %d requests exceptions; want at most %d (calls in flight at each of %d kills, by %d threads)",
+			c.RequestErrors, limit, kills, threads)
 	}
 	if c.OtherErrors != 0 {
 		t.Errorf("the client raised %d errors other than Unavailable and transport errors", c.OtherErrors)
