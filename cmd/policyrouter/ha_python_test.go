@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
-	"github.com/policyrouter/policyrouter/internal/etcdtest"
 )
 
 // pyFailoverCounts is the JSON line testdata/ha_python_client.py prints.
@@ -82,17 +81,7 @@ func TestHAPythonClientFailover(t *testing.T) {
 		stepMax   = 30 * time.Second
 		scriptMax = 90 * time.Second
 	)
-	etcd := etcdtest.Start(t)
-	args := []string{"serve", "--store", "etcd", "--etcd-endpoints", etcd.Endpoint, "--etcd-prefix", "/ha-python/",
-		"--leader-ttl", "2s", "--poll-interval", "100ms", "--addr", "127.0.0.1:0"}
-	procs := map[string]*proc{}
-	cl := &haCluster{}
-	for range 3 {
-		p := start(t, nil, args...)
-		u := "http://" + p.addr
-		procs[u] = p
-		cl.urls = append(cl.urls, u)
-	}
+	_, procs, cl := startReplicas(t, 3, "/ha-python/", "2s", "100ms")
 	allURLs, _ := cl.snapshot()
 
 	// Capacity-1 policies that always answer idle (nobody holds them),

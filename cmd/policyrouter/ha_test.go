@@ -89,6 +89,33 @@ func (c *haCluster) replace(old, new string) {
 	}
 }
 
+// startReplicas starts an embedded etcd and n `serve --store etcd`
+// processes on it under prefix. It returns their arguments (for
+// startReplica), the processes by URL and the cluster view.
+func startReplicas(t *testing.T, n int, prefix, leaderTTL, pollInterval string) ([]string, map[string]*proc, *haCluster) {
+	t.Helper()
+	etcd := etcdtest.Start(t)
+	args := []string{"serve", "--store", "etcd", "--etcd-endpoints", etcd.Endpoint, "--etcd-prefix", prefix,
+		"--leader-ttl", leaderTTL, "--poll-interval", pollInterval, "--addr", "127.0.0.1:0"}
+	procs := map[string]*proc{}
+	cl := &haCluster{}
+	for range n {
+		startReplica(t, args, procs, cl)
+	}
+	return args, procs, cl
+}
+
+// startReplica starts one more replica with args and adds it to procs and
+// cl; it returns its URL.
+func startReplica(t *testing.T, args []string, procs map[string]*proc, cl *haCluster) string {
+	t.Helper()
+	p := start(t, nil, args...)
+	u := "http://" + p.addr
+	procs[u] = p
+	cl.replace("", u)
+	return u
+}
+
 // haClient is a short-timeout HTTP client: a killed replica refuses
 // connections at once, and nothing the test sends should take long.
 var haClient = &http.Client{Timeout: 10 * time.Second}
@@ -178,17 +205,7 @@ func TestHAFailover(t *testing.T) {
 		pollInterval = "100ms"
 		failoverMax  = 20 * time.Second
 	)
-	etcd := etcdtest.Start(t)
-	args := []string{"serve", "--store", "etcd", "--etcd-endpoints", etcd.Endpoint, "--etcd-prefix", "/ha-e2e/",
-		"--leader-ttl", leaderTTL, "--poll-interval", pollInterval, "--addr", "127.0.0.1:0"}
-	procs := map[string]*proc{}
-	cl := &haCluster{}
-	for range 3 {
-		p := start(t, nil, args...)
-		u := "http://" + p.addr
-		procs[u] = p
-		cl.urls = append(cl.urls, u)
-	}
+	args, procs, cl := startReplicas(t, 3, "/ha-e2e/", leaderTTL, pollInterval)
 
 	// The policies clients hold, registered through a follower.
 	policies := make([]*heldPolicy, nPolicies)
@@ -361,10 +378,7 @@ func TestHAFailover(t *testing.T) {
 		// Load resumes on the new leader; then a replacement joins.
 		n := selects.Load()
 		eventually(t, func() bool { return selects.Load() >= n+10 })
-		p := start(t, nil, args...)
-		u := "http://" + p.addr
-		procs[u] = p
-		cl.replace("", u)
+		startReplica(t, args, procs, cl)
 	}
 	close(stop)
 	wg.Wait()
