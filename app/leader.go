@@ -99,15 +99,15 @@ func (a *App) lead(ctx context.Context) {
 	start := time.Now()
 	a.State.Reset()
 	a.ready.Store(a.Poller == nil)
-	if err := a.Registry.Refresh(ctx); err != nil {
+	// One read of etcd: the registration, and the updates to continue.
+	reg, err := a.Registry.Refresh(ctx)
+	if err != nil {
 		a.Config.Logger.Error("leading: registration not reloaded", "err", err)
 	}
-	reg, err := a.Store.Load(ctx)
-	if err == nil {
-		err = a.Updates.Restore(reg.Updates)
-	}
-	if err != nil {
-		a.Config.Logger.Error("leading: rolling updates not restored", "err", err)
+	if reg.Updates != nil {
+		if err := a.Updates.Restore(reg.Updates); err != nil {
+			a.Config.Logger.Error("leading: rolling updates not restored", "err", err)
+		}
 	}
 	a.leading.Store(true)
 	a.Metrics.SetLeader(true)

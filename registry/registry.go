@@ -473,7 +473,7 @@ func (r *Registry) applyLocked(ctx context.Context, plan func() (*store.Change, 
 		rev, err := r.store.Apply(ctx, r.cur.Revision, *c)
 		if errors.Is(err, store.ErrStale) && try < maxStaleRetries {
 			time.Sleep(time.Duration(rand.Int64N(int64(time.Millisecond) << min(try, 6))))
-			if err := r.reloadLocked(ctx); err != nil {
+			if _, err := r.reloadLocked(ctx); err != nil {
 				return err
 			}
 			continue
@@ -496,27 +496,28 @@ func (r *Registry) applyLocked(ctx context.Context, plan func() (*store.Change, 
 
 // Refresh loads the registration from the store and publishes it if it
 // is newer than the one published: how a replica learns of another's
-// writes.
-func (r *Registry) Refresh(ctx context.Context) error {
+// writes. It returns what it loaded, the update documents included.
+func (r *Registry) Refresh(ctx context.Context) (store.Registration, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.reloadLocked(ctx)
 }
 
-func (r *Registry) reloadLocked(ctx context.Context) error {
-	reg, err := r.store.Load(ctx)
+func (r *Registry) reloadLocked(ctx context.Context) (store.Registration, error) {
+	loaded, err := r.store.Load(ctx)
 	if err != nil {
-		return fmt.Errorf("registry: load: %w", err)
+		return store.Registration{}, fmt.Errorf("registry: load: %w", err)
 	}
-	if reg.Revision <= r.cur.Revision {
-		return nil
+	if loaded.Revision <= r.cur.Revision {
+		return loaded, nil
 	}
+	reg := loaded
 	reg.Updates = nil
 	if err := r.publishLocked(reg); err != nil {
-		return fmt.Errorf("registry: stored registration (revision %d) is invalid, kept revision %d: %w", reg.Revision, r.cur.Revision, err)
+		return loaded, fmt.Errorf("registry: stored registration (revision %d) is invalid, kept revision %d: %w", reg.Revision, r.cur.Revision, err)
 	}
 	r.cur = reg
-	return nil
+	return loaded, nil
 }
 
 // Follow keeps the published registration up to date with the store's,
@@ -531,7 +532,7 @@ func (r *Registry) Follow(ctx context.Context, onError func(error)) {
 			return
 		case <-changed:
 		}
-		if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
+		if _, err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
 			onError(err)
 		}
 	}
