@@ -281,12 +281,6 @@ func (e *Etcd) PutUpdate(ctx context.Context, id string, doc []byte) error {
 func (e *Etcd) Watch(ctx context.Context) <-chan struct{} {
 	ch := make(chan struct{}, 1)
 	ch <- struct{}{}
-	notify := func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
 	go func() {
 		for ctx.Err() == nil {
 			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -295,10 +289,10 @@ func (e *Etcd) Watch(ctx context.Context) <-chan struct{} {
 					e.logger.Warn("etcd watch lost; watching again", "prefix", e.prefix, "err", err)
 					break
 				}
-				notify()
+				wake(ch)
 			}
 			cancel()
-			notify()
+			wake(ch)
 			select {
 			case <-ctx.Done():
 			case <-time.After(200 * time.Millisecond):

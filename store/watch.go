@@ -36,9 +36,15 @@ func (n *notifier) notify() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for ch := range n.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+		wake(ch)
+	}
+}
+
+// wake sends a notification on ch, a channel of capacity 1, unless one is
+// pending already: notifications coalesce.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
