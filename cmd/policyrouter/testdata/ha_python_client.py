@@ -59,32 +59,33 @@ def main() -> int:
                 counts["successes_by_epoch"].append(0)
         stop.set()
 
+    def call(what: str, fn):
+        """Run one client call; count and note an error it raises, and
+        return None then."""
+        try:
+            return fn()
+        except (PolicyRouterError, requests.exceptions.RequestException) as exc:
+            if isinstance(exc, NotLeader):
+                kind = "not_leader"
+            elif isinstance(exc, Unavailable):
+                kind = "unavailable"
+            elif isinstance(exc, PolicyRouterError):
+                kind = "other_errors"
+            else:
+                kind = "request_errors"
+            with lock:
+                counts[kind] += 1
+                if kind == "request_errors":
+                    counts[what + "_request_errors"] += 1
+                note_error(what, exc)
+        return None
+
     def worker() -> None:
         while not stop.is_set():
             with lock:
                 epoch = state["epoch"]
-            try:
-                sel = client.select(timeout_ms=timeout_ms)
-            except NotLeader as exc:
-                with lock:
-                    counts["not_leader"] += 1
-                    note_error("select", exc)
-                continue
-            except Unavailable as exc:
-                with lock:
-                    counts["unavailable"] += 1
-                    note_error("select", exc)
-                continue
-            except PolicyRouterError as exc:
-                with lock:
-                    counts["other_errors"] += 1
-                    note_error("select", exc)
-                continue
-            except requests.exceptions.RequestException as exc:
-                with lock:
-                    counts["request_errors"] += 1
-                    counts["select_request_errors"] += 1
-                    note_error("select", exc)
+            sel = call("select", lambda: client.select(timeout_ms=timeout_ms))
+            if sel is None:
                 continue
             now = time.monotonic()
             with lock:
@@ -100,28 +101,8 @@ def main() -> int:
             lease = sel.get("lease_id")
             if not lease:
                 continue
-            try:
-                out = client.release(lease)
-            except NotLeader as exc:
-                with lock:
-                    counts["not_leader"] += 1
-                    note_error("release", exc)
-                continue
-            except Unavailable as exc:
-                with lock:
-                    counts["unavailable"] += 1
-                    note_error("release", exc)
-                continue
-            except PolicyRouterError as exc:
-                with lock:
-                    counts["other_errors"] += 1
-                    note_error("release", exc)
-                continue
-            except requests.exceptions.RequestException as exc:
-                with lock:
-                    counts["request_errors"] += 1
-                    counts["release_request_errors"] += 1
-                    note_error("release", exc)
+            out = call("release", lambda: client.release(lease))
+            if out is None:
                 continue
             with lock:
                 counts["released_true" if out.get("released") else "released_false"] += 1
