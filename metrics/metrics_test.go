@@ -92,6 +92,7 @@ func TestMetricsFamilies(t *testing.T) {
 	m.ObserveRequest("/assign", "POST", 422, time.Millisecond)
 	m.ObserveDecision("select", "simple", 5*time.Microsecond)
 	m.ObserveAffinity("assign", "node_affinity", 3, 1)
+	m.SetLeader(true)
 
 	fams := scrape(t, m)
 	tests := []struct {
@@ -119,6 +120,7 @@ func TestMetricsFamilies(t *testing.T) {
 		{"policyrouter_select_waiters", nil, 0},
 		{"policyrouter_leases", nil, 1},
 		{"policyrouter_node_load", map[string]string{"node": "a"}, 0},
+		{"policyrouter_leader", nil, 1},
 	}
 	for _, tt := range tests {
 		if got := value(t, fams, tt.name, tt.labels); got != tt.want {
