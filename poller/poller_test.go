@@ -457,3 +457,53 @@ func TestNewPolicyProbedAtOnce(t *testing.T) {
 		t.Errorf("the policy present at start was probed %d times within the hour's period; want 1", got)
 	}
 }
+
+// TestLeaseKeptWhileWorkerPrepares: with the default grace, an env worker
+// that holds its lease for 2 s before it sends its request (the policy
+// answering idle all along, every 10 ms) keeps it, and nobody else is
+// handed the policy; once the policy answers busy and then idle, the
+// lease is freed without a release.
+func TestLeaseKeptWhileWorkerPrepares(t *testing.T) {
+	var busy atomic.Bool
+	srv := newFake(t, func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"idle": %t}`, !busy.Load())
+	})
+	st := routing.New(routing.Options{Polled: true})
+	register(t, st, srv.URL)
+	var probesAfter atomic.Int64
+	var selectedAt atomic.Int64
+	selectedAt.Store(1 << 62)
+	start(t, st, Config{Interval: 10 * time.Millisecond, OnProbe: func(_ string, p routing.Probe, _ routing.Transition) {
+		if p.OK && p.SentAt.UnixNano() > selectedAt.Load() {
+			probesAfter.Add(1)
+		}
+	}})
+	eventually(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
+
+	sel, err := st.Select(context.Background(), routing.SelectRequest{Router: routing.SelectIdle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selectedAt.Store(time.Now().UnixNano())
+	time.Sleep(2 * time.Second) // the env worker steps its environment
+	if n := probesAfter.Load(); n < 10 {
+		t.Fatalf("only %d idle answers while the worker prepared", n)
+	}
+	if !st.LeaseValid(sel.Lease) {
+		t.Fatal("lease freed by idle answers before its work began")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if other, err := st.Select(ctx, routing.SelectRequest{Router: routing.SelectIdle}); err == nil {
+		t.Fatalf("policy handed out twice: %+v", other)
+	}
+
+	busy.Store(true) // the request arrives
+	seen := probesAfter.Load()
+	eventually(t, "a busy answer", func() bool { return probesAfter.Load() > seen+1 })
+	if !st.LeaseValid(sel.Lease) {
+		t.Fatal("lease freed while its work runs")
+	}
+	busy.Store(false) // and ends
+	eventually(t, "the lease freed by the idle answer after the work", func() bool { return !st.LeaseValid(sel.Lease) })
+}

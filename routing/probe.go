@@ -1,6 +1,10 @@
 package routing
 
-import "time"
+import (
+	"cmp"
+	"slices"
+	"time"
+)
 
 // Probe is the outcome of one GET {url}/idle. The poller sends probes and
 // reports them here; the routing state decides what they mean.
@@ -47,9 +51,8 @@ const (
 //   - A busy answer takes the policy's idle slots out of the idle deques
 //     until it answers idle again; a slot whose lease ended after the probe
 //     was sent stays, since the end of the lease is newer news.
-//   - An idle answer frees the policy's leases that were handed out at
-//     least Grace before the probe was sent (work handed out later may not
-//     have reached the policy yet) and puts its held slots back.
+//   - An idle answer puts the policy's held slots back, and frees those of
+//     its leases whose work it proves finished (settleLeasesLocked).
 //
 // Probes of unknown (e.g. just deleted) policies are ignored.
 func (st *State) ObserveProbe(id string, p Probe) Transition {
@@ -118,21 +121,73 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 		rt.lastError = ""
 	}
 	rt.heard.Store(true)
-	if p.Idle {
-		cutoff := p.SentAt.Add(-st.opts.Grace)
-		for _, s := range rt.slots {
+	st.settleLeasesLocked(rt, p)
+	for _, s := range rt.slots {
+		if p.Idle {
 			s.held = false
-			if s.lease != 0 && !s.leasedAt.After(cutoff) {
-				st.endLeaseLocked(s)
-			}
-		}
-	} else {
-		for _, s := range rt.slots {
-			if s.lease == 0 && !s.freedAt.After(p.SentAt) {
-				s.held = true
-			}
+		} else if s.lease == 0 && !s.freedAt.After(p.SentAt) {
+			s.held = true
 		}
 	}
 	st.setAvailableLocked(rt)
 	return tr
+}
+
+// settleLeasesLocked applies a good probe to rt's leases. An idle answer
+// must never free a lease whose work has not started yet: the env worker
+// may step its environment for seconds between the hand-out and its
+// request. So the rule is:
+//
+//   - A lease is seen working once a probe sent after its hand-out finds
+//     the policy busy (or, when the answer carries a load, counts it among
+//     the running requests: the oldest leases are counted first).
+//   - An idle answer frees, among the leases handed out before it was
+//     sent, those seen working by an earlier probe (their work began and
+//     is over) and those never seen working that were handed out at least
+//     Options.Grace before it was sent (work too short for the poller to
+//     see, or never sent: the seed adapter, which never releases, gets its
+//     policies back this way).
+//   - With a load figure, an idle answer frees no more leases than exceed
+//     the load: a batching policy that is idle below its capacity still
+//     runs load requests, which hold their leases.
+//
+// Caller must hold State.mu.
+func (st *State) settleLeasesLocked(rt *policyRuntime, p Probe) {
+	var buf [8]*slot
+	before := buf[:0] // leases handed out before the probe was sent, oldest first
+	for _, s := range rt.slots {
+		if s.lease != 0 && s.leasedAt.Before(p.SentAt) {
+			before = append(before, s)
+		}
+	}
+	if len(before) == 0 {
+		return
+	}
+	slices.SortFunc(before, func(a, b *slot) int { return cmp.Compare(a.lease, b.lease) })
+	running := len(before)
+	switch {
+	case p.HasLoad:
+		running = int(min(max(p.Load, 0), int64(len(before))))
+	case p.Idle:
+		running = 0
+	}
+	if p.Idle {
+		cutoff := p.SentAt.Add(-st.opts.Grace)
+		excess := len(before) - running
+		kept := before[:0]
+		for _, s := range before {
+			if excess > 0 && (s.seenWorking || !s.leasedAt.After(cutoff)) {
+				excess--
+				st.endLeaseLocked(s)
+				continue
+			}
+			kept = append(kept, s)
+		}
+		before = kept
+	}
+	for i, s := range before {
+		if i < running {
+			s.seenWorking = true
+		}
+	}
 }

@@ -15,7 +15,10 @@ type slot struct {
 	retired  bool // capacity shrank while leased: dropped on release
 	lease    uint64
 	leasedAt time.Time
-	expiry   *time.Timer // ends the lease at its TTL; nil without one
+	// seenWorking is set when a probe sent after the hand-out found the
+	// lease's work running (settleLeasesLocked).
+	seenWorking bool
+	expiry      *time.Timer // ends the lease at its TTL; nil without one
 	// freedAt is when the last lease ended; held is set when the policy
 	// answered busy to a probe sent after that, and cleared by an idle
 	// answer or the end of a later lease.

@@ -29,11 +29,17 @@ var (
 // DefaultMaxWaiters is the default of Options.MaxWaiters.
 const DefaultMaxWaiters = 10000
 
+// DefaultGrace is the default of Options.Grace: longer than an env worker
+// plausibly steps its environment between a /select and its request.
+const DefaultGrace = 5 * time.Second
+
 // Options configure a State. Zero fields take the defaults.
 type Options struct {
-	// Grace is how long after a selection an idle probe answer is not
-	// trusted to free the selected policy: the work may not have reached it
-	// yet. Default 250ms.
+	// Grace is how long after a hand-out an idle answer is not trusted to
+	// free a lease that no probe has seen working: its work may not have
+	// reached the policy yet. A lease seen working is freed by the next
+	// idle answer whatever its age (settleLeasesLocked). Default
+	// DefaultGrace.
 	Grace time.Duration
 	// FailThreshold consecutive failed probes make a policy unhealthy.
 	// Default 3.
@@ -62,7 +68,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Grace <= 0 {
-		o.Grace = 250 * time.Millisecond
+		o.Grace = DefaultGrace
 	}
 	if o.FailThreshold <= 0 {
 		o.FailThreshold = 3
@@ -483,6 +489,7 @@ func (st *State) leaseLocked(s *slot, ttl time.Duration) Selection {
 	lease := st.nextLease
 	s.lease = lease
 	s.leasedAt = st.opts.Now()
+	s.seenWorking = false
 	st.leases[lease] = s
 	s.rt.inflight++
 	st.stickyLoadLocked(s.rt)

@@ -74,7 +74,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Router, "router", api.RouterSimple, "default router of requests that name none: "+routing.NameList(routing.DefaultRouterNames()))
 	fs.DurationVar(&c.PollInterval, "poll-interval", 100*time.Millisecond, "how often each policy's /idle is polled; 0 disables polling (no health checks: policies are trusted idle and freed only by /release or --lease-ttl)")
 	fs.DurationVar(&c.PollTimeout, "poll-timeout", time.Second, "timeout of one /idle probe")
-	fs.DurationVar(&c.Grace, "grace", 250*time.Millisecond, "an idle answer frees a selected policy only if probed this long after the selection")
+	fs.DurationVar(&c.Grace, "grace", routing.DefaultGrace, "an idle answer frees a lease no probe has seen working only if sent this long after the hand-out (a lease seen working is freed by the next idle answer)")
 	fs.IntVar(&c.FailThreshold, "fail-threshold", 3, "consecutive failed probes that make a policy unhealthy")
 	fs.IntVar(&c.PassThreshold, "pass-threshold", 2, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", time.Minute, "cap on /select timeout_ms")

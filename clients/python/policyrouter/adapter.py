@@ -21,9 +21,11 @@ Leases and the seed's ``check_idle``
 The seed's ``SyncSimpleRouter`` pops an idle policy and counts it busy
 until a later ``select_policy`` finds ``policy.check_idle()`` true. The
 service does the same with its poller: it asks each policy's ``GET /idle``
-and frees a selected policy once it answers idle (a grace period after the
-selection). So a caller that never releases anything gets the seed's
-behaviour. In addition, every ``/select`` answer carries a *lease*, and
+and frees a selected policy once its work is provably over: it answered
+busy after the selection and idle since, or, for work no probe saw, idle
+more than the server's ``--grace`` (5 s) after the selection. So a caller
+that never releases anything gets the seed's behaviour, and one that steps
+its environment before sending its request never loses its policy. In addition, every ``/select`` answer carries a *lease*, and
 releasing it frees the policy at once, without waiting for a poll:
 
 * :meth:`RemoteSyncRouter.release` frees the oldest lease this adapter holds
