@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -109,4 +111,48 @@ func TestIdleAnswerWithLoadFreesOnlyTheExcess(t *testing.T) {
 	if got := st.Stats().Leases; got != 0 {
 		t.Fatalf("%d leases out after load 0; want 0", got)
 	}
+}
+
+// Policies that answer idle in the first probe round after a registration
+// enter the idle deque in index order, whatever order their answers come
+// in: the first selects are the seed's deque(eval_policies), and a later
+// first answer still takes its place by index among policies never handed
+// out.
+func TestFirstProbeRoundEntersInIndexOrder(t *testing.T) {
+	for _, order := range [][]int{{1, 5, 0, 2, 3, 4}, {5, 4, 3, 2, 1, 0}, {0, 1, 2, 3, 4, 5}} {
+		t.Run(fmt.Sprint(order), func(t *testing.T) {
+			topo := nodes(map[string][2][]int{"a": {ints(0, 1), ints(0, 2, 4)}, "b": {ints(2, 3), ints(1, 3, 5)}})
+			st := newState(t, Options{Polled: true}, densePolicies(6), topo)
+			for _, i := range order {
+				st.ObserveProbe(fmt.Sprintf("p%d", i), Probe{SentAt: time.Now(), OK: true, Idle: true})
+			}
+			if got := selectIndices(t, st, SelectIdle, "", "", "", "", "", ""); !slices.Equal(got, ints(0, 1, 2, 3, 4, 5)) {
+				t.Errorf("first selects = %v; want index order", got)
+			}
+		})
+	}
+	t.Run("per node", func(t *testing.T) {
+		topo := nodes(map[string][2][]int{"a": {ints(0, 1), ints(0, 2, 4)}, "b": {ints(2, 3), ints(1, 3, 5)}})
+		st := newState(t, Options{Polled: true}, densePolicies(6), topo)
+		for _, i := range []int{4, 5, 2, 3, 0, 1} {
+			st.ObserveProbe(fmt.Sprintf("p%d", i), Probe{SentAt: time.Now(), OK: true, Idle: true})
+		}
+		if got := selectIndices(t, st, SelectIdleAffinity, "env-0", "env-2", "env-0", "env-2"); !slices.Equal(got, ints(0, 1, 2, 3)) {
+			t.Errorf("per-node first selects = %v; want [0 1 2 3]", got)
+		}
+	})
+	t.Run("late answer", func(t *testing.T) {
+		st := newState(t, Options{Polled: true}, densePolicies(4), Topology{})
+		for _, i := range []int{3, 1} {
+			st.ObserveProbe(fmt.Sprintf("p%d", i), Probe{SentAt: time.Now(), OK: true, Idle: true})
+		}
+		first := mustSelect(t, st, SelectIdle, "") // 1: 0 is not heard from yet
+		mustRelease(t, st, first.Lease)            // 1 goes to the back: [3 1]
+		for _, i := range []int{2, 0} {
+			st.ObserveProbe(fmt.Sprintf("p%d", i), Probe{SentAt: time.Now(), OK: true, Idle: true})
+		}
+		if got := selectIndices(t, st, SelectIdle, "", "", "", ""); !slices.Equal(got, ints(0, 2, 3, 1)) {
+			t.Errorf("selects = %v; want [0 2 3 1]", got)
+		}
+	})
 }

@@ -9,9 +9,14 @@ import "time"
 // unavailable (unhealthy, draining, not heard from) or answered busy after
 // the slot was freed. All fields are guarded by State.mu.
 type slot struct {
-	rt       *policyRuntime
-	links    [2]link // by list kind: global, node
-	listed   bool
+	rt     *policyRuntime
+	links  [2]link // by list kind: global, node
+	listed bool
+	// initial marks the first slot of a newly registered policy until its
+	// first lease: it enters the idle deques in index order among the
+	// other initial slots, whatever order the first probes answer in, as
+	// the seed's deque(eval_policies) starts (slotList.insertInitial).
+	initial  bool
 	retired  bool // capacity shrank while leased: dropped on release
 	lease    uint64
 	leasedAt time.Time
@@ -61,6 +66,31 @@ func (l *slotList) pushFront(s *slot) {
 		l.tail = s
 	}
 	l.head = s
+	l.len++
+}
+
+// insertInitial puts an initial slot among the initial slots at the head
+// of the list, in index order: before the first slot that is not initial
+// or has a higher index. Initial slots are at most one per policy and
+// leave the head at their first lease, so the walk is short but for the
+// first probe round of a large registration (O(policies) each).
+func (l *slotList) insertInitial(s *slot) {
+	at := l.head
+	for at != nil && at.initial && at.rt.policy.Index < s.rt.policy.Index {
+		at = at.links[l.kind].next
+	}
+	if at == nil {
+		l.pushBack(s)
+		return
+	}
+	lk, ak := &s.links[l.kind], &at.links[l.kind]
+	lk.prev, lk.next = ak.prev, at
+	if ak.prev != nil {
+		ak.prev.links[l.kind].next = s
+	} else {
+		l.head = s
+	}
+	ak.prev = s
 	l.len++
 }
 

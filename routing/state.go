@@ -389,7 +389,7 @@ func (st *State) endWaitersLocked(l *waiterList) {
 func (rt *policyRuntime) resize(n int) []*slot {
 	var created []*slot
 	for len(rt.slots) < n {
-		s := &slot{rt: rt}
+		s := &slot{rt: rt, initial: len(rt.slots) == 0}
 		rt.slots = append(rt.slots, s)
 		created = append(created, s)
 	}
@@ -466,10 +466,14 @@ func (st *State) offerLocked(s *slot, front bool) {
 		}
 	}
 	nl := st.nodeListLocked(s.rt.node)
-	if front {
+	switch {
+	case front:
 		st.global.pushFront(s)
 		nl.pushFront(s)
-	} else {
+	case s.initial:
+		st.global.insertInitial(s)
+		nl.insertInitial(s)
+	default:
 		st.global.pushBack(s)
 		nl.pushBack(s)
 	}
@@ -490,6 +494,7 @@ func (st *State) leaseLocked(s *slot, ttl time.Duration) Selection {
 	s.lease = lease
 	s.leasedAt = st.opts.Now()
 	s.seenWorking = false
+	s.initial = false
 	st.leases[lease] = s
 	s.rt.inflight++
 	st.stickyLoadLocked(s.rt)
