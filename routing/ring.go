@@ -14,8 +14,10 @@ import (
 const RingPoints = 128
 
 // A hashRing is a consistent-hashing ring over some of a snapshot's
-// policies: RingPoints points per policy, hashed from the policy id with
-// xxhash (stable across processes and replicas, unlike hash/maphash). A
+// policies: RingPoints points per policy, hashed with xxhash (stable
+// across processes and replicas, unlike hash/maphash) from the policy's
+// URL, the server that holds the sessions' caches: a policy removed and
+// registered again at the same URL, under a new id, keeps its sessions. A
 // session key hashes onto the ring and is served by its successors in ring
 // order. Each point is one uint64: the hash's top 44 bits, then the
 // position of its policy in the low 20 (positions are below MaxIndex =
@@ -46,9 +48,9 @@ func newRing(policies []Policy, pos []int, node string) *hashRing {
 	r := &hashRing{points: make([]uint64, 0, len(pos)*RingPoints), pos: slices.Clone(pos), node: node}
 	var buf []byte
 	for _, p := range pos {
-		id := policies[p].ID
+		key := ringKey(policies[p])
 		for v := range RingPoints {
-			buf = append(buf[:0], id...)
+			buf = append(buf[:0], key...)
 			buf = append(buf, '#')
 			buf = strconv.AppendInt(buf, int64(v), 10)
 			r.points = append(r.points, xxhash.Sum64(buf)&^posMask|uint64(p))
@@ -56,6 +58,15 @@ func newRing(policies []Policy, pos []int, node string) *hashRing {
 	}
 	slices.Sort(r.points)
 	return r
+}
+
+// ringKey is what a policy's ring points are hashed from: its URL, or its
+// id when it has none.
+func ringKey(p Policy) string {
+	if p.URL != "" {
+		return p.URL
+	}
+	return p.ID
 }
 
 // split returns the rings of each node's policies, nodeOf giving a

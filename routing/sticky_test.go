@@ -566,3 +566,37 @@ func TestStickyNodeRingIsItsOwnRing(t *testing.T) {
 		t.Fatalf("node ring of %d points differs from the ring of its %d policies (%d points)", len(got.points), len(pos), len(want.points))
 	}
 }
+
+// A policy removed and registered again at the same URL, under a new id,
+// keeps its sessions: the ring is keyed by the server that holds their
+// caches. Every one of 300 sessions comes home again.
+func TestStickyReRegisteredPolicyKeepsItsSessions(t *testing.T) {
+	ps := densePolicies(8)
+	st := newState(t, Options{}, ps, Topology{})
+	keys := sessions(300)
+	before := make([]string, len(keys))
+	for i, key := range keys {
+		sel := stickySelect(t, st, SelectIdle, "", key)
+		mustRelease(t, st, sel.Lease)
+		before[i] = sel.Policy.URL
+	}
+	if err := st.Update(slices.Delete(slices.Clone(ps), 3, 4), Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	again := slices.Clone(ps)
+	again[3].ID = "p3-registered-again"
+	if err := st.Update(again, Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	home := 0
+	for i, key := range keys {
+		sel := stickySelect(t, st, SelectIdle, "", key)
+		mustRelease(t, st, sel.Lease)
+		if sel.Policy.URL == before[i] {
+			home++
+		}
+	}
+	if home != len(keys) {
+		t.Errorf("%d of %d sessions came home after the re-registration; want all", home, len(keys))
+	}
+}
