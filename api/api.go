@@ -169,6 +169,11 @@ type SelectResponse struct {
 	// LeaseID identifies the hand-out for POST /release. The round-robin
 	// router (node_affinity) does not track busy policies and issues none.
 	LeaseID string `json:"lease_id,omitempty"`
+	// Version is the policy's weight version at dispatch.
+	Version int64 `json:"version"`
+	// Sticky says, when the request named a session, where it landed:
+	// "home", "moved" or "spilled".
+	Sticky string `json:"sticky,omitempty"`
 }
 
 // ReleaseRequest is the body of POST /release: a lease id, or a policy

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -67,9 +66,16 @@ func asError(err error) *Error {
 	if ue, ok := updateError(err); ok {
 		return ue
 	}
+	var we *routing.WaitError
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.As(err, &we) && errors.Is(we.Err, routing.ErrNoFreshPolicy):
+		return errorf(api.CodeNoFreshPolicy, we.Error())
+	case errors.As(err, &we):
+		return errorf(api.CodeNoIdlePolicy, we.Error())
+	case errors.Is(err, routing.ErrShuttingDown):
+		return errorf(api.CodeShuttingDown, "server is shutting down")
 	case errors.As(err, &in):
 		return fieldError(in.Field, in.Msg)
 	case errors.Is(err, store.ErrUnavailable):
@@ -90,8 +96,6 @@ func asError(err error) *Error {
 		return errorf(api.CodeAllUnavailable, "no policy to route to: every registered policy is unhealthy, draining or not yet heard from (see GET /stats)")
 	case errors.Is(err, routing.ErrOverloaded):
 		return errorf(api.CodeOverloaded, "too many /select calls waiting for an idle policy already (--max-waiters): retry later")
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return errorf(api.CodeNoIdlePolicy, "request cancelled or timed out")
 	default:
 		return &Error{Code: api.CodeInternal, Message: "internal error"}
 	}

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -11,15 +10,6 @@ import (
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
 )
-
-// minVersion is the floor a request's min_version gives, else the one in
-// force.
-func minVersion(st *routing.State, v *int64) int64 {
-	if v != nil {
-		return *v
-	}
-	return st.MinVersion()
-}
 
 func (s *Server) putWeights(w http.ResponseWriter, r *http.Request) {
 	var req api.WeightsRequest
@@ -124,30 +114,12 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		// The wait for the home is part of the wait for a policy.
 		sreq.StickyWait = min(time.Duration(*req.StickyWaitMS)*time.Millisecond, wait)
 	}
+	sreq.Wait, sreq.Stop = wait, s.stopping.Done()
 	start := time.Now()
-	// Try without waiting first: the timers and the shutdown hook of a wait
-	// are paid only when nothing is idle. A session that may wait for its
-	// home goes straight to the wait, which tries first too.
-	var sel routing.Selection
-	err = context.Canceled
-	if sreq.StickyWait == 0 {
-		sel, err = s.State.Select(doneContext, sreq)
-	}
-	if errors.Is(err, context.Canceled) && wait > 0 {
-		ctx, cancel := context.WithTimeout(r.Context(), wait)
-		stopHook := context.AfterFunc(s.stopping, cancel)
-		sel, err = s.State.Select(ctx, sreq)
-		stopHook()
-		cancel()
-	} else if errors.Is(err, context.Canceled) {
-		err = context.DeadlineExceeded // timeout_ms 0: nothing idle now
-	}
+	d, err := s.State.Select(r.Context(), sreq)
 	s.observeDecision("select", router.Name, start)
 	switch {
 	case err == nil:
-	case s.stopping.Err() != nil:
-		s.writeError(w, r, errorf(api.CodeShuttingDown, "server is shutting down"))
-		return
 	case r.Context().Err() != nil:
 		// The caller left while waiting; Select consumed nothing and there
 		// is nobody to answer.
@@ -156,28 +128,18 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		// This replica stopped leading while the call waited.
 		s.writeNotLeader(w, r)
 		return
-	case errors.Is(err, context.DeadlineExceeded) && !s.State.AnyFresh(req.MinVersion):
-		s.writeError(w, r, errorf(api.CodeNoFreshPolicy, "no policy with a fresh enough weight version (at least "+
-			strconv.FormatInt(minVersion(s.State, req.MinVersion), 10)+") became idle within "+wait.String()))
-		return
-	case errors.Is(err, context.DeadlineExceeded):
-		s.writeError(w, r, errorf(api.CodeNoIdlePolicy, "no idle policy within "+wait.String()))
-		return
 	default:
 		s.writeError(w, r, err)
 		return
 	}
-	if router.EnvAffine && s.Metrics != nil {
-		if env := s.State.Snapshot().EnvNode(req.EnvID); env != "" {
-			hit := b2i(env == sel.Node)
-			s.Metrics.ObserveAffinity("select", router.Name, hit, 1-hit)
-		}
+	if router.EnvAffine && s.Metrics != nil && d.EnvNode != "" {
+		hit := b2i(d.AffinityHeld())
+		s.Metrics.ObserveAffinity("select", router.Name, hit, 1-hit)
 	}
-	resp := api.SelectResponse{Index: sel.Policy.Index, ID: sel.Policy.ID, URL: sel.Policy.URL, NodeID: sel.Node}
-	if sel.Lease != 0 {
-		resp.LeaseID = s.State.LeaseID(sel.Lease)
-	}
-	writeJSON(w, http.StatusOK, resp)
+	writeJSON(w, http.StatusOK, api.SelectResponse{
+		Index: d.Policy.Index, ID: d.Policy.ID, URL: d.Policy.URL, NodeID: d.Node,
+		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky),
+	})
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
@@ -187,7 +149,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var (
-		sel routing.Selection
+		sel routing.Decision
 		err error
 	)
 	if req.LeaseID != "" {
@@ -238,14 +200,6 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, api.CompleteResponse{Index: *req.Index, Load: load})
 }
-
-// doneContext is a context that is already cancelled: with it Select only
-// tries, it never waits.
-var doneContext = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
 
 func (s *Server) observeDecision(endpoint, router string, start time.Time) {
 	took := time.Since(start)

@@ -183,7 +183,7 @@ func TestRoutingFollowsHealth(t *testing.T) {
 	flapFails.Store(true)
 	eventually(t, "flapping policy unhealthy", func() bool { return !policyStats(st, 6).Healthy })
 	for range 20 {
-		if sel, err := st.Select(context.Background(), routing.SelectRequest{Router: routing.SelectRoundRobin, EnvID: ""}); err != nil || sel.Policy.Index == 6 {
+		if sel, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectRoundRobin, EnvID: ""}); err != nil || sel.Policy.Index == 6 {
 			t.Fatalf("round robin gave %d, %v while policy 6 is unhealthy", sel.Policy.Index, err)
 		}
 	}
@@ -219,7 +219,7 @@ func checkRouted(tb testing.TB, st *routing.State, want []int) {
 	tb.Helper()
 	seen := map[int]bool{}
 	for range 3 * len(want) {
-		sel, err := st.Select(context.Background(), routing.SelectRequest{Router: routing.SelectRoundRobin, EnvID: ""})
+		sel, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectRoundRobin, EnvID: ""})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func checkRouted(tb testing.TB, st *routing.State, want []int) {
 		seen[i] = true
 	}
 	for range want {
-		sel, err := st.Select(context.Background(), routing.SelectRequest{Router: routing.SelectIdle, EnvID: ""})
+		sel, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -252,7 +252,7 @@ func checkRouted(tb testing.TB, st *routing.State, want []int) {
 	// Every healthy policy is leased now (Grace is long): nothing idle is left.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if sel, err := st.Select(ctx, routing.SelectRequest{Router: routing.SelectIdle, EnvID: ""}); err == nil {
+	if sel, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""}); err == nil {
 		tb.Errorf("select with every healthy policy leased gave policy %d", sel.Policy.Index)
 	}
 }
@@ -358,7 +358,7 @@ func TestGraceNoDoubleHandout(t *testing.T) {
 			eventually(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
 
 			beforeSelect := time.Now() // no later than the lease's start
-			first, err := st.Select(context.Background(), routing.SelectRequest{Router: routing.SelectIdle, EnvID: ""})
+			first, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -367,7 +367,7 @@ func TestGraceNoDoubleHandout(t *testing.T) {
 				eventually(t, "idle answers after the selection", func() bool { return idleSince.Load() >= 3 })
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 				defer cancel()
-				if sel, err := st.Select(ctx, routing.SelectRequest{Router: routing.SelectIdle, EnvID: ""}); !errors.Is(err, context.DeadlineExceeded) {
+				if sel, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""}); !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("second select within grace = %+v, %v; want deadline exceeded", sel, err)
 				}
 				if got := policyStats(st, 0).Inflight; got != 1 {
@@ -380,7 +380,7 @@ func TestGraceNoDoubleHandout(t *testing.T) {
 			// Released, or freed by an idle answer sent Grace after the selection.
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			second, err := st.Select(ctx, routing.SelectRequest{Router: routing.SelectIdle, EnvID: ""})
+			second, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -480,7 +480,7 @@ func TestLeaseKeptWhileWorkerPrepares(t *testing.T) {
 	}})
 	eventually(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
 
-	sel, err := st.Select(context.Background(), routing.SelectRequest{Router: routing.SelectIdle})
+	sel, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func TestLeaseKeptWhileWorkerPrepares(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if other, err := st.Select(ctx, routing.SelectRequest{Router: routing.SelectIdle}); err == nil {
+	if other, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle}); err == nil {
 		t.Fatalf("policy handed out twice: %+v", other)
 	}
 

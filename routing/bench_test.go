@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // benchLoads returns p deterministic loads in [0, 64).
@@ -132,7 +133,7 @@ func BenchmarkSelectRelease(b *testing.B) {
 				st := newBenchState(b, p, 16)
 				b.ReportAllocs()
 				for b.Loop() {
-					sel, err := st.Select(ctx, SelectRequest{Router: kind.kind, EnvID: "env-5"})
+					sel, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Router: kind.kind, EnvID: "env-5"})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -154,7 +155,7 @@ func BenchmarkSelectRoundRobin(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if _, err := st.Select(ctx, SelectRequest{Router: SelectRoundRobin, EnvID: envs[i%len(envs)]}); err != nil {
+				if _, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Router: SelectRoundRobin, EnvID: envs[i%len(envs)]}); err != nil {
 					b.Fatal(err)
 				}
 				i++
@@ -178,7 +179,7 @@ func BenchmarkStickyPick(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				st.mu.Lock()
-				pos, _ := st.homeLocked(snap, sessionHash(keys[i%len(keys)]), "", false, DefaultLoadFactor, 0)
+				pos, _, _ := homeLocked(snap, sessionHash(keys[i%len(keys)]), "", false, 0)
 				st.mu.Unlock()
 				if pos < 0 {
 					b.Fatal("no home")
@@ -193,7 +194,7 @@ func BenchmarkStickyPick(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				sel, err := st.Select(ctx, SelectRequest{Session: keys[i%len(keys)]})
+				sel, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Session: keys[i%len(keys)]})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -41,7 +41,7 @@ func TestConcurrentSelectRelease(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			for range rounds {
 				kind := []Selector{SelectIdle, SelectIdleAffinity}[r.IntN(2)]
-				sel, err := st.Select(context.Background(), SelectRequest{Router: kind, EnvID: "env-" + strconv.Itoa(r.IntN(6))})
+				sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: kind, EnvID: "env-" + strconv.Itoa(r.IntN(6))})
 				if err != nil {
 					t.Errorf("Select: %v", err)
 					return
@@ -98,7 +98,7 @@ func TestConcurrentSelectRelease(t *testing.T) {
 					t.Errorf("Assign: %v", err)
 				}
 			case 4:
-				if _, err := st.Select(context.Background(), SelectRequest{Router: SelectRoundRobin, EnvID: "env-3"}); err != nil && !errors.Is(err, ErrNoPolicies) {
+				if _, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: SelectRoundRobin, EnvID: "env-3"}); err != nil && !errors.Is(err, ErrNoPolicies) {
 					t.Errorf("round robin: %v", err)
 				}
 			case 5:
@@ -150,7 +150,7 @@ func TestWaitersFIFO(t *testing.T) {
 			var wg sync.WaitGroup
 			for w := range waiters {
 				wg.Go(func() {
-					sel, err := st.Select(context.Background(), SelectRequest{Router: kind, EnvID: "env-" + strconv.Itoa(w%2)})
+					sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: kind, EnvID: "env-" + strconv.Itoa(w%2)})
 					got <- served{w, sel.Lease, err}
 				})
 				waitForWaiters(t, st, w+1)
@@ -183,13 +183,13 @@ func TestCancelledWaiterIsSkipped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error)
 	go func() {
-		_, err := st.Select(ctx, SelectRequest{Router: SelectIdle, EnvID: ""})
+		_, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Router: SelectIdle, EnvID: ""})
 		first <- err
 	}()
 	waitForWaiters(t, st, 1)
-	second := make(chan Selection)
+	second := make(chan Decision)
 	go func() {
-		sel, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle, EnvID: ""})
+		sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: SelectIdle, EnvID: ""})
 		if err != nil {
 			t.Errorf("second waiter: %v", err)
 		}
@@ -224,7 +224,7 @@ func TestMaxWaiters(t *testing.T) {
 	errs := make(chan error, max+1)
 	for w := range max {
 		go func() {
-			_, err := st.Select(ctx, SelectRequest{Router: SelectIdle})
+			_, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Router: SelectIdle})
 			errs <- err
 		}()
 		waitForWaiters(t, st, w+1)
@@ -232,11 +232,11 @@ func TestMaxWaiters(t *testing.T) {
 	// Bounded, so that a missing limit fails rather than hangs.
 	over, cancelOver := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancelOver()
-	if _, err := st.Select(over, SelectRequest{Router: SelectIdle}); !errors.Is(err, ErrOverloaded) {
+	if _, err := st.Select(over, SelectRequest{Wait: time.Hour, Router: SelectIdle}); !errors.Is(err, ErrOverloaded) {
 		t.Fatalf("Select beyond %d waiters = %v; want ErrOverloaded", max, err)
 	}
-	if _, err := st.Select(cancelled(), SelectRequest{Router: SelectIdle}); !errors.Is(err, context.Canceled) {
-		t.Errorf("non-waiting Select with %d waiters = %v; want context.Canceled", max, err)
+	if _, err := st.Select(cancelled(), SelectRequest{Router: SelectIdle}); !errors.Is(err, ErrNoIdlePolicy) {
+		t.Errorf("non-waiting Select with %d waiters = %v; want ErrNoIdlePolicy", max, err)
 	}
 	if got := st.Stats().Waiters; got != max {
 		t.Errorf("%d waiters after the refusal; want %d", got, max)
@@ -249,7 +249,7 @@ func TestMaxWaiters(t *testing.T) {
 	}
 	waitForWaiters(t, st, max-1)
 	go func() {
-		_, err := st.Select(ctx, SelectRequest{Router: SelectIdle})
+		_, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Router: SelectIdle})
 		errs <- err
 	}()
 	waitForWaiters(t, st, max)
@@ -281,7 +281,7 @@ func TestCancelledWaitersConsumeNothing(t *testing.T) {
 
 		type result struct {
 			w   int
-			sel Selection
+			sel Decision
 			err error
 		}
 		results := make(chan result, waiters)
@@ -290,7 +290,7 @@ func TestCancelledWaitersConsumeNothing(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancels[w] = cancel
 			go func() {
-				sel, err := st.Select(ctx, SelectRequest{Router: SelectIdle, EnvID: ""})
+				sel, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Router: SelectIdle, EnvID: ""})
 				results <- result{w, sel, err}
 			}()
 		}

@@ -59,7 +59,7 @@ func cancelled() context.Context {
 
 // mustSelect selects without waiting and fails the test when nothing is
 // available.
-func mustSelect(tb testing.TB, st *State, kind Selector, envID string) Selection {
+func mustSelect(tb testing.TB, st *State, kind Selector, envID string) Decision {
 	tb.Helper()
 	sel, err := st.Select(cancelled(), SelectRequest{Router: kind, EnvID: envID})
 	if err != nil {
@@ -83,8 +83,8 @@ func selectIndices(tb testing.TB, st *State, kind Selector, envIDs ...string) []
 func wantNoIdle(tb testing.TB, st *State, kind Selector, envID string) {
 	tb.Helper()
 	sel, err := st.Select(cancelled(), SelectRequest{Router: kind, EnvID: envID})
-	if !errors.Is(err, context.Canceled) {
-		tb.Fatalf("Select(%T, %q) = %d, %v; want it to wait (context.Canceled)", kind, envID, sel.Policy.Index, err)
+	if !errors.Is(err, ErrNoIdlePolicy) {
+		tb.Fatalf("Select(%T, %q) = %d, %v; want it to wait (ErrNoIdlePolicy)", kind, envID, sel.Policy.Index, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The property tests run the real routers and the plain re-statements of
@@ -200,7 +201,7 @@ func TestRoundRobinMatchesReference(t *testing.T) {
 		st := newState(t, Options{}, c.policies, c.topo)
 		ref := &refRoundRobin{topo: c.topo, n: len(c.policies), rr: map[string]int{}}
 		for _, env := range c.envIDs {
-			sel, err := st.Select(context.Background(), SelectRequest{Router: SelectRoundRobin, EnvID: env})
+			sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: SelectRoundRobin, EnvID: env})
 			if err != nil {
 				t.Fatalf("case %d: Select(%q): %v", i, env, err)
 			}
@@ -274,7 +275,7 @@ func TestSelectIdleMatchesModel(t *testing.T) {
 			}
 			sel, err := st.Select(cancelled(), SelectRequest{Router: kind, EnvID: env})
 			switch {
-			case want < 0 && !errors.Is(err, context.Canceled):
+			case want < 0 && !errors.Is(err, ErrNoIdlePolicy):
 				t.Fatalf("case %d step %d: Select(%T, %q) = %d, %v; model has nothing idle", i, step, kind, env, sel.Policy.Index, err)
 			case want >= 0 && (err != nil || sel.Policy.Index != want):
 				t.Fatalf("case %d step %d: Select(%T, %q) = %d, %v; model %d", i, step, kind, env, sel.Policy.Index, err, want)

@@ -6,24 +6,29 @@ import (
 )
 
 // selectSticky is the sticky stage of Select, for a request that names a
-// session. It finds the session's home (sticky.go) among the candidates
-// of router r and:
-//   - for a router that hands policies out blind, without a lease (round
+// session. It finds the session's home: the first policy after the
+// session key on the ring of the router's candidates (the env worker's
+// node's ring first for an env-affine router) that is available and meets
+// the weight-version floor. Then:
+//   - a router that hands policies out blind, without a lease (round
 //     robin), hands out the home, busy or not, as that router would;
-//   - for a leasing router, leases an idle slot of the home; when the home
-//     is busy, waits for it up to req.StickyWait (and ctx), in FIFO order
-//     with other waiters for that policy, which a freed slot of the policy
-//     serves before any other waiter.
+//   - a leasing router leases an idle slot of the home; when the home is
+//     busy it waits for it up to req.StickyWait (within req.Wait), in FIFO
+//     order with the other sessions waiting for that policy, which a freed
+//     slot of the policy serves before any other waiter. The wait is
+//     refused, and the request spills at once, only when the home's queue
+//     of waiting sessions is already at the bound ⌈c · (waiting + 1) /
+//     available⌉ of its ring: that keeps a hot home from collecting the
+//     waits of many sessions, while a busy home at low load is waited for.
 //
-// done is false when the router is to decide instead: no policy can be the
-// home (a miss), or the home stayed busy (a spill; the session's home does
-// not move, its next request tries it again). A waiter that gives up
-// consumes nothing. With done true it returns the selection, or ctx.Err()
-// when ctx ended the wait.
-func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector, envNode string, ttl time.Duration) (sel Selection, done bool, err error) {
+// done is false when the router is to decide instead; d.Sticky then says
+// why: StickyMoved (no policy can be the home) or StickySpilled (the home
+// stayed busy, or its queue was full; the session's home does not move,
+// its next request tries it again). A waiter that gives up consumes
+// nothing.
+func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector, ttl time.Duration, floor int64) (d Decision, done bool, err error) {
 	c := st.loadFactor(req.LoadFactor)
 	h := sessionHash(req.Session)
-	floor := st.minVersionOf(req.MinVersion)
 	affine := envAffine(r, nil)
 	// The rings are built on first use; build them outside the lock (an
 	// Update in between only means building the next snapshot's under it).
@@ -31,95 +36,101 @@ func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector
 
 	st.mu.Lock()
 	snap := st.ledger.snap
-	pos, natural := st.homeLocked(snap, h, envNode, affine, c, floor)
+	envNode := snap.EnvNode(req.EnvID)
+	pos, natural, ring := homeLocked(snap, h, envNode, affine, floor)
 	if pos < 0 {
 		st.mu.Unlock()
 		st.sticky.misses.Add(1)
-		return Selection{}, false, nil
+		return Decision{Sticky: StickyMoved}, false, nil
+	}
+	outcome := StickyMoved
+	if natural {
+		outcome = StickyHome
+	}
+	served := func(d Decision) (Decision, bool, error) {
+		st.sticky.count(natural)
+		d.EnvNode, d.Sticky = envNode, outcome
+		return d, true, nil
 	}
 	rt := snap.rts[pos]
 	if !r.leases() {
-		rt.selected.Add(1)
+		d = st.handOutLocked(rt)
 		st.mu.Unlock()
-		st.sticky.count(natural)
-		return Selection{Policy: rt.policy, Node: rt.node}, true, nil
+		return served(d)
 	}
 	if s := idleSlotLocked(rt); s != nil {
 		st.unlistLocked(s)
-		sel = st.leaseLocked(s, ttl)
+		d = st.leaseLocked(s, ttl)
 		st.mu.Unlock()
-		st.sticky.count(natural)
-		return sel, true, nil
+		return served(d)
 	}
-	if req.StickyWait <= 0 || ctx.Err() != nil {
+	wait := min(req.StickyWait, req.Wait)
+	if wait <= 0 || int64(rt.stickyWaiters.len) >= st.queueBoundLocked(ring, c) {
 		st.mu.Unlock()
 		st.sticky.spills.Add(1)
-		return Selection{}, false, nil
+		return Decision{Sticky: StickySpilled}, false, nil
 	}
 	w := &waiter{ch: make(chan struct{}), ttl: ttl, minVersion: floor}
 	rt.stickyWaiters.pushBack(w)
+	st.stickyLoadLocked(rt)
 	st.mu.Unlock()
 
-	timer := time.NewTimer(req.StickyWait)
-	defer timer.Stop()
-	select {
-	case <-w.ch:
+	err = st.await(ctx, w, wait, req.Stop)
+	if err == nil {
 		if w.err != nil {
-			return Selection{}, true, w.err
+			return Decision{}, true, w.err
 		}
-		st.sticky.count(natural)
-		return w.sel, true, nil
-	case <-timer.C:
-	case <-ctx.Done():
+		return served(w.sel)
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	switch {
 	case w.err != nil:
-		return Selection{}, true, w.err // ended, and removed, by Reset
+		return Decision{}, true, w.err // ended, and removed, by Reset
 	case w.granted == nil:
 		rt.stickyWaiters.remove(w)
-		if err := ctx.Err(); err != nil {
-			return Selection{}, true, err
+		st.stickyLoadLocked(rt)
+		if err != errWaitTimeout {
+			return Decision{}, true, err
 		}
 		st.sticky.spills.Add(1)
-		return Selection{}, false, nil
-	case ctx.Err() == nil:
+		return Decision{Sticky: StickySpilled}, false, nil
+	case err == errWaitTimeout:
 		// The home freed up as the wait ran out: take it.
-		st.sticky.count(natural)
-		return w.sel, true, nil
+		return served(w.sel)
 	default:
 		st.giveBackLocked(w)
-		return Selection{}, true, ctx.Err()
+		return Decision{}, true, err
 	}
 }
 
 // homeLocked returns the position of the home of the session hashed to h
-// in snap, for /select: the env worker's node's ring first for an
-// env-affine router, then the ring of all policies. A home is available
-// and meets the weight-version floor. Load is leases out plus tracked
-// load. pos is -1 when no policy can be the home. Caller must hold mu.
-func (st *State) homeLocked(snap *Snapshot, h uint64, envNode string, affine bool, c float64, floor int64) (pos int, natural bool) {
-	avail := func(p int) bool { rt := snap.rts[p]; return rt.available() && rt.version.Load() >= floor }
-	load := func(p int) int64 {
-		rt := snap.rts[p]
-		return int64(rt.inflight) + rt.load
-	}
-	home := func(r *hashRing) (int, bool) {
-		rl := st.ringLoadLocked(r)
-		if rl.n == 0 {
-			return -1, false
-		}
-		return r.homeUnder(h, loadBound(c, rl.total, rl.n), avail, load)
-	}
+// in snap, for /select, and the ring it is on: the first successor that
+// is available and meets the weight-version floor, on the env worker's
+// node's ring first for an env-affine router, then on the ring of all
+// policies. natural reports whether it is the session's first successor
+// of all. pos is -1 when no policy can be the home. Caller must hold mu.
+func homeLocked(snap *Snapshot, h uint64, envNode string, affine bool, floor int64) (pos int, natural bool, ring *hashRing) {
+	ok := func(p int) bool { rt := snap.rts[p]; return rt.available() && rt.version.Load() >= floor }
 	first, fallback := snap.ringsFor(envNode, affine)
-	pos, natural = home(first)
-	if pos < 0 && fallback != nil {
-		// The node's ring has no home: the session's natural home is lost.
-		pos, _ = home(fallback)
-		natural = false
+	if pos, natural = first.successor(h, ok); pos >= 0 {
+		return pos, natural, first
 	}
-	return pos, natural
+	if fallback != nil {
+		// The node's ring has no home: the session's natural home is lost.
+		if pos, _ = fallback.successor(h, ok); pos >= 0 {
+			return pos, false, fallback
+		}
+	}
+	return -1, false, nil
+}
+
+// queueBoundLocked is the most sessions that may wait for one home of
+// ring: ⌈c · (waiting + 1) / available⌉ over the ring's available
+// policies. Caller must hold mu.
+func (st *State) queueBoundLocked(r *hashRing, c float64) int64 {
+	rl := st.ringLoadLocked(r)
+	return loadBound(c, rl.total, max(rl.n, 1))
 }
 
 // idleSlotLocked returns an idle (listed) slot of rt, or nil when it has

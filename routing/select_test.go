@@ -65,12 +65,12 @@ func TestSelectWaitsForRelease(t *testing.T) {
 	st := newState(t, Options{}, densePolicies(1), Topology{})
 	held := mustSelect(t, st, SelectIdle, "")
 	type result struct {
-		sel Selection
+		sel Decision
 		err error
 	}
 	done := make(chan result)
 	go func() {
-		sel, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle, EnvID: ""})
+		sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: SelectIdle, EnvID: ""})
 		done <- result{sel, err}
 	}()
 	waitForWaiters(t, st, 1)
@@ -88,7 +88,7 @@ func TestSelectWaitsForRelease(t *testing.T) {
 func TestSelectErrors(t *testing.T) {
 	empty := New(Options{})
 	for _, kind := range []Selector{SelectIdle, SelectIdleAffinity, SelectRoundRobin} {
-		if _, err := empty.Select(context.Background(), SelectRequest{Router: kind, EnvID: "env-0"}); !errors.Is(err, ErrNoPolicies) {
+		if _, err := empty.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: kind, EnvID: "env-0"}); !errors.Is(err, ErrNoPolicies) {
 			t.Errorf("Select(%T) with no policies = %v; want ErrNoPolicies", kind, err)
 		}
 	}
@@ -542,7 +542,7 @@ func TestUpdateWakesWaiter(t *testing.T) {
 	mustSelect(t, st, SelectIdle, "")
 	done := make(chan int)
 	go func() {
-		sel, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle, EnvID: ""})
+		sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: SelectIdle, EnvID: ""})
 		if err != nil {
 			done <- -1
 			return

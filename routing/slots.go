@@ -119,7 +119,7 @@ type waiter struct {
 	ch         chan struct{}
 	ttl        time.Duration // of the lease it will get
 	minVersion int64         // the weight-version floor its policy must meet
-	sel        Selection
+	sel        Decision
 	granted    *slot
 	err        error // why the wait was ended without a slot (ErrReset)
 }

@@ -116,17 +116,18 @@ func TestWaiterGetsFreshPolicy(t *testing.T) {
 		st.ObserveProbe(id, Probe{SentAt: clock.Now(), OK: true, Idle: true, Version: 1, HasVersion: true})
 	}
 	st.SetMinVersion(2)
-	got := make(chan Selection, 1)
+	got := make(chan Decision, 1)
 	go func() {
-		sel, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle})
+		sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: SelectIdle})
 		if err != nil {
 			t.Errorf("waiting Select: %v", err)
 		}
 		got <- sel
 	}()
 	waitForWaiters(t, st, 1)
-	if st.AnyFresh(nil) {
-		t.Error("AnyFresh with every policy stale = true")
+	var we *WaitError
+	if _, err := st.Select(cancelled(), SelectRequest{Router: SelectIdle}); !errors.As(err, &we) || we.Err != ErrNoFreshPolicy {
+		t.Errorf("try with every policy stale = %v; want ErrNoFreshPolicy", err)
 	}
 	// Policy 1 comes back from its update at version 2.
 	st.ObserveProbe("p1", Probe{SentAt: clock.Now(), OK: true, Idle: true, Version: 2, HasVersion: true})
@@ -138,8 +139,8 @@ func TestWaiterGetsFreshPolicy(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiter did not get the policy that reported the new version")
 	}
-	if !st.AnyFresh(nil) {
-		t.Error("AnyFresh with policy 1 fresh = false")
+	if _, err := st.Select(cancelled(), SelectRequest{Router: SelectIdle}); !errors.As(err, &we) || we.Err != ErrNoIdlePolicy {
+		t.Errorf("try with policy 1 fresh and leased = %v; want ErrNoIdlePolicy", err)
 	}
 	// A stale release goes to the deque, not to a fresh-only waiter.
 	old := int64(0)
@@ -153,7 +154,7 @@ func TestWaiterGetsFreshPolicy(t *testing.T) {
 		waitForWaiters(t, st, 1)
 		mustRelease(t, st, stale.Lease)
 	}()
-	if sel, err := st.Select(ctx, SelectRequest{Router: SelectIdle}); err == nil {
+	if sel, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Router: SelectIdle}); err == nil {
 		t.Errorf("fresh-only waiter got policy %d at version 1", sel.Policy.Index)
 	}
 }

@@ -24,6 +24,11 @@ var (
 	// ErrReset: Reset ended the wait of a Select (the router stopped
 	// leading, or took over).
 	ErrReset = errors.New("routing state reset while waiting")
+	// ErrNoIdlePolicy: a Select's wait ran out with no idle policy (in a
+	// *WaitError).
+	ErrNoIdlePolicy = errors.New("no idle policy")
+	// ErrShuttingDown: the Select's Stop channel closed while it waited.
+	ErrShuttingDown = errors.New("shutting down")
 )
 
 // DefaultMaxWaiters is the default of Options.MaxWaiters.
@@ -459,6 +464,7 @@ func (st *State) offerLocked(s *slot, front bool) {
 				continue
 			}
 			wl.remove(w)
+			st.stickyLoadLocked(s.rt)
 			w.granted = s
 			w.sel = st.leaseLocked(s, w.ttl)
 			close(w.ch)
@@ -488,7 +494,7 @@ func (st *State) releaseLocked(s *slot, front bool) {
 
 // leaseLocked hands out an idle, unlisted slot, for ttl when positive.
 // Caller must hold mu.
-func (st *State) leaseLocked(s *slot, ttl time.Duration) Selection {
+func (st *State) leaseLocked(s *slot, ttl time.Duration) Decision {
 	st.nextLease++
 	lease := st.nextLease
 	s.lease = lease
@@ -498,11 +504,12 @@ func (st *State) leaseLocked(s *slot, ttl time.Duration) Selection {
 	st.leases[lease] = s
 	s.rt.inflight++
 	st.stickyLoadLocked(s.rt)
-	s.rt.selected.Add(1)
 	if ttl > 0 {
 		s.expiry = time.AfterFunc(ttl, func() { st.expire(s, lease) })
 	}
-	return Selection{Policy: s.rt.policy, Node: s.rt.node, Lease: lease}
+	d := st.handOutLocked(s.rt)
+	d.Lease, d.LeaseID = lease, st.LeaseID(lease)
+	return d
 }
 
 // expire ends lease, if it is still out on s, like a release.
@@ -628,19 +635,6 @@ func (st *State) minVersionOf(v *int64) int64 {
 		return max(*v, 0)
 	}
 	return st.floor.Load()
-}
-
-// AnyFresh reports whether an available policy meets the floor minVersion
-// (nil: the State's floor), so that a caller that waited in vain can say
-// whether staleness was the reason.
-func (st *State) AnyFresh(minVersion *int64) bool {
-	floor := st.minVersionOf(minVersion)
-	for _, rt := range st.snap.Load().rts {
-		if rt.available() && rt.version.Load() >= floor {
-			return true
-		}
-	}
-	return false
 }
 
 // Unprobed returns how many registered policies have had no probe reported

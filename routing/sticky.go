@@ -23,20 +23,24 @@ const (
 )
 
 // The sticky stage composes with every router: a request that names a
-// session is first offered to the session's home, the first successor of
-// the session key on a consistent-hashing ring (ring.go) over the
-// candidates the router would consider that is available and whose load is
-// below ⌈c · (total + 1) / available⌉ (consistent hashing with bounded
-// loads, Mirrokni, Thorup and Zadimoghaddam 2017). Only when there is no
-// home, or the home cannot take the request, does the router decide.
-// Requests without a session never reach this stage.
+// session is first offered to the session's home, a successor of the
+// session key on a consistent-hashing ring (ring.go) over the candidates
+// the router would consider. Only when there is no home, or the home
+// cannot take the request, does the router decide. Requests without a
+// session never reach this stage.
+//
+// For /assign the home is the first successor whose load is below
+// ⌈c · (total + 1) / available⌉ (consistent hashing with bounded loads,
+// Mirrokni, Thorup and Zadimoghaddam 2017): load is the tracked load plus
+// leases out, or the caller's loads in stateless /assign. For /select the
+// home is the first available successor; a busy home is waited for
+// (sticky_wait) unless its queue of waiting sessions is at the same bound
+// over waiting sessions (select_sticky.go).
 //
 // The candidates are all registered policies, except for routers that
 // prefer the env worker's node (Router.EnvAffine): their ring holds the
 // node's policies, falling back to the ring of all policies when the node
-// has none or none of them can be the home. Load is leases out plus the
-// tracked load for /select and tracked /assign, the caller's loads in
-// stateless /assign.
+// has none or none of them can be the home.
 
 // ringSet holds a snapshot's sticky rings, built on first use.
 type ringSet struct {
@@ -161,18 +165,19 @@ func envAffine(sel Selector, asg Assigner) bool {
 	return false
 }
 
-// The sticky stage's load bound for /select, ⌈c · (total + 1) /
-// available⌉, needs the total load and the number of available policies of
-// the ring it walks: of all policies, or of one node's. Summing them per
-// request costs a pass over every policy (5 µs at 1,024), so the ledger
-// keeps them up to date instead: every change of a policy's leases, tracked
-// load or availability calls stickyLoadLocked, which moves the policy's
-// contribution. Calling it when nothing changed is harmless. Until the
-// first /select that names a session the ledger keeps nothing, so that
-// deployments without sessions pay one branch per change.
+// The sticky stage's queue bound for /select, ⌈c · (waiting + 1) /
+// available⌉, needs the number of sessions waiting for the homes of the
+// ring it walks and the number of its available policies: of all
+// policies, or of one node's. Summing them per request costs a pass over
+// every policy (5 µs at 1,024), so the ledger keeps them up to date
+// instead: every change of a policy's sticky waiters or availability calls
+// stickyLoadLocked, which moves the policy's contribution. Calling it when
+// nothing changed is harmless. Until the first /select that names a
+// session the ledger keeps nothing, so that deployments without sessions
+// pay one branch per change.
 
-// ringLoad is the total load and the number of available policies of one
-// ring.
+// ringLoad is the sessions waiting for homes on one ring (total) and the
+// number of its available policies.
 type ringLoad struct {
 	total int64
 	n     int
@@ -181,7 +186,7 @@ type ringLoad struct {
 // stickyContribution is what one policy adds to its rings' ringLoads.
 type stickyContribution struct {
 	on   bool   // counted: registered and available
-	load int64  // leases out plus tracked load, when on
+	load int64  // sessions waiting for the policy, when on
 	node string // the node ring it is counted in, when on
 }
 
@@ -194,7 +199,7 @@ func (st *State) stickyLoadLocked(rt *policyRuntime) {
 	was := rt.stickyIn
 	now := stickyContribution{on: !rt.removed && rt.available()}
 	if now.on {
-		now.load = int64(rt.inflight) + rt.load
+		now.load = int64(rt.stickyWaiters.len)
 		now.node = rt.node
 	}
 	if was == now {

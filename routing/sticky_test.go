@@ -19,7 +19,7 @@ func sessions(n int) []string {
 }
 
 // stickySelect selects for a session without waiting for an idle policy.
-func stickySelect(tb testing.TB, st *State, r Selector, env, session string) Selection {
+func stickySelect(tb testing.TB, st *State, r Selector, env, session string) Decision {
 	tb.Helper()
 	sel, err := st.Select(cancelled(), SelectRequest{Router: r, EnvID: env, Session: session})
 	if err != nil {
@@ -265,7 +265,7 @@ func TestStickyNeverHomesUnavailable(t *testing.T) {
 // session's home (with that lease) and two others. The home's load, 1, is
 // under the bound ⌈1.25 · (3 + 1) / 4⌉ = 2, so it stays the home while
 // busy; idle is the one policy left idle.
-func busyHome(t *testing.T) (st *State, key string, home Selection, others []uint64, idle int) {
+func busyHome(t *testing.T) (st *State, key string, home Decision, others []uint64, idle int) {
 	t.Helper()
 	st = newState(t, Options{}, densePolicies(4), Topology{})
 	key = "trajectory-busy"
@@ -287,9 +287,9 @@ func busyHome(t *testing.T) (st *State, key string, home Selection, others []uin
 func TestStickyBusyHomeWait(t *testing.T) {
 	t.Run("released within the wait", func(t *testing.T) {
 		st, key, home, _, _ := busyHome(t)
-		got := make(chan Selection, 1)
+		got := make(chan Decision, 1)
 		go func() {
-			sel, err := st.Select(context.Background(), SelectRequest{Session: key, StickyWait: time.Hour})
+			sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Session: key, StickyWait: time.Hour})
 			if err != nil {
 				t.Errorf("Select: %v", err)
 			}
@@ -307,7 +307,7 @@ func TestStickyBusyHomeWait(t *testing.T) {
 	})
 	t.Run("not released: spill", func(t *testing.T) {
 		st, key, home, _, idle := busyHome(t)
-		sel, err := st.Select(context.Background(), SelectRequest{Session: key, StickyWait: 20 * time.Millisecond})
+		sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Session: key, StickyWait: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -349,7 +349,7 @@ func TestStickyBusyHomeWait(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			_, err := st.Select(ctx, SelectRequest{Session: key, StickyWait: time.Hour})
+			_, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Session: key, StickyWait: time.Hour})
 			done <- err
 		}()
 		waitForWaiters(t, st, 1)
@@ -370,15 +370,15 @@ func TestStickyBusyHomeWait(t *testing.T) {
 		// session waiting for it.
 		st := newState(t, Options{}, densePolicies(1), Topology{})
 		home := stickySelect(t, st, SelectIdle, "", "k")
-		fifo := make(chan Selection, 1)
+		fifo := make(chan Decision, 1)
 		go func() {
-			sel, _ := st.Select(context.Background(), SelectRequest{})
+			sel, _ := st.Select(context.Background(), SelectRequest{Wait: time.Hour})
 			fifo <- sel
 		}()
 		waitForWaiters(t, st, 1)
-		sticky := make(chan Selection, 1)
+		sticky := make(chan Decision, 1)
 		go func() {
-			sel, _ := st.Select(context.Background(), SelectRequest{Session: "k", StickyWait: time.Hour})
+			sel, _ := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Session: "k", StickyWait: time.Hour})
 			sticky <- sel
 		}()
 		waitForWaiters(t, st, 2)
@@ -436,7 +436,8 @@ func TestStickyInputChecks(t *testing.T) {
 	}
 }
 
-// TestStickyRingLoadsKeptUpToDate checks the ledger's ring loads, kept up
+// TestStickyRingLoadsKeptUpToDate checks the ledger's ring loads (the
+// sessions waiting for their homes, and the available policies), kept up
 // to date change by change, against a count from scratch after every step
 // of a mixed sequence of hand-outs, releases, assignments, completions,
 // drains, probes and registration changes.
@@ -454,7 +455,7 @@ func TestStickyRingLoadsKeptUpToDate(t *testing.T) {
 		byNode := make(map[string]ringLoad)
 		for _, rt := range st.ledger.snap.rts {
 			if rt.available() {
-				l := int64(rt.inflight) + rt.load
+				l := int64(rt.stickyWaiters.len)
 				all.total += l
 				all.n++
 				if rt.node == "" {
@@ -598,5 +599,100 @@ func TestStickyReRegisteredPolicyKeepsItsSessions(t *testing.T) {
 	}
 	if home != len(keys) {
 		t.Errorf("%d of %d sessions came home after the re-registration; want all", home, len(keys))
+	}
+}
+
+// At low load a session waits sticky_wait for its busy home rather than
+// spill: with capacity-1 policies, a home holding one lease is busy, not
+// overloaded. Its outcome says where it landed.
+func TestStickyWaitAppliesAtLowLoad(t *testing.T) {
+	st := newState(t, Options{}, densePolicies(8), Topology{})
+	const key = "episode-7"
+	home := stickySelect(t, st, SelectIdle, "", key)
+	if home.Sticky != StickyHome {
+		t.Fatalf("first select: sticky %q; want home", home.Sticky)
+	}
+	got := make(chan Decision, 1)
+	go func() {
+		d, err := st.Select(context.Background(), SelectRequest{Session: key, StickyWait: time.Hour, Wait: time.Hour})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- d
+	}()
+	waitForStickyWaiters(t, st, home.Policy.ID, 1)
+	mustRelease(t, st, home.Lease)
+	d := <-got
+	if d.Policy.ID != home.Policy.ID || d.Sticky != StickyHome {
+		t.Errorf("after waiting: %s (%q); want its home %s (home)", d.Policy.ID, d.Sticky, home.Policy.ID)
+	}
+}
+
+// Without sticky_wait a busy home spills at once to the router's pick; a
+// drained home moves the session to its next successor.
+func TestStickyOutcomes(t *testing.T) {
+	st := newState(t, Options{}, densePolicies(8), Topology{})
+	const key = "episode-3"
+	home := stickySelect(t, st, SelectIdle, "", key)
+	spilled := stickySelect(t, st, SelectIdle, "", key)
+	if spilled.Sticky != StickySpilled || spilled.Policy.ID == home.Policy.ID {
+		t.Errorf("busy home, no wait: %s (%q); want another policy (spilled)", spilled.Policy.ID, spilled.Sticky)
+	}
+	mustRelease(t, st, home.Lease)
+	mustRelease(t, st, spilled.Lease)
+	if err := st.SetDraining(home.Policy.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	moved := stickySelect(t, st, SelectIdle, "", key)
+	if moved.Sticky != StickyMoved || moved.Policy.ID == home.Policy.ID {
+		t.Errorf("drained home: %s (%q); want the next successor (moved)", moved.Policy.ID, moved.Sticky)
+	}
+	if plain := mustSelect(t, st, SelectIdle, ""); plain.Sticky != NotSticky {
+		t.Errorf("no session: sticky %q; want none", plain.Sticky)
+	}
+}
+
+// A hot home's queue of waiting sessions is bounded: once it holds
+// ⌈c·(waiting+1)/available⌉ sessions, the next one spills at once instead
+// of queueing.
+func TestStickyQueueBound(t *testing.T) {
+	st := newState(t, Options{}, densePolicies(4), Topology{})
+	const key = "hot"
+	home := stickySelect(t, st, SelectIdle, "", key)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Bound with nobody waiting: ceil(1.25*1/4) = 1.
+		_, _ = st.Select(ctx, SelectRequest{Session: key, StickyWait: time.Hour, Wait: time.Hour})
+	}()
+	waitForStickyWaiters(t, st, home.Policy.ID, 1)
+	// One waits; the bound is now ceil(1.25*2/4) = 1: the next spills.
+	d, err := st.Select(context.Background(), SelectRequest{Session: key, StickyWait: time.Hour, Wait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Sticky != StickySpilled || d.Policy.ID == home.Policy.ID {
+		t.Errorf("past the bound: %s (%q); want a spill", d.Policy.ID, d.Sticky)
+	}
+	cancel()
+	<-done
+}
+
+func waitForStickyWaiters(tb testing.TB, st *State, id string, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st.mu.Lock()
+		got := st.runtimes[id].stickyWaiters.len
+		st.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d sessions waiting for %s; want %d", got, id, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

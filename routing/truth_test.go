@@ -63,9 +63,9 @@ func TestRestartWhileHeldHandsOutNothingUntilIdle(t *testing.T) {
 		t.Errorf("policy 3 answering busy is %s; want %s", got, StateBusy)
 	}
 	// A waiter started now gets the first policy to answer idle.
-	got := make(chan Selection, 1)
+	got := make(chan Decision, 1)
 	go func() {
-		sel, err := st.Select(context.Background(), SelectRequest{Router: SelectIdleAffinity, EnvID: "env-0"})
+		sel, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: SelectIdleAffinity, EnvID: "env-0"})
 		if err != nil {
 			t.Errorf("waiting Select: %v", err)
 		}
@@ -205,7 +205,7 @@ func TestLeaseTTLEndsLease(t *testing.T) {
 			// A waiter gets the slot when the lease expires.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			next, err := st.Select(ctx, SelectRequest{Router: SelectIdle, LeaseTTL: time.Hour})
+			next, err := st.Select(ctx, SelectRequest{Wait: time.Hour, Router: SelectIdle, LeaseTTL: time.Hour})
 			if err != nil {
 				t.Fatalf("waiting for the expiry: %v", err)
 			}
@@ -268,7 +268,7 @@ func TestConcurrentAnswersNeverDoubleHandOut(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(w), 2))
 			for range rounds {
 				wctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+r.IntN(5))*time.Millisecond)
-				sel, err := st.Select(wctx, SelectRequest{Router: idleSelectors[r.IntN(2)], EnvID: "env-" + string(rune('0'+r.IntN(4)))})
+				sel, err := st.Select(wctx, SelectRequest{Wait: time.Hour, Router: idleSelectors[r.IntN(2)], EnvID: "env-" + string(rune('0'+r.IntN(4)))})
 				cancel()
 				if err != nil {
 					continue
@@ -382,7 +382,7 @@ func TestResetForgetsLeasesAndWaitsForAnswers(t *testing.T) {
 	// A Select waiting when the state resets ends with ErrReset.
 	waited := make(chan error, 1)
 	go func() {
-		_, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle})
+		_, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Router: SelectIdle})
 		waited <- err
 	}()
 	waitForWaiters(t, st, 1)
