@@ -58,14 +58,6 @@ func writeTable(w io.Writer, rep *report) {
 		fmt.Fprintln(w)
 	}
 
-	if rep.MultiTurn != nil {
-		writeMultiTurn(w, rep.MultiTurn)
-		fmt.Fprintln(w)
-	}
-	if rep.UpdateCycle != nil {
-		writeUpdateCycle(w, rep.UpdateCycle)
-		fmt.Fprintln(w)
-	}
 	if rep.Seed != nil {
 		writeSeed(w, rep.Seed)
 		fmt.Fprintln(w)
