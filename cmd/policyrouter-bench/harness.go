@@ -152,28 +152,15 @@ func runWorkload(ctx context.Context, cfg config, w workload, hc *http.Client, p
 	polling := cfg.PollInterval > 0
 
 	// Warm both up (connections, pools, caches); not measured.
-	warm := min(max(cfg.Duration/60, 20*time.Millisecond), 50*time.Millisecond)
-	rt.stopPolling()
-	drive(ctx, fl, w.op, cfg.Concurrency, warm)
-	if polling {
-		rt.startPolling()
-	}
-	drive(ctx, rt.API, w.op, cfg.Concurrency, warm)
-
+	sides(ctx, fl, rt, w.op, polling, cfg.Concurrency, min(max(cfg.Duration/60, 20*time.Millisecond), 50*time.Millisecond))
 	for r := range cfg.Rounds {
 		var rd round
-		// The poller is part of the router: it runs only while the router
-		// side is measured.
-		rt.stopPolling()
-		rd.Floor = drive(ctx, fl, w.op, cfg.Concurrency, cfg.Duration)
-		if polling {
-			rt.startPolling()
-		}
+		// The floor side leaves the router's histograms as they are.
 		before, err := sampleServer(rt, w.Endpoint)
 		if err != nil {
 			return res, err
 		}
-		rd.Router = drive(ctx, rt.API, w.op, cfg.Concurrency, cfg.Duration)
+		rd.Floor, rd.Router = sides(ctx, fl, rt, w.op, polling, cfg.Concurrency, cfg.Duration)
 		after, err := sampleServer(rt, w.Endpoint)
 		if err != nil {
 			return res, err
@@ -243,13 +230,7 @@ func profile(ctx context.Context, cfg config, w workload, floor *client.Client, 
 		return nil, err
 	}
 	pr := &profileRun{File: cfg.ProfileSelect, Workload: w.Name}
-	polling := rt.pollerRunning()
-	rt.stopPolling()
-	pr.Floor = drive(ctx, floor, w.op, cfg.Concurrency, cfg.Duration)
-	if polling {
-		rt.startPolling()
-	}
-	pr.Router = drive(ctx, rt.API, w.op, cfg.Concurrency, cfg.Duration)
+	pr.Floor, pr.Router = sides(ctx, floor, rt, w.op, cfg.PollInterval > 0, cfg.Concurrency, cfg.Duration)
 	pprof.StopCPUProfile()
 	if err := f.Close(); err != nil {
 		return nil, err
@@ -258,6 +239,17 @@ func profile(ctx context.Context, cfg config, w workload, floor *client.Client, 
 		return nil, fmt.Errorf("%d errors while profiling, first: %s%s", n, pr.Floor.FirstError, pr.Router.FirstError)
 	}
 	return pr, nil
+}
+
+// sides drives the floor, then the router, for d each. The poller is part
+// of the router: it runs (when polling) only while the router side does.
+func sides(ctx context.Context, floor *client.Client, rt *routerUnderTest, op opFunc, polling bool, concurrency int, d time.Duration) (phase, phase) {
+	rt.stopPolling()
+	f := drive(ctx, floor, op, concurrency, d)
+	if polling {
+		rt.startPolling()
+	}
+	return f, drive(ctx, rt.API, op, concurrency, d)
 }
 
 // summarize fills the medians of res from its rounds.

@@ -19,6 +19,12 @@ package main
 // Every strategy of a run gets the same workload: the same flags, a fresh
 // router and fleet seeded with the same seed, and env workers whose env
 // steps come from the same per-worker seeded streams.
+//
+// Two configurations stand for what were workloads of their own: with
+// -episodes 1 and a load of E/P (no env step), a fixed batch of multi-turn
+// rollouts, without and with sessions; with -update-every, -updates 1 and
+// -update-modes none,rolling,all,pause-all, one weight update cycle under
+// saturating load in each way of doing it.
 
 import (
 	"context"

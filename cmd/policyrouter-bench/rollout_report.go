@@ -239,6 +239,9 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 		Aim:    fmt.Sprintf("rolling updates serve >= %gx the episodes of pause-all over an update cycle", aimUpdateFactor),
 		Detail: "not applicable: no weight updates in this run (-update-every 0)",
 	}
+	if cfg.UpdateEvery > 0 {
+		update.Detail = "needs the rolling and pause-all update modes"
+	}
 	parts, allOK, judged = nil, true, false
 	for _, lr := range loads {
 		for _, r := range lr.Strategies {

@@ -213,13 +213,6 @@ func (r *routerUnderTest) stopPolling() {
 	r.pollStop = nil
 }
 
-// pollerRunning reports whether the poller runs.
-func (r *routerUnderTest) pollerRunning() bool {
-	r.pollMu.Lock()
-	defer r.pollMu.Unlock()
-	return r.pollStop != nil
-}
-
 // Close stops the router as serve does on SIGTERM (end /select waits,
 // drain, stop the poller) and then the fleet.
 func (r *routerUnderTest) Close() error {
