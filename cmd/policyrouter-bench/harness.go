@@ -10,17 +10,17 @@ import (
 	"runtime/pprof"
 	"slices"
 	"time"
+
+	"github.com/policyrouter/policyrouter/client"
 )
 
 // report is everything one run measured.
 type report struct {
-	Machine        machineInfo        `json:"machine"`
-	Config         reportConfig       `json:"config"`
-	Workloads      []workloadResult   `json:"workloads"`
-	Seed           *seedResult        `json:"seed,omitempty"`
-	MultiTurn      *multiTurnResult   `json:"multi_turn,omitempty"`
-	UpdateCycle    *updateCycleResult `json:"update_cycle,omitempty"`
-	ElapsedSeconds float64            `json:"elapsed_seconds"`
+	Machine        machineInfo      `json:"machine"`
+	Config         reportConfig     `json:"config"`
+	Workloads      []workloadResult `json:"workloads"`
+	Seed           *seedResult      `json:"seed,omitempty"`
+	ElapsedSeconds float64          `json:"elapsed_seconds"`
 }
 
 // reportConfig is the part of the configuration the figures depend on.
@@ -103,20 +103,20 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 			Logging:         "slog JSON handler to io.Discard at level " + cfg.LogLevel,
 		},
 	}
-	httpWorkloads := slices.DeleteFunc(slices.Clone(cfg.Workloads), func(w string) bool { return w == wSeed || w == wMultiTurn || w == wUpdateCycle })
+	httpWorkloads := slices.DeleteFunc(slices.Clone(cfg.Workloads), func(w string) bool { return w == wSeed })
 	fmt.Fprintf(progress, "policyrouter-bench: %d workloads x %d rounds x 2 sides x %s (about %s), concurrency %d\n",
 		len(httpWorkloads), cfg.Rounds, cfg.Duration,
 		(time.Duration(len(httpWorkloads)*cfg.Rounds*2) * cfg.Duration).Round(time.Second), cfg.Concurrency)
 
-	client := newClient(cfg.Concurrency)
-	defer client.CloseIdleConnections()
+	hc := newClient(cfg.Concurrency)
+	defer hc.CloseIdleConnections()
 	for _, name := range httpWorkloads {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		w := newWorkload(name, cfg)
-		res, err := runWorkload(ctx, cfg, w, client, progress)
-		client.CloseIdleConnections()
+		res, err := runWorkload(ctx, cfg, w, hc, progress)
+		hc.CloseIdleConnections()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -130,36 +130,21 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 		}
 		rep.Seed = seed
 	}
-	if slices.Contains(cfg.Workloads, wMultiTurn) {
-		fmt.Fprintln(progress, "multi_turn: rollouts against fake policies with a prefix cache, without and with session_id")
-		mt, err := runMultiTurn(ctx, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("multi_turn: %w", err)
-		}
-		rep.MultiTurn = mt
-	}
-	if slices.Contains(cfg.Workloads, wUpdateCycle) {
-		fmt.Fprintln(progress, "update_cycle: one weight update under saturating load, rolling and pause-all")
-		uc, err := runUpdateCycle(ctx, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("update_cycle: %w", err)
-		}
-		rep.UpdateCycle = uc
-	}
 	rep.Machine.LoadEnd = loadAvg()
 	rep.ElapsedSeconds = time.Since(start).Seconds()
 	return rep, nil
 }
 
 // runWorkload starts a floor and a router for w and runs the rounds.
-func runWorkload(ctx context.Context, cfg config, w workload, client *http.Client, progress io.Writer) (res workloadResult, err error) {
+func runWorkload(ctx context.Context, cfg config, w workload, hc *http.Client, progress io.Writer) (res workloadResult, err error) {
 	res = workloadResult{Name: w.Name, Desc: w.Desc, Policies: w.Policies, Nodes: w.Nodes, Requests: w.Requests}
 	floor, err := startFloor(w.Policies, w.Nodes)
 	if err != nil {
 		return res, err
 	}
 	defer func() { err = errors.Join(err, floor.Close()) }()
-	rt, err := startRouter(ctx, routerConfig{Policies: w.Policies, Nodes: w.Nodes, PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel}, client)
+	fl := client.New(floor.URL, hc)
+	rt, err := startRouter(ctx, routerConfig{Policies: w.Policies, Nodes: w.Nodes, PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel}, hc)
 	if err != nil {
 		return res, err
 	}
@@ -167,28 +152,15 @@ func runWorkload(ctx context.Context, cfg config, w workload, client *http.Clien
 	polling := cfg.PollInterval > 0
 
 	// Warm both up (connections, pools, caches); not measured.
-	warm := min(max(cfg.Duration/60, 20*time.Millisecond), 50*time.Millisecond)
-	rt.stopPolling()
-	drive(ctx, client, floor.URL, w.op, cfg.Concurrency, warm)
-	if polling {
-		rt.startPolling()
-	}
-	drive(ctx, client, rt.URL, w.op, cfg.Concurrency, warm)
-
+	sides(ctx, fl, rt, w.op, polling, cfg.Concurrency, min(max(cfg.Duration/60, 20*time.Millisecond), 50*time.Millisecond))
 	for r := range cfg.Rounds {
 		var rd round
-		// The poller is part of the router: it runs only while the router
-		// side is measured.
-		rt.stopPolling()
-		rd.Floor = drive(ctx, client, floor.URL, w.op, cfg.Concurrency, cfg.Duration)
-		if polling {
-			rt.startPolling()
-		}
+		// The floor side leaves the router's histograms as they are.
 		before, err := sampleServer(rt, w.Endpoint)
 		if err != nil {
 			return res, err
 		}
-		rd.Router = drive(ctx, client, rt.URL, w.op, cfg.Concurrency, cfg.Duration)
+		rd.Floor, rd.Router = sides(ctx, fl, rt, w.op, polling, cfg.Concurrency, cfg.Duration)
 		after, err := sampleServer(rt, w.Endpoint)
 		if err != nil {
 			return res, err
@@ -210,7 +182,7 @@ func runWorkload(ctx context.Context, cfg config, w workload, client *http.Clien
 		if err != nil {
 			return res, err
 		}
-		p := drive(ctx, client, rt.URL, w.op, 1, d)
+		p := drive(ctx, rt.API, w.op, 1, d)
 		after, err := sampleServer(rt, w.Endpoint)
 		if err != nil {
 			return res, err
@@ -226,7 +198,7 @@ func runWorkload(ctx context.Context, cfg config, w workload, client *http.Clien
 
 	if cfg.ProfileSelect != "" && w.Name == cfg.ProfileWorkload {
 		fmt.Fprintf(progress, "  %-22s profiling a floor and a router phase of %s each into %s\n", w.Name, cfg.Duration, cfg.ProfileSelect)
-		pr, err := profile(ctx, cfg, w, client, floor, rt)
+		pr, err := profile(ctx, cfg, w, fl, rt)
 		if err != nil {
 			return res, fmt.Errorf("profile: %w", err)
 		}
@@ -248,7 +220,7 @@ type profileRun struct {
 // labels tell the router's serving from the floor's, the client's, the
 // poller's and the fleet's, so that CPU per operation can be compared:
 // samples of side=router over Router.Ops against side=floor over Floor.Ops.
-func profile(ctx context.Context, cfg config, w workload, client *http.Client, floor *floorServer, rt *routerUnderTest) (*profileRun, error) {
+func profile(ctx context.Context, cfg config, w workload, floor *client.Client, rt *routerUnderTest) (*profileRun, error) {
 	f, err := os.Create(cfg.ProfileSelect)
 	if err != nil {
 		return nil, err
@@ -258,13 +230,7 @@ func profile(ctx context.Context, cfg config, w workload, client *http.Client, f
 		return nil, err
 	}
 	pr := &profileRun{File: cfg.ProfileSelect, Workload: w.Name}
-	polling := rt.pollerRunning()
-	rt.stopPolling()
-	pr.Floor = drive(ctx, client, floor.URL, w.op, cfg.Concurrency, cfg.Duration)
-	if polling {
-		rt.startPolling()
-	}
-	pr.Router = drive(ctx, client, rt.URL, w.op, cfg.Concurrency, cfg.Duration)
+	pr.Floor, pr.Router = sides(ctx, floor, rt, w.op, cfg.PollInterval > 0, cfg.Concurrency, cfg.Duration)
 	pprof.StopCPUProfile()
 	if err := f.Close(); err != nil {
 		return nil, err
@@ -273,6 +239,17 @@ func profile(ctx context.Context, cfg config, w workload, client *http.Client, f
 		return nil, fmt.Errorf("%d errors while profiling, first: %s%s", n, pr.Floor.FirstError, pr.Router.FirstError)
 	}
 	return pr, nil
+}
+
+// sides drives the floor, then the router, for d each. The poller is part
+// of the router: it runs (when polling) only while the router side does.
+func sides(ctx context.Context, floor *client.Client, rt *routerUnderTest, op opFunc, polling bool, concurrency int, d time.Duration) (phase, phase) {
+	rt.stopPolling()
+	f := drive(ctx, floor, op, concurrency, d)
+	if polling {
+		rt.startPolling()
+	}
+	return f, drive(ctx, rt.API, op, concurrency, d)
 }
 
 // summarize fills the medians of res from its rounds.

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/policyrouter/policyrouter/client"
 )
 
 // Bounds of one phase, beside its duration.
@@ -59,11 +61,11 @@ type phase struct {
 	FirstError string `json:"first_error,omitempty"`
 }
 
-// drive runs op from concurrency goroutines against base until d has
+// drive runs op from concurrency goroutines against c until d has
 // passed (or maxOpsPerPhase operations are done, or ctx is done) and
 // measures each operation. Operations still in flight drainGrace after d
 // are cancelled.
-func drive(ctx context.Context, c *http.Client, base string, op opFunc, concurrency int, d time.Duration) phase {
+func drive(ctx context.Context, c *client.Client, op opFunc, concurrency int, d time.Duration) phase {
 	type result struct {
 		lat    []time.Duration
 		errors int
@@ -88,7 +90,7 @@ func drive(ctx context.Context, c *http.Client, base string, op opFunc, concurre
 				if !t0.Before(deadline) {
 					break
 				}
-				err := op(opCtx, c, base, w, seq)
+				err := op(opCtx, c, w, seq)
 				if err != nil && opCtx.Err() != nil && ctx.Err() == nil {
 					res.cut++
 					continue
@@ -131,7 +133,8 @@ func drive(ctx context.Context, c *http.Client, base string, op opFunc, concurre
 	return p
 }
 
-// percentile returns the q-quantile of sorted (nearest rank), 0 when empty.
+// percentile returns the q-quantile of sorted (nearest rank: the least
+// value for q = 0, the greatest for q = 1), 0 when empty.
 func percentile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0

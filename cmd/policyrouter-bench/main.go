@@ -78,8 +78,6 @@ type config struct {
 	SeedBudget      time.Duration
 	CoreBudget      time.Duration
 	Merge           []string
-	MultiTurn       multiTurnConfig
-	UpdateCycle     updateCycleConfig
 }
 
 // Limits that keep every loop of the harness bounded.
@@ -104,7 +102,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.AssignPolicies, "assign-policies", 1024, "simulated policies of the big /assign workloads")
 	fs.IntVar(&c.AssignTasks, "assign-tasks", 4096, "tasks of one big /assign")
 	fs.IntVar(&c.AssignNodes, "assign-nodes", 16, "nodes of the big /assign workloads' topology")
-	fs.StringVar(&workloads, "workloads", strings.Join(defaultWorkloads(), ","), "comma list of workloads: "+strings.Join(allWorkloadNames(), ", "))
+	fs.StringVar(&workloads, "workloads", strings.Join(allWorkloadNames(), ","), "comma list of workloads: "+strings.Join(allWorkloadNames(), ", "))
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON instead of a table")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&c.ProfileSelect, "profile-select", "", "after the rounds of -profile-workload, run its router side once more with a CPU profile written to this file")
@@ -114,22 +112,6 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.SeedScript, "seed-script", "bench/seed_assign.py", "the seed timing script, relative to the module root or the working directory")
 	fs.DurationVar(&c.SeedBudget, "seed-budget", 150*time.Millisecond, "time budget of each seed case in Python")
 	fs.DurationVar(&c.CoreBudget, "core-budget", 100*time.Millisecond, "time budget of each Go routing core case")
-	fs.IntVar(&c.MultiTurn.Trajectories, "mt-trajectories", 64, "multi_turn: trajectories run at once")
-	fs.IntVar(&c.MultiTurn.Turns, "mt-turns", 8, "multi_turn: turns of each trajectory")
-	fs.IntVar(&c.MultiTurn.Policies, "mt-policies", 8, "multi_turn: simulated policies, capacity 1 each")
-	fs.IntVar(&c.MultiTurn.Cache, "mt-cache", 16, "multi_turn: session keys each policy's prefix cache holds")
-	fs.Float64Var(&c.MultiTurn.Speedup, "mt-speedup", 4, "multi_turn: how many times faster a turn whose prefix is cached runs")
-	fs.DurationVar(&c.MultiTurn.MinWork, "mt-min-work", 20*time.Millisecond, "multi_turn: shortest uncached turn")
-	fs.DurationVar(&c.MultiTurn.MaxWork, "mt-max-work", 40*time.Millisecond, "multi_turn: longest uncached turn")
-	fs.DurationVar(&c.MultiTurn.StickyWait, "mt-sticky-wait", time.Second, "multi_turn: sticky_wait_ms of the run with session_id")
-	fs.IntVar(&c.UpdateCycle.Policies, "uc-policies", 16, "update_cycle: fake policies")
-	fs.IntVar(&c.UpdateCycle.Nodes, "uc-nodes", 4, "update_cycle: nodes they are on")
-	fs.IntVar(&c.UpdateCycle.Workers, "uc-workers", 32, "update_cycle: env workers, one request each at a time")
-	fs.DurationVar(&c.UpdateCycle.Median, "uc-median", 100*time.Millisecond, "update_cycle: median generation time (log-normal)")
-	fs.Float64Var(&c.UpdateCycle.Sigma, "uc-sigma", 1, "update_cycle: sigma of the log-normal generation time (1: p99 about 10x the median)")
-	fs.DurationVar(&c.UpdateCycle.UpdateTime, "uc-update-time", 500*time.Millisecond, "update_cycle: how long a policy takes to load weights")
-	fs.DurationVar(&c.UpdateCycle.Window, "uc-window", 8*time.Second, "update_cycle: requests are counted for this long from the update's start")
-	fs.IntVar(&c.UpdateCycle.Rolling, "uc-rolling", 2, "update_cycle: max_unavailable of the rolling update")
 	fs.StringVar(&merge, "merge", "", "comma list of -json reports: print the median of their medians, with the spread, and exit")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -166,12 +148,6 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-nodes and -assign-nodes must be in [1, policies]")
 	case c.AssignTasks < 1 || c.AssignTasks > maxTasks:
 		return c, fmt.Errorf("-assign-tasks must be in [1, %d]", maxTasks)
-	case c.MultiTurn.Trajectories < 1 || c.MultiTurn.Trajectories > maxConcurrency || c.MultiTurn.Turns < 1 || c.MultiTurn.Turns > 10_000:
-		return c, fmt.Errorf("-mt-trajectories must be in [1, %d] and -mt-turns in [1, 10000]", maxConcurrency)
-	case c.MultiTurn.Policies < 1 || c.MultiTurn.Policies > 4096 || c.MultiTurn.Cache < 0 || c.MultiTurn.Speedup < 1:
-		return c, errors.New("-mt-policies must be in [1, 4096], -mt-cache >= 0 and -mt-speedup >= 1")
-	case c.MultiTurn.MinWork <= 0 || c.MultiTurn.MaxWork < c.MultiTurn.MinWork || c.MultiTurn.MaxWork > time.Minute || c.MultiTurn.StickyWait < 0 || c.MultiTurn.StickyWait > time.Hour:
-		return c, errors.New("-mt-min-work must be positive and at most -mt-max-work (at most 1m), -mt-sticky-wait in [0, 1h]")
 	case c.PollInterval < 0:
 		return c, errors.New("-poll-interval must be >= 0")
 	case c.CPUProfile != "" && c.ProfileSelect != "":

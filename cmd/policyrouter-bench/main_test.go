@@ -34,7 +34,7 @@ func runQuick(tb testing.TB, extra ...string) *report {
 
 func TestWorkloads(t *testing.T) {
 	for _, name := range allWorkloadNames() {
-		if name == wSeed || name == wMultiTurn || name == wUpdateCycle {
+		if name == wSeed {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
@@ -159,58 +159,5 @@ func TestPercentileAndMedian(t *testing.T) {
 	}
 	if got := percentile(nil, 0.99); got != 0 {
 		t.Errorf("percentile(nil) = %v, want 0", got)
-	}
-}
-
-func TestMultiTurn(t *testing.T) {
-	rep := runQuick(t, "-workloads", wMultiTurn, "-mt-trajectories", "4", "-mt-turns", "3", "-mt-policies", "2",
-		"-mt-min-work", "1ms", "-mt-max-work", "2ms", "-mt-sticky-wait", "200ms")
-	mt := rep.MultiTurn
-	if mt == nil || len(mt.Runs) != 2 {
-		t.Fatalf("multi_turn result = %+v; want two runs", mt)
-	}
-	for _, run := range mt.Runs {
-		if run.Generations != 12 || run.MeanGenerationMS <= 0 {
-			t.Errorf("run (sessions %t): %d generations, mean %g ms; want 12, positive", run.Sessions, run.Generations, run.MeanGenerationMS)
-		}
-		counted := run.Sticky.Hits + run.Sticky.Spills + run.Sticky.Misses
-		if want := uint64(0); run.Sessions {
-			if counted != 12 || run.Sticky.Hits == 0 {
-				t.Errorf("run with sessions: sticky %+v; want 12 counted, some hits", run.Sticky)
-			}
-		} else if counted != want {
-			t.Errorf("run without sessions: sticky %+v; want none", run.Sticky)
-		}
-	}
-	var out strings.Builder
-	writeMultiTurn(&out, mt)
-	if !strings.Contains(out.String(), "session_id") || !strings.Contains(out.String(), "hit rate") {
-		t.Errorf("table:\n%s", out.String())
-	}
-}
-
-// The update cycle runs every mode to its end with a small fleet.
-func TestUpdateCycleWorkload(t *testing.T) {
-	rep := runQuick(t, "-workloads", wUpdateCycle, "-uc-policies", "4", "-uc-nodes", "2", "-uc-workers", "6",
-		"-uc-median", "10ms", "-uc-update-time", "20ms", "-uc-window", "3s", "-uc-rolling", "1")
-	uc := rep.UpdateCycle
-	if uc == nil || len(uc.Runs) != 4 {
-		t.Fatalf("update_cycle result = %+v; want four runs", uc)
-	}
-	for _, run := range uc.Runs {
-		if run.State != "succeeded" || run.Served == 0 {
-			t.Errorf("%s: %s with %d served", run.MaxUnavailable, run.State, run.Served)
-		}
-	}
-	if got := uc.Runs[1].MinRoutable; got < 4-1 {
-		t.Errorf("rolling with max_unavailable 1 left %d of 4 routable", got)
-	}
-	if got := uc.Runs[3].MinRoutable; got != 0 {
-		t.Errorf("pause-all left %d routable; want 0", got)
-	}
-	var out bytes.Buffer
-	writeUpdateCycle(&out, uc)
-	if !strings.Contains(out.String(), "pause-all with a barrier") {
-		t.Errorf("report lacks the pause-all row:\n%s", out.String())
 	}
 }

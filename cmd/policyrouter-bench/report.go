@@ -22,7 +22,8 @@ func writeJSON(w io.Writer, rep *report) error {
 	return enc.Encode(rep)
 }
 
-// writeTable prints the report for people.
+// writeTable prints the report for people: the tables -merge prints, over
+// this one run, then the aims and the profile.
 func writeTable(w io.Writer, rep *report) {
 	m := rep.Machine
 	fmt.Fprintf(w, "machine: %d CPUs (%s), GOMAXPROCS %d, %s %s; load average %s at start, %s at end\n",
@@ -30,18 +31,9 @@ func writeTable(w io.Writer, rep *report) {
 	c := rep.Config
 	fmt.Fprintf(w, "run: concurrency %d, %d rounds of %gs per side (floor, router alternating), poller every %gms, router logging: %s; %.0fs in all\n\n",
 		c.Concurrency, c.Rounds, c.DurationSeconds, c.PollIntervalMS, c.Logging, rep.ElapsedSeconds)
-
 	if len(rep.Workloads) > 0 {
 		fmt.Fprintln(w, "HTTP workloads: medians over rounds; ratios are router/floor per round, then the median")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "workload\tpolicies\treq/op\tfloor op/s\trouter op/s\tthroughput ratio\tfloor p50/p99 ms\trouter p50/p99 ms\tp99 ratio\thandler ms/req\tdecision ms\tprobes/s\terrors\tcut\t")
-		for _, r := range rep.Workloads {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.3f / %.3f\t%.3f / %.3f\t%.2f\t%.4f\t%.4f\t%.0f\t%d/%d\t%d\t\n",
-				r.Name, r.Policies, r.Requests, r.Floor.Throughput, r.Router.Throughput, r.ThroughputRatio,
-				r.Floor.P50MS, r.Floor.P99MS, r.Router.P50MS, r.Router.P99MS, r.P99Ratio,
-				r.Server.HandlerMeanMS, r.Server.DecisionMeanMS, r.Server.ProbesPerSecond, r.FloorErrors, r.RouterErrors, r.Cut)
-		}
-		tw.Flush()
+		writeWorkloads(w, []*report{rep})
 		for _, r := range rep.Workloads {
 			if r.FirstError != "" {
 				fmt.Fprintf(w, "  %s: first error: %s\n", r.Name, r.FirstError)
@@ -50,24 +42,20 @@ func writeTable(w io.Writer, rep *report) {
 				fmt.Fprintf(w, "  %s: %d releases found their lease already freed by the poller (op stalled past the 250ms grace)\n", r.Name, r.LeaseGone)
 			}
 		}
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "workloads:")
+		fmt.Fprintln(w, "\nworkloads:")
 		for _, r := range rep.Workloads {
-			fmt.Fprintf(w, "  %-22s %s\n", r.Name, r.Desc)
+			fmt.Fprintf(w, "  %-22s %s (%d policies, %d requests per op)\n", r.Name, r.Desc, r.Policies, r.Requests)
 		}
 		fmt.Fprintln(w)
 	}
-
-	if rep.MultiTurn != nil {
-		writeMultiTurn(w, rep.MultiTurn)
-		fmt.Fprintln(w)
-	}
-	if rep.UpdateCycle != nil {
-		writeUpdateCycle(w, rep.UpdateCycle)
-		fmt.Fprintln(w)
-	}
-	if rep.Seed != nil {
-		writeSeed(w, rep.Seed)
+	if s := rep.Seed; s != nil {
+		fmt.Fprintln(w, "the seed's algorithms (Python, bench/seed_assign.py) and the Go routing core, same inputs")
+		if s.Skipped != "" {
+			fmt.Fprintf(w, "  Python side skipped: %s\n", s.Skipped)
+		} else {
+			fmt.Fprintf(w, "  Python %s\n", s.Python)
+		}
+		writeSeedCases(w, []*report{rep})
 		fmt.Fprintln(w)
 	}
 	writeAims(w, rep)
@@ -79,29 +67,6 @@ func writeTable(w io.Writer, rep *report) {
 			fmt.Fprintf(w, "  go tool pprof -top -nodecount=25 -tagfocus side=%s %s\n", sideRouter, p.File)
 		}
 	}
-}
-
-func writeSeed(w io.Writer, s *seedResult) {
-	fmt.Fprintln(w, "the seed's algorithms (Python, bench/seed_assign.py) and the Go routing core, same inputs")
-	if s.Skipped != "" {
-		fmt.Fprintf(w, "  Python side skipped: %s\n", s.Skipped)
-	} else {
-		fmt.Fprintf(w, "  Python %s\n", s.Python)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\tpython median us\tgo median us\tgo p99 us\tpython/go\tsame answer\t")
-	for _, c := range s.Cases {
-		py, sp, same := "-", "-", "-"
-		if c.PythonReps > 0 {
-			py = fmt.Sprintf("%.1f", c.PythonMedianUS)
-			sp = fmt.Sprintf("%.0fx", c.Speedup)
-		}
-		if c.SameAnswer != nil {
-			same = fmt.Sprint(*c.SameAnswer)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%s\t%s\t\n", c.Name, py, c.GoMedianUS, c.GoP99US, sp, same)
-	}
-	tw.Flush()
 }
 
 // writeAims says which of the aims the figures meet.
@@ -161,49 +126,36 @@ func mergeReports(files []string, w io.Writer) error {
 	for i, r := range reps {
 		fmt.Fprintf(w, "  run %d: load average %s -> %s, %.0fs\n", i+1, r.Machine.LoadStart, r.Machine.LoadEnd, r.ElapsedSeconds)
 	}
-	var names []string
-	for _, r := range reps {
-		for _, wl := range r.Workloads {
-			if !slices.Contains(names, wl.Name) {
-				names = append(names, wl.Name)
-			}
-		}
+	writeWorkloads(w, reps)
+	if slices.ContainsFunc(reps, func(r *report) bool { return r.Seed != nil }) {
+		fmt.Fprintln(w)
+		writeSeedCases(w, reps)
 	}
+	return nil
+}
+
+// writeWorkloads prints one row per workload of reps: each figure is the
+// median over the reports, with [min..max] when there are several.
+func writeWorkloads(w io.Writer, reps []*report) {
+	names, by := groupByName(reps, func(r *report) []workloadResult { return r.Workloads }, func(wl workloadResult) string { return wl.Name })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tthroughput ratio\tp99 ratio\tp50 ratio\tfloor op/s\trouter op/s\tfloor p99 ms\trouter p99 ms\thandler ms/req\tdecision ms\tc=1 handler ms\tc=1 decision ms\terrors\t")
+	fmt.Fprintln(tw, "workload\tthroughput ratio\tp99 ratio\tp50 ratio\tfloor op/s\trouter op/s\tfloor p99 ms\trouter p99 ms\thandler ms/req\tdecision ms\tc=1 handler ms\tc=1 decision ms\terrors\tcut\t")
 	for _, name := range names {
-		var all []workloadResult
-		for _, r := range reps {
-			for _, wl := range r.Workloads {
-				if wl.Name == name {
-					all = append(all, wl)
-				}
-			}
-		}
-		col := func(format string, f func(workloadResult) float64) string {
-			var xs []float64
-			for _, wl := range all {
-				xs = append(xs, f(wl))
-			}
-			return spread(format, xs)
-		}
+		all := by[name]
+		col := func(format string, f func(workloadResult) float64) string { return spreadOf(all, format, f) }
 		unloaded := func(f func(serverTime) float64) string {
-			var xs []float64
-			for _, wl := range all {
-				if wl.Unloaded != nil {
-					xs = append(xs, f(wl.Unloaded.Server))
+			return col("%.4f", func(r workloadResult) float64 {
+				if r.Unloaded == nil {
+					return 0
 				}
-			}
-			if len(xs) == 0 {
-				return "-"
-			}
-			return spread("%.4f", xs)
+				return f(r.Unloaded.Server)
+			})
 		}
-		errs := 0
+		errs, cut := 0, 0
 		for _, wl := range all {
-			errs += wl.FloorErrors + wl.RouterErrors
+			errs, cut = errs+wl.FloorErrors+wl.RouterErrors, cut+wl.Cut
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", name,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", name,
 			col("%.2f", func(r workloadResult) float64 { return r.ThroughputRatio }),
 			col("%.2f", func(r workloadResult) float64 { return r.P99Ratio }),
 			col("%.2f", func(r workloadResult) float64 { return r.P50Ratio }),
@@ -215,72 +167,70 @@ func mergeReports(files []string, w io.Writer) error {
 			col("%.4f", func(r workloadResult) float64 { return r.Server.DecisionMeanMS }),
 			unloaded(func(s serverTime) float64 { return s.HandlerMeanMS }),
 			unloaded(func(s serverTime) float64 { return s.DecisionMeanMS }),
-			errs)
+			errs, cut)
 	}
 	tw.Flush()
+}
 
-	var cases []string
-	for _, r := range reps {
+// writeSeedCases prints one row per seed case of reps, as writeWorkloads.
+func writeSeedCases(w io.Writer, reps []*report) {
+	names, by := groupByName(reps, func(r *report) []seedCase {
 		if r.Seed == nil {
-			continue
+			return nil
 		}
-		for _, c := range r.Seed.Cases {
-			if !slices.Contains(cases, c.Name) {
-				cases = append(cases, c.Name)
-			}
-		}
-	}
-	if len(cases) == 0 {
-		return nil
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		return r.Seed.Cases
+	}, func(c seedCase) string { return c.Name })
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "case\tpython median us\tgo median us\tgo p99 us\tpython/go\tsame answer\t")
-	for _, name := range cases {
-		var all []seedCase
-		for _, r := range reps {
-			if r.Seed == nil {
-				continue
-			}
-			for _, c := range r.Seed.Cases {
-				if c.Name == name {
-					all = append(all, c)
-				}
-			}
-		}
-		col := func(format string, f func(seedCase) float64) string {
-			var xs []float64
-			for _, c := range all {
-				if v := f(c); v > 0 {
-					xs = append(xs, v)
-				}
-			}
-			if len(xs) == 0 {
-				return "-"
-			}
-			return spread(format, xs)
-		}
+	for _, name := range names {
+		all := by[name]
 		same := "-"
 		for _, c := range all {
-			if c.SameAnswer != nil {
-				if same == "-" || same == "true" {
-					same = fmt.Sprint(*c.SameAnswer)
-				}
+			if c.SameAnswer != nil && same != "false" {
+				same = fmt.Sprint(*c.SameAnswer)
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", name,
-			col("%.1f", func(c seedCase) float64 { return c.PythonMedianUS }),
-			col("%.2f", func(c seedCase) float64 { return c.GoMedianUS }),
-			col("%.2f", func(c seedCase) float64 { return c.GoP99US }),
-			col("%.0f", func(c seedCase) float64 { return c.Speedup }),
+			spreadOf(all, "%.1f", func(c seedCase) float64 { return c.PythonMedianUS }),
+			spreadOf(all, "%.2f", func(c seedCase) float64 { return c.GoMedianUS }),
+			spreadOf(all, "%.2f", func(c seedCase) float64 { return c.GoP99US }),
+			spreadOf(all, "%.0f", func(c seedCase) float64 { return c.Speedup }),
 			same)
 	}
 	tw.Flush()
-	return nil
 }
 
-// spread renders the median of xs and its range.
-func spread(format string, xs []float64) string {
-	lo, hi := slices.Min(xs), slices.Max(xs)
-	return fmt.Sprintf(format+" ["+format+".."+format+"]", median(xs), lo, hi)
+// groupByName collects the items of every report by name, names in order
+// of first appearance.
+func groupByName[T any](reps []*report, items func(*report) []T, name func(T) string) ([]string, map[string][]T) {
+	var names []string
+	by := make(map[string][]T)
+	for _, r := range reps {
+		for _, it := range items(r) {
+			n := name(it)
+			if _, ok := by[n]; !ok {
+				names = append(names, n)
+			}
+			by[n] = append(by[n], it)
+		}
+	}
+	return names, by
+}
+
+// spreadOf renders the median of f over items, with [min..max] when there
+// are several; non-positive values are missing, and "-" stands for none.
+func spreadOf[T any](items []T, format string, f func(T) float64) string {
+	var xs []float64
+	for _, it := range items {
+		if v := f(it); v > 0 {
+			xs = append(xs, v)
+		}
+	}
+	switch len(xs) {
+	case 0:
+		return "-"
+	case 1:
+		return fmt.Sprintf(format, xs[0])
+	}
+	return fmt.Sprintf(format+" ["+format+".."+format+"]", median(xs), slices.Min(xs), slices.Max(xs))
 }

@@ -19,6 +19,12 @@ package main
 // Every strategy of a run gets the same workload: the same flags, a fresh
 // router and fleet seeded with the same seed, and env workers whose env
 // steps come from the same per-worker seeded streams.
+//
+// Two configurations stand for what were workloads of their own: with
+// -episodes 1 and a load of E/P (no env step), a fixed batch of multi-turn
+// rollouts, without and with sessions; with -update-every, -updates 1 and
+// -update-modes none,rolling,all,pause-all, one weight update cycle under
+// saturating load in each way of doing it.
 
 import (
 	"context"
@@ -52,13 +58,19 @@ type rolloutConfig struct {
 	StickyWait time.Duration
 	LoadFactor float64
 	Duration   time.Duration
-	Sample     time.Duration
-	Seed       uint64
-	// UpdateEvery, when positive, starts a weight update this often; each
-	// strategy then runs twice, with rolling updates (max_unavailable
-	// UpdateRolling) and with the frameworks' pause-all. UpdateTime is how
-	// long a policy takes to load weights.
+	// Episodes, when positive, is how many episodes each env worker runs
+	// before it stops; the run then ends when the last has (Duration
+	// bounds it still). Zero runs episodes back to back for Duration.
+	Episodes int
+	Sample   time.Duration
+	Seed     uint64
+	// UpdateEvery, when positive, starts a weight update this often (at
+	// most Updates of them, when positive); each strategy then runs once
+	// per mode of UpdateModes. UpdateTime is how long a policy takes to
+	// load weights; UpdateRolling the max_unavailable of rolling updates.
 	UpdateEvery   time.Duration
+	Updates       int
+	UpdateModes   []string
 	UpdateTime    time.Duration
 	UpdateRolling int
 	Strategies    []string
@@ -73,16 +85,21 @@ type strategy struct {
 	Name     string // the name in reports
 	Router   string // the /select router
 	Sessions bool   // session_id = the episode
-	// Update is how weight updates are done when -update-every is set:
-	// updateRolling or updatePauseAll; "" runs none.
+	// Update is how weight updates are done when -update-every is set,
+	// one of updateModes; "" runs none.
 	Update string
 }
 
 // Update modes of a strategy.
 const (
-	updateRolling  = "rolling"
-	updatePauseAll = "pause-all"
+	updateNone     = "none"      // no update: the baseline
+	updateRolling  = "rolling"   // POST /updates, max_unavailable -update-rolling
+	updateAll      = "all"       // POST /updates, max_unavailable "100%"
+	updatePauseAll = "pause-all" // the frameworks' drain all, barrier, update all, resume all
 )
+
+// updateModes lists the update modes, in report order.
+var updateModes = []string{updateNone, updateRolling, updateAll, updatePauseAll}
 
 // strategies are the routing strategies a run compares, in report order.
 var strategies = []strategy{
@@ -106,7 +123,7 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 	var c rolloutConfig
 	fs := flag.NewFlagSet("policyrouter-bench rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var loads, names string
+	var loads, names, modes string
 	fs.IntVar(&c.Envs, "envs", 32, "E, env workers, each running one episode at a time")
 	fs.IntVar(&c.Turns, "turns", 10, "T, turns of an episode")
 	fs.IntVar(&c.Policies, "policies", 16, "P, simulated policies, one generation at a time each")
@@ -121,9 +138,12 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 	fs.DurationVar(&c.StickyWait, "sticky-wait", 150*time.Millisecond, "sticky_wait_ms of the idle_affinity+session strategy")
 	fs.Float64Var(&c.LoadFactor, "load-factor", 0, "load_factor of the idle_affinity+session strategy (the sticky homes' load bound); 0 sends none, for the router's default")
 	fs.DurationVar(&c.Duration, "duration", 15*time.Second, "length of one strategy's run at one load")
+	fs.IntVar(&c.Episodes, "episodes", 0, "episodes each env worker runs before it stops, the run ending with the last (bounded by -duration); 0 runs episodes back to back for -duration")
 	fs.DurationVar(&c.Sample, "sample", 500*time.Millisecond, "interval of the utilisation samples")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the generation times and env steps, the same for every strategy")
 	fs.DurationVar(&c.UpdateEvery, "update-every", 0, "start a weight update this often, and run each strategy with rolling updates and with the frameworks' pause-all; 0 runs none")
+	fs.IntVar(&c.Updates, "updates", 0, "at most this many weight updates per run; 0: one every -update-every until the end")
+	fs.StringVar(&modes, "update-modes", updateRolling+","+updatePauseAll, "comma list of the update modes each strategy runs with, under -update-every: "+strings.Join(updateModes, ", "))
 	fs.DurationVar(&c.UpdateTime, "update-time", time.Second, "how long a policy takes to load weights")
 	fs.IntVar(&c.UpdateRolling, "update-rolling", 2, "max_unavailable of the rolling updates")
 	fs.StringVar(&names, "strategies", strings.Join(strategyNames(), ","), "comma list of strategies: "+strings.Join(strategyNames(), ", "))
@@ -146,6 +166,14 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 			return c, fmt.Errorf("-loads: %q is not a load in (0, 100]", f)
 		}
 		c.Loads = append(c.Loads, l)
+	}
+	for m := range strings.SplitSeq(modes, ",") {
+		if m = strings.TrimSpace(m); m != "" && !slices.Contains(c.UpdateModes, m) {
+			if !slices.Contains(updateModes, m) {
+				return c, fmt.Errorf("-update-modes: unknown mode %q (have %s)", m, strings.Join(updateModes, ", "))
+			}
+			c.UpdateModes = append(c.UpdateModes, m)
+		}
 	}
 	for n := range strings.SplitSeq(names, ",") {
 		if n = strings.TrimSpace(n); n == "" {
@@ -188,20 +216,24 @@ func (c rolloutConfig) validate() error {
 		return errors.New("-load-factor must be 0 or in [1, 1000]")
 	case c.Duration <= 0 || c.Duration > maxDuration:
 		return fmt.Errorf("-duration must be in (0, %s]", maxDuration)
+	case c.Episodes < 0 || c.Episodes > 10_000:
+		return errors.New("-episodes must be in [0, 10000]")
 	case c.Sample < 10*time.Millisecond || c.Sample > c.Duration:
 		return errors.New("-sample must be in [10ms, duration]")
 	case c.UpdateEvery < 0 || (c.UpdateEvery > 0 && c.UpdateEvery > c.Duration):
 		return errors.New("-update-every must be 0 or in (0, duration]")
-	case c.UpdateTime <= 0 || c.UpdateRolling < 1:
-		return errors.New("-update-time must be positive and -update-rolling at least 1")
+	case c.UpdateTime <= 0 || c.UpdateRolling < 1 || c.Updates < 0:
+		return errors.New("-update-time must be positive, -update-rolling at least 1 and -updates at least 0")
+	case c.UpdateEvery > 0 && len(c.UpdateModes) == 0:
+		return errors.New("-update-modes must name at least one mode")
 	case len(c.Strategies) == 0:
 		return errors.New("-strategies must name at least one strategy")
 	case c.PollInterval <= 0:
 		return errors.New("-poll-interval must be positive: the idle routers learn of idle policies through it")
 	}
 	for _, l := range c.Loads {
-		if float64(c.Envs) <= l*float64(c.Policies) {
-			return fmt.Errorf("-loads: load %g needs more than %g env workers (load x policies), have %d: every env worker would have to generate all the time", l, l*float64(c.Policies), c.Envs)
+		if float64(c.Envs) < l*float64(c.Policies) {
+			return fmt.Errorf("-loads: load %g needs at least %g env workers (load x policies), have %d: at load E/P every env worker generates all the time (env steps of 0)", l, l*float64(c.Policies), c.Envs)
 		}
 	}
 	_, err := newLogger(c.LogLevel)
@@ -312,7 +344,7 @@ func simulate(ctx context.Context, cfg rolloutConfig, progress io.Writer) (*roll
 				runs = append(runs, s)
 				continue
 			}
-			for _, mode := range []string{updateRolling, updatePauseAll} {
+			for _, mode := range cfg.UpdateModes {
 				u := s
 				u.Update, u.Name = mode, s.Name+" "+mode
 				runs = append(runs, u)

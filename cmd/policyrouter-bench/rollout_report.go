@@ -33,11 +33,13 @@ type rolloutWorkload struct {
 	StickyWaitMS  float64 `json:"sticky_wait_ms"`
 	LoadFactor    float64 `json:"load_factor"`
 	DurationS     float64 `json:"duration_s"`
+	Episodes      int     `json:"episodes,omitempty"`
 	Seed          uint64  `json:"seed"`
 	BestHitRate   float64 `json:"best_hit_rate"`
 	UpdateEveryMS float64 `json:"update_every_ms"`
 	UpdateTimeMS  float64 `json:"update_time_ms"`
 	UpdateRolling int     `json:"update_rolling"`
+	Updates       int     `json:"updates,omitempty"`
 }
 
 // rolloutLoad is every strategy at one offered load.
@@ -61,11 +63,20 @@ type strategyResult struct {
 	Sessions bool   `json:"sessions"`
 	// Update is how weight updates ran (rolling, pause-all), or "".
 	Update string `json:"update,omitempty"`
-	// Updates counts the update cycles finished; UpdateLostGPUSeconds adds
-	// the policy-seconds spent drained for them.
+	// Updates counts the update cycles finished, UpdateCycleSeconds is
+	// their mean length; UpdateLostGPUSeconds adds the policy-seconds spent
+	// drained for them, and UpdateIdleGPUSeconds those of it drained with
+	// no work while not loading weights (waiting for a barrier or a wave).
 	Updates              int     `json:"updates,omitempty"`
+	UpdateCycleSeconds   float64 `json:"update_cycle_seconds,omitempty"`
 	UpdateLostGPUSeconds float64 `json:"update_lost_gpu_seconds,omitempty"`
-	Seconds              float64 `json:"seconds"`
+	UpdateIdleGPUSeconds float64 `json:"update_idle_gpu_seconds,omitempty"`
+	// MinRoutable is the fewest policies routable (neither drained,
+	// unhealthy nor unknown) at a 20 ms sample; 0 without -update-every.
+	MinRoutable int `json:"min_routable"`
+	// Seconds is the run's length: -duration, or with -episodes the time
+	// until the last episode ended.
+	Seconds float64 `json:"seconds"`
 	// Episodes ended within Seconds; Turns counts every turn run, those
 	// in flight at the end included.
 	Episodes int `json:"episodes"`
@@ -131,8 +142,9 @@ func newRolloutReport(cfg rolloutConfig) *rolloutReport {
 		Envs: cfg.Envs, Turns: cfg.Turns, Policies: cfg.Policies, Nodes: cfg.Nodes,
 		GenMedianMS: ms(cfg.GenMedian), GenSigma: cfg.GenSigma, GenMeanMS: ms(cfg.meanGeneration()),
 		EnvSigma: cfg.EnvSigma, CrossNodeMS: ms(cfg.CrossNode), Cache: cfg.Cache, Speedup: cfg.Speedup,
-		StickyWaitMS: ms(cfg.StickyWait), LoadFactor: cfg.LoadFactor, DurationS: cfg.Duration.Seconds(), Seed: cfg.Seed,
+		StickyWaitMS: ms(cfg.StickyWait), LoadFactor: cfg.LoadFactor, DurationS: cfg.Duration.Seconds(), Episodes: cfg.Episodes, Seed: cfg.Seed,
 		BestHitRate: cfg.bestHitRate(), UpdateEveryMS: ms(cfg.UpdateEvery), UpdateTimeMS: ms(cfg.UpdateTime), UpdateRolling: cfg.UpdateRolling,
+		Updates: cfg.Updates,
 	}}
 }
 
@@ -227,6 +239,9 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 		Aim:    fmt.Sprintf("rolling updates serve >= %gx the episodes of pause-all over an update cycle", aimUpdateFactor),
 		Detail: "not applicable: no weight updates in this run (-update-every 0)",
 	}
+	if cfg.UpdateEvery > 0 {
+		update.Detail = "needs the rolling and pause-all update modes"
+	}
 	parts, allOK, judged = nil, true, false
 	for _, lr := range loads {
 		for _, r := range lr.Strategies {
@@ -241,8 +256,12 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 			judged = true
 			ok := r.EpisodesPerSecond >= aimUpdateFactor*p.EpisodesPerSecond
 			allOK = allOK && ok
-			parts = append(parts, fmt.Sprintf("%s at load %g: %.2fx, %.1f vs %.1f GPU-s drained (%s)",
-				base, lr.Load, ratio(r.EpisodesPerSecond, p.EpisodesPerSecond), r.UpdateLostGPUSeconds, p.UpdateLostGPUSeconds, metWord(ok)))
+			lost := ""
+			if n := find(lr, base+" "+updateNone); n != nil {
+				lost = fmt.Sprintf(", turns lost against no update, pause-all / rolling: %.2f", ratio(float64(n.turnsByDeadline-p.turnsByDeadline), float64(n.turnsByDeadline-r.turnsByDeadline)))
+			}
+			parts = append(parts, fmt.Sprintf("%s at load %g: %.2fx, %.1f vs %.1f GPU-s drained%s (%s)",
+				base, lr.Load, ratio(r.EpisodesPerSecond, p.EpisodesPerSecond), r.UpdateLostGPUSeconds, p.UpdateLostGPUSeconds, lost, metWord(ok)))
 		}
 	}
 	if judged {
@@ -263,16 +282,28 @@ func metWord(ok bool) string {
 // aims.
 func writeRolloutTable(w io.Writer, rep *rolloutReport) {
 	wl := rep.Workload
-	fmt.Fprintf(w, "rollout: %d env workers x %d-turn episodes, %d serial policies on %d nodes; generation log-normal median %g ms sigma %g (mean %.1f ms); prefix cache %d episodes, %gx; cross-node +%g ms; %gs per strategy; seed %d\n",
-		wl.Envs, wl.Turns, wl.Policies, wl.Nodes, wl.GenMedianMS, wl.GenSigma, wl.GenMeanMS, wl.Cache, wl.Speedup, wl.CrossNodeMS, wl.DurationS, wl.Seed)
+	length := fmt.Sprintf("%gs per strategy", wl.DurationS)
+	if wl.Episodes > 0 {
+		length = fmt.Sprintf("%d episodes per env worker (at most %gs)", wl.Episodes, wl.DurationS)
+	}
+	fmt.Fprintf(w, "rollout: %d env workers x %d-turn episodes, %d serial policies on %d nodes; generation log-normal median %g ms sigma %g (mean %.1f ms); prefix cache %d episodes, %gx; cross-node +%g ms; %s; seed %d\n",
+		wl.Envs, wl.Turns, wl.Policies, wl.Nodes, wl.GenMedianMS, wl.GenSigma, wl.GenMeanMS, wl.Cache, wl.Speedup, wl.CrossNodeMS, length, wl.Seed)
 	for _, lr := range rep.Loads {
 		fmt.Fprintf(w, "\noffered load %g of capacity (mean env step %.1f ms); oracle %.2f episodes/s\n", lr.Load, lr.EnvStepMS, lr.OracleEPS)
-		fmt.Fprintf(w, "  %-32s %9s %7s %7s %7s %7s %10s %10s %8s %8s %8s %7s %8s %9s\n",
-			"strategy", "episodes", "eps/s", "÷oracle", "util", "÷bound", "wait p50", "wait p99", "hits", "÷best", "cross", "gen ms", "updates", "upd GPU-s")
+		fmt.Fprintf(w, "  %-32s %9s %7s %7s %7s %7s %10s %10s %8s %8s %8s %7s %7s", "strategy", "episodes", "eps/s", "÷oracle",
+			"util", "÷bound", "wait p50", "wait p99", "hits", "÷best", "cross", "gen ms", "run s")
+		if wl.UpdateEveryMS > 0 {
+			fmt.Fprintf(w, " %8s %8s %9s %9s %9s", "updates", "cycle s", "upd GPU-s", "idle GPU-s", "routable")
+		}
+		fmt.Fprintln(w)
 		for _, r := range lr.Strategies {
-			fmt.Fprintf(w, "  %-32s %9d %7.2f %7.3f %7.3f %7.3f %8.1fms %8.1fms %7.1f%% %8.3f %7.1f%% %7.1f %8d %9.1f\n",
+			fmt.Fprintf(w, "  %-32s %9d %7.2f %7.3f %7.3f %7.3f %8.1fms %8.1fms %7.1f%% %8.3f %7.1f%% %7.1f %7.2f",
 				r.Strategy, r.Episodes, r.EpisodesPerSecond, r.EpisodesRatio, r.Utilisation, r.UtilRatio,
-				r.WaitP50MS, r.WaitP99MS, 100*r.HitRate, r.HitRatio, 100*r.CrossNode, r.MeanGenerationMS, r.Updates, r.UpdateLostGPUSeconds)
+				r.WaitP50MS, r.WaitP99MS, 100*r.HitRate, r.HitRatio, 100*r.CrossNode, r.MeanGenerationMS, r.Seconds)
+			if wl.UpdateEveryMS > 0 {
+				fmt.Fprintf(w, " %8d %8.2f %9.1f %9.2f %9d", r.Updates, r.UpdateCycleSeconds, r.UpdateLostGPUSeconds, r.UpdateIdleGPUSeconds, r.MinRoutable)
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	fmt.Fprintln(w, "\naims:")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -10,11 +11,12 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/client"
 	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // stragglerGrace bounds how long the turns in flight at the end of a run
@@ -38,13 +40,14 @@ type workerOutcome struct {
 }
 
 // runStrategy runs one strategy at one load on a fresh router and fleet,
-// for cfg.Duration, and returns the raw figures (scored by the caller).
+// for cfg.Duration (or, with cfg.Episodes, until every env worker has run
+// its episodes), and returns the raw figures (scored by the caller).
 func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strategy) (*strategyResult, error) {
-	client := newClient(cfg.Envs + 8)
+	hc := newClient(cfg.Envs + 8)
 	// A turn may wait longer than the harness's per-request bound (long
 	// generations queued at a busy policy); runCtx bounds the run instead.
-	client.Timeout = 0
-	defer client.CloseIdleConnections()
+	hc.Timeout = 0
+	defer hc.CloseIdleConnections()
 	rt, err := startRouter(ctx, routerConfig{
 		Policies: cfg.Policies, Nodes: cfg.Nodes, Envs: cfg.Envs, Seed: cfg.Seed,
 		PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel,
@@ -52,38 +55,41 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 			GenMedian: cfg.GenMedian, GenSigma: cfg.GenSigma, Serial: true,
 			PrefixCache: cfg.Cache, PrefixSpeedup: cfg.Speedup, UpdateTime: cfg.UpdateTime,
 		},
-	}, client)
+	}, hc)
 	if err != nil {
 		return nil, err
 	}
 	defer rt.Close()
-	if err := waitReady(ctx, client, rt.URL); err != nil {
-		return nil, err
-	}
 
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	runCtx, cancel := context.WithDeadline(ctx, deadline.Add(stragglerGrace))
 	defer cancel()
+	// sampleCtx ends when the env workers are done (or at runCtx's end).
+	sampleCtx, workersDone := context.WithCancel(runCtx)
+	defer workersDone()
 
-	var wg sync.WaitGroup
+	var wg, workers sync.WaitGroup
 	var series []float64
-	var busy time.Duration // summed over policies, start to deadline
-	wg.Go(func() { series, busy = sampleUtilisation(runCtx, rt.fleet, start, deadline, cfg.Sample) })
+	var busy time.Duration // summed over policies, start to end
+	end := deadline
+	wg.Go(func() { series, busy, end = sampleUtilisation(sampleCtx, rt.fleet, start, deadline, cfg.Sample) })
 	var upd updateOutcome
 	if s.Update != "" {
-		wg.Go(func() { upd = runUpdates(runCtx, cfg, s.Update, client, rt.URL, start, deadline) })
+		wg.Go(func() { upd = runUpdates(sampleCtx, cfg, s.Update, rt, start, deadline) })
 	}
 	outcomes := make([]workerOutcome, cfg.Envs)
 	stepMedian := time.Duration(float64(cfg.envStepMean(load)) * math.Exp(-cfg.EnvSigma*cfg.EnvSigma/2))
 	for k := range cfg.Envs {
 		w := envWorker{
-			k: k, cfg: cfg, s: s, client: client, router: rt.URL,
+			k: k, cfg: cfg, s: s, hc: hc, router: rt.API,
 			node: nodeName(k, cfg.Nodes), stepMedian: stepMedian, deadline: deadline,
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(k)+1)),
 		}
-		wg.Go(func() { outcomes[k] = w.run(runCtx) })
+		workers.Go(func() { outcomes[k] = w.run(runCtx) })
 	}
+	workers.Wait()
+	workersDone()
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -92,10 +98,14 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	if upd.err != nil {
 		return nil, fmt.Errorf("weight updates: %w", upd.err)
 	}
+	if end.After(deadline) {
+		end = deadline
+	}
 	res := &strategyResult{
 		Strategy: s.Name, Router: s.Router, Sessions: s.Sessions, Update: s.Update,
-		Seconds: deadline.Sub(start).Seconds(), UtilisationSeries: series,
-		Updates: upd.updates, UpdateLostGPUSeconds: upd.lost,
+		Seconds: end.Sub(start).Seconds(), UtilisationSeries: series,
+		Updates: upd.updates, UpdateLostGPUSeconds: upd.lost, UpdateIdleGPUSeconds: upd.idle,
+		UpdateCycleSeconds: upd.cycle, MinRoutable: upd.minRoutable,
 	}
 	res.Utilisation = busy.Seconds() / (float64(cfg.Policies) * res.Seconds)
 	var busySum time.Duration
@@ -121,18 +131,16 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	if res.Turns > 0 {
 		res.MeanGenerationMS = ms(busySum) / float64(res.Turns)
 	}
-	var stats api.Stats
-	if err := send(ctx, client, http.MethodGet, rt.URL+"/stats", nil, &stats); err != nil {
-		return nil, err
-	}
+	stats, err := rt.API.Stats(ctx)
 	res.Sticky = stats.Sticky
-	return res, nil
+	return res, err
 }
 
 // sampleUtilisation reads the fleet's busy times every interval from start
-// to deadline and returns the utilisation of each interval (busy time over
-// policies times the interval) and the busy time from start to deadline.
-func sampleUtilisation(ctx context.Context, f *fakepolicy.Fleet, start, deadline time.Time, every time.Duration) ([]float64, time.Duration) {
+// until deadline, or until ctx ends, and returns the utilisation of each
+// interval (busy time over policies times the interval), the busy time
+// over the whole and when its last sample was taken.
+func sampleUtilisation(ctx context.Context, f *fakepolicy.Fleet, start, deadline time.Time, every time.Duration) ([]float64, time.Duration, time.Time) {
 	sum := func() time.Duration {
 		var s time.Duration
 		for _, b := range f.BusyTimes() {
@@ -147,16 +155,14 @@ func sampleUtilisation(ctx context.Context, f *fakepolicy.Fleet, start, deadline
 		if at.After(deadline) {
 			at = deadline
 		}
-		if !sleepUntil(ctx, at) {
-			return series, prev - first
-		}
+		stopped := !sleepUntil(ctx, at)
 		b, now := sum(), time.Now()
 		if now.After(prevAt) {
 			series = append(series, (b-prev).Seconds()/(float64(f.Len())*now.Sub(prevAt).Seconds()))
 		}
 		prev, prevAt = b, now
-		if !at.Before(deadline) {
-			return series, prev - first
+		if stopped || !at.Before(deadline) {
+			return series, prev - first, now
 		}
 	}
 }
@@ -182,27 +188,28 @@ type envWorker struct {
 	k          int // its index: env id "env-k", on node k % N
 	cfg        rolloutConfig
 	s          strategy
-	client     *http.Client
-	router     string
+	hc         *http.Client
+	router     *client.Client
 	node       string
 	stepMedian time.Duration
 	deadline   time.Time // no turn starts after it
 	rng        *rand.Rand
 }
 
-// run runs episodes back to back until the deadline; the turn in flight
-// then finishes. Only episodes ended by the deadline count.
+// run runs episodes back to back until the deadline, or cfg.Episodes of
+// them; the turn in flight at the deadline then finishes. Only episodes
+// ended by the deadline count.
 func (w envWorker) run(ctx context.Context) workerOutcome {
 	var out workerOutcome
 	env := "env-" + strconv.Itoa(w.k)
-	for ep := 0; ; ep++ {
+	timeout, stickyWait := 60000, int(w.cfg.StickyWait.Milliseconds())
+	for ep := 0; w.cfg.Episodes == 0 || ep < w.cfg.Episodes; ep++ {
 		episode := env + "-ep-" + strconv.Itoa(ep)
-		sel := map[string]any{"env_id": env, "router": w.s.Router, "timeout_ms": 60000}
+		sel := api.SelectRequest{EnvID: env, Router: w.s.Router, TimeoutMS: &timeout}
 		if w.s.Sessions {
-			sel["session_id"] = episode
-			sel["sticky_wait_ms"] = w.cfg.StickyWait.Milliseconds()
+			sel.SessionID, sel.StickyWaitMS = episode, &stickyWait
 			if w.cfg.LoadFactor > 0 {
-				sel["load_factor"] = w.cfg.LoadFactor
+				sel.LoadFactor = &w.cfg.LoadFactor
 			}
 		}
 		gen := []byte(`{"session_id":"` + episode + `"}`)
@@ -228,25 +235,17 @@ func (w envWorker) run(ctx context.Context) workerOutcome {
 			out.episodes++
 		}
 	}
+	return out
 }
 
 // turn runs one turn: select, the cross-node latency if any, generate,
 // release.
-func (w envWorker) turn(ctx context.Context, sel map[string]any, gen []byte) (turnOutcome, error) {
+func (w envWorker) turn(ctx context.Context, sel api.SelectRequest, gen []byte) (turnOutcome, error) {
 	var t turnOutcome
 	t0 := time.Now()
-	var s api.SelectResponse
-	for {
-		err := postJSON(ctx, w.client, w.router+"/select", sel, &s)
-		if err == nil {
-			break
-		}
-		// Nothing routable (every policy drained for an update): ask again
-		// shortly, as a trainer does.
-		var se *statusError
-		if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable || !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
-			return t, err
-		}
+	s, err := selectRetrying(ctx, w.router, sel)
+	if err != nil {
+		return t, err
 	}
 	t.crossNode = s.NodeID != w.node
 	if t.crossNode && w.cfg.CrossNode > 0 && !sleepUntil(ctx, time.Now().Add(w.cfg.CrossNode)) {
@@ -256,11 +255,11 @@ func (w envWorker) turn(ctx context.Context, sel map[string]any, gen []byte) (tu
 		BusyMS    float64 `json:"busy_ms"`
 		PrefixHit bool    `json:"prefix_hit"`
 	}
-	if err := post(ctx, w.client, s.URL+"/generate", gen, &g); err != nil {
+	if err := client.New(s.URL, w.hc).Do(ctx, http.MethodPost, "/generate", gen, &g); err != nil {
 		return t, fmt.Errorf("generate on policy %d: %w", s.Index, err)
 	}
 	if s.LeaseID != "" { // round robin hands out no lease
-		if err := post(ctx, w.client, w.router+"/release", []byte(`{"lease_id":"`+s.LeaseID+`"}`), nil); err != nil {
+		if _, err := w.router.Release(ctx, s.LeaseID); err != nil {
 			return t, err
 		}
 	}
@@ -270,47 +269,80 @@ func (w envWorker) turn(ctx context.Context, sel map[string]any, gen []byte) (tu
 	return t, nil
 }
 
+// selectRetrying is POST /select, asked again 10 ms after a 503 (nothing
+// routable: every policy drained for an update), as a trainer does.
+func selectRetrying(ctx context.Context, c *client.Client, sel api.SelectRequest) (api.SelectResponse, error) {
+	for {
+		s, err := c.Select(ctx, sel)
+		var ce *client.Error
+		if err == nil || !errors.As(err, &ce) || ce.StatusCode != http.StatusServiceUnavailable || !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
+			return s, err
+		}
+	}
+}
+
 // updateOutcome is what the weight updates of one run did.
 type updateOutcome struct {
-	updates int     // update cycles finished
-	lost    float64 // policy-seconds out of routing (drained) for updates
-	err     error
+	updates     int     // update cycles finished
+	cycle       float64 // their mean length, seconds
+	lost        float64 // policy-seconds out of routing (drained) for updates
+	idle        float64 // of those, drained with no work and not loading weights
+	minRoutable int     // fewest policies routable (idle or busy) at a sample
+	err         error
 }
 
 // runUpdates starts a weight update every cfg.UpdateEvery until the
-// deadline, each to the next version, rolling (POST /updates) or pausing
-// everything as frameworks do (pauseAll), one at a time, and samples how
-// many policies are drained meanwhile.
-func runUpdates(ctx context.Context, cfg rolloutConfig, mode string, c *http.Client, base string, start, deadline time.Time) (out updateOutcome) {
-	var drainedSamples atomic.Int64
+// deadline (at most cfg.Updates of them, when set), each to the next
+// version and one at a time, by mode: rolling (POST /updates,
+// max_unavailable cfg.UpdateRolling), all (POST /updates, "100%"), or
+// pausing everything as frameworks do (pauseAll); none starts no update,
+// for the baseline. Meanwhile it samples how many policies are drained,
+// drained and idle, and routable.
+func runUpdates(ctx context.Context, cfg rolloutConfig, mode string, rt *routerUnderTest, start, deadline time.Time) (out updateOutcome) {
 	const sample = 20 * time.Millisecond
+	var drained, idle int
+	out.minRoutable = cfg.Policies
 	sampleCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for sleepUntil(sampleCtx, time.Now().Add(sample)) && time.Now().Before(deadline) {
-			var stats api.Stats
-			if send(sampleCtx, c, http.MethodGet, base+"/stats", nil, &stats) == nil {
-				drainedSamples.Add(int64(stats.Totals.Draining))
+			stats, err := rt.API.Stats(sampleCtx)
+			if err != nil {
+				continue
+			}
+			t := stats.Totals
+			drained += t.Draining
+			out.minRoutable = min(out.minRoutable, t.Policies-t.Draining-t.Unhealthy-t.Unknown)
+			for _, p := range stats.Policies {
+				if p.State == routing.StateDraining && p.Index < rt.fleet.Len() && rt.fleet.Policy(p.Index).Idle() {
+					idle++
+				}
 			}
 		}
 	})
 	defer func() {
 		stop()
 		wg.Wait()
-		out.lost = float64(drainedSamples.Load()) * sample.Seconds()
+		out.lost, out.idle = float64(drained)*sample.Seconds(), float64(idle)*sample.Seconds()
+		if out.updates > 0 {
+			out.cycle /= float64(out.updates)
+		}
 	}()
 	version := int64(1)
-	for next := start.Add(cfg.UpdateEvery); next.Before(deadline); next = next.Add(cfg.UpdateEvery) {
+	for next := start.Add(cfg.UpdateEvery); next.Before(deadline) && mode != updateNone && (cfg.Updates == 0 || out.updates < cfg.Updates); next = next.Add(cfg.UpdateEvery) {
 		if !sleepUntil(ctx, next) {
 			return out
 		}
 		version++
+		t0 := time.Now()
 		var err error
-		if mode == updatePauseAll {
-			var idle atomic.Int64
-			err = pauseAll(ctx, c, base, version, &idle)
-		} else {
-			err = rollingUpdate(ctx, c, base, version, cfg.UpdateRolling)
+		switch mode {
+		case updatePauseAll:
+			err = pauseAll(ctx, rt, version)
+		case updateAll:
+			err = rollingUpdate(ctx, rt.API, version, json.RawMessage(`"100%"`))
+		default:
+			err = rollingUpdate(ctx, rt.API, version, json.RawMessage(strconv.Itoa(cfg.UpdateRolling)))
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -319,30 +351,71 @@ func runUpdates(ctx context.Context, cfg rolloutConfig, mode string, c *http.Cli
 			return out
 		}
 		out.updates++
+		out.cycle += time.Since(t0).Seconds()
 	}
 	return out
 }
 
-// rollingUpdate runs POST /updates to version, max_unavailable n, and
-// waits for it to end.
-func rollingUpdate(ctx context.Context, c *http.Client, base string, version int64, n int) error {
-	v := strconv.FormatInt(version, 10)
-	body := []byte(`{"version": ` + v + `, "max_unavailable": ` + strconv.Itoa(n) + `, "drain_timeout_ms": 60000,
-		"action": {"path": "/update_weights_from_disk", "body": {"version": ` + v + `}, "timeout_ms": 60000}}`)
-	var u api.Update
-	if err := post(ctx, c, base+"/updates", body, &u); err != nil {
-		return err
-	}
-	for u.State == "running" {
+// rollingUpdate runs POST /updates to version with the given
+// max_unavailable, and waits for it to end.
+func rollingUpdate(ctx context.Context, c *client.Client, version int64, maxUnavailable json.RawMessage) error {
+	timeout := 60000
+	u, err := c.StartUpdate(ctx, api.UpdateRequest{
+		Version: &version, MaxUnavailable: maxUnavailable, DrainTimeoutMS: &timeout,
+		Action: &api.UpdateAction{Path: "/update_weights_from_disk", Body: json.RawMessage(`{"version": ` + strconv.FormatInt(version, 10) + `}`), TimeoutMS: &timeout},
+	})
+	for err == nil && u.State == "running" {
 		if !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
 			return ctx.Err()
 		}
-		if err := send(ctx, c, http.MethodGet, base+"/updates/"+u.ID, nil, &u); err != nil {
+		u, err = c.Update(ctx, u.ID)
+	}
+	if err == nil && u.State != "succeeded" {
+		err = fmt.Errorf("update to version %d ended %s: %s", version, u.State, u.Error)
+	}
+	return err
+}
+
+// pauseAll updates every policy as training frameworks do: drain them
+// all, wait until the last request on any of them has ended, send every
+// policy the update at once, and resume them all when every update has
+// answered.
+func pauseAll(ctx context.Context, rt *routerUnderTest, version int64) error {
+	list, err := rt.API.Policies(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range list.Policies {
+		if _, err := rt.API.Drain(ctx, p.ID); err != nil {
 			return err
 		}
 	}
-	if u.State != "succeeded" {
-		return fmt.Errorf("update to version %d ended %s: %s", version, u.State, u.Error)
+	for busy := true; busy; {
+		stats, err := rt.API.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		busy = stats.Totals.Inflight > 0
+		if busy && !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
+			return ctx.Err()
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(list.Policies))
+	body := []byte(`{"version": ` + strconv.FormatInt(version, 10) + `}`)
+	for i, p := range list.Policies {
+		wg.Go(func() {
+			errs[i] = client.New(p.URL, rt.hc).Do(ctx, http.MethodPost, "/update_weights_from_disk", body, nil)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, p := range list.Policies {
+		if _, err := rt.API.Resume(ctx, p.ID); err != nil {
+			return err
+		}
 	}
 	return nil
 }

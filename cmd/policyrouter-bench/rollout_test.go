@@ -122,6 +122,81 @@ func checkSVG(tb testing.TB, name string, b []byte) {
 	}
 }
 
+// The multi-turn configuration: every env worker runs one episode with no
+// env step between turns (load E/P), on one node, without and with
+// sessions; the run ends when the last episode has.
+func TestRolloutEpisodes(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"rollout", "-json", "-envs", "8", "-turns", "3", "-policies", "2", "-nodes", "1", "-loads", "4",
+		"-episodes", "1", "-gen-median", "5ms", "-cache", "4", "-sticky-wait", "200ms", "-duration", "20s",
+		"-strategies", "fifo,idle_affinity+session"}
+	if err := run(context.Background(), args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var rep rolloutReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Loads[0].EnvStepMS; got != 0 {
+		t.Errorf("env step %v ms at load E/P, want 0", got)
+	}
+	for _, r := range rep.Loads[0].Strategies {
+		if r.Episodes != 8 || r.Turns != 24 {
+			t.Errorf("%s: %d episodes, %d turns; want 8 and 24", r.Strategy, r.Episodes, r.Turns)
+		}
+		if r.Seconds <= 0 || r.Seconds >= 20 {
+			t.Errorf("%s ran %v s; want it to end with its last episode, before -duration", r.Strategy, r.Seconds)
+		}
+		counted := r.Sticky.Hits + r.Sticky.Spills + r.Sticky.Misses
+		if want := map[bool]uint64{false: 0, true: 24}[r.Sessions]; counted != want {
+			t.Errorf("%s: sticky counters %+v, want %d counted", r.Strategy, r.Sticky, want)
+		}
+	}
+	if s := rep.Loads[0].Strategies[1]; s.Sticky.Hits == 0 || s.HitRate == 0 {
+		t.Errorf("sessions: sticky %+v, hit rate %v; want hits", s.Sticky, s.HitRate)
+	}
+}
+
+// The update cycle configuration: one update under saturating load in
+// every mode, beside a run without one.
+func TestRolloutUpdateModes(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"rollout", "-envs", "8", "-turns", "1", "-policies", "4", "-nodes", "2", "-loads", "2",
+		"-gen-median", "10ms", "-cache", "0", "-cross-node", "0", "-strategies", "idle_affinity", "-duration", "2s",
+		"-update-every", "500ms", "-updates", "1", "-update-time", "20ms", "-update-rolling", "1",
+		"-update-modes", "none,rolling,all,pause-all", "-poll-interval", "20ms", "-json"}
+	if err := run(context.Background(), args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var rep rolloutReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	rs := rep.Loads[0].Strategies
+	if len(rs) != 4 {
+		t.Fatalf("got %d runs, want one per mode", len(rs))
+	}
+	for i, want := range []struct {
+		mode             string
+		updates          int
+		routableLo, hiRt int
+	}{{updateNone, 0, 4, 4}, {updateRolling, 1, 3, 4}, {updateAll, 1, 0, 0}, {updatePauseAll, 1, 0, 0}} {
+		r := rs[i]
+		if r.Update != want.mode || r.Updates != want.updates || r.Turns == 0 {
+			t.Errorf("run %d: %s with %d updates, %d turns; want %s with %d, some turns", i, r.Update, r.Updates, r.Turns, want.mode, want.updates)
+		}
+		if r.MinRoutable < want.routableLo || r.MinRoutable > want.hiRt {
+			t.Errorf("%s: %d of 4 routable at worst, want in [%d, %d]", r.Strategy, r.MinRoutable, want.routableLo, want.hiRt)
+		}
+		if want.updates > 0 && (r.UpdateCycleSeconds <= 0 || r.UpdateIdleGPUSeconds > r.UpdateLostGPUSeconds) {
+			t.Errorf("%s: cycle %v s, idle %v of %v GPU-s drained", r.Strategy, r.UpdateCycleSeconds, r.UpdateIdleGPUSeconds, r.UpdateLostGPUSeconds)
+		}
+	}
+	if a := rep.Aims[3]; a.Met == nil || !strings.Contains(a.Detail, "turns lost against no update") {
+		t.Errorf("update aim %+v: want it judged, with the turns lost", a)
+	}
+}
+
 // With -update-every, each strategy runs with rolling updates and with the
 // frameworks' pause-all, and the update aim is judged.
 func TestRolloutWithUpdates(t *testing.T) {
@@ -178,7 +253,11 @@ func TestRolloutFlags(t *testing.T) {
 		{[]string{"-loads", "0"}, "-loads"},
 		{[]string{"-loads", "x"}, "-loads"},
 		{[]string{"-loads", ","}, "-loads"},
-		{[]string{"-loads", "2"}, "needs more than 32 env workers"},
+		{[]string{"-loads", "3"}, "needs at least 48 env workers"},
+		{[]string{"-episodes", "-1"}, "-episodes"},
+		{[]string{"-updates", "-1"}, "-updates"},
+		{[]string{"-update-modes", "sometimes"}, "unknown mode"},
+		{[]string{"-update-every", "1s", "-update-modes", ","}, "-update-modes"},
 		{[]string{"-speedup", "0.5"}, "-speedup"},
 		{[]string{"-load-factor", "0.5"}, "-load-factor"},
 		{[]string{"-duration", "0s"}, "-duration"},
@@ -290,14 +369,14 @@ func TestChartsAreDeterministic(t *testing.T) {
 	}
 }
 
-func TestQuantileAndNiceStep(t *testing.T) {
+func TestPercentileAndNiceStep(t *testing.T) {
 	s := []time.Duration{1, 2, 3, 4, 5}
 	for _, tt := range []struct {
 		q    float64
 		want time.Duration
 	}{{0, 1}, {0.5, 3}, {1, 5}} {
-		if got := quantile(s, tt.q); got != tt.want {
-			t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
+		if got := percentile(s, tt.q); got != tt.want {
+			t.Errorf("percentile(%v) = %v, want %v", tt.q, got, tt.want)
 		}
 	}
 	for _, tt := range []struct {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/app"
+	"github.com/policyrouter/policyrouter/client"
 	"github.com/policyrouter/policyrouter/fakepolicy"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/routing"
@@ -73,7 +74,8 @@ type routerConfig struct {
 // serve` wires it with its defaults (memory store, open on loopback, router
 // "simple"), over a fleet of simulated policies.
 type routerUnderTest struct {
-	URL     string
+	API     *client.Client
+	hc      *http.Client // the one API sends through
 	State   *routing.State
 	Metrics *metrics.Metrics
 
@@ -89,13 +91,14 @@ type routerUnderTest struct {
 
 // startRouter starts the fleet and the router, registers the fleet's
 // policies (index i on node "node-<i % nodes>", through the topology, with
-// env worker i on the same node) and starts the poller.
-func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ *routerUnderTest, err error) {
+// env worker i on the same node), starts the poller and, with one, waits
+// until every policy has answered. Its API client sends through hc.
+func startRouter(ctx context.Context, cfg routerConfig, hc *http.Client) (_ *routerUnderTest, err error) {
 	logger, err := newLogger(cfg.LogLevel)
 	if err != nil {
 		return nil, err
 	}
-	r := &routerUnderTest{}
+	r := &routerUnderTest{hc: hc}
 	defer func() {
 		if err != nil {
 			r.Close()
@@ -124,15 +127,18 @@ func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ 
 	}
 	r.srv = r.app.HTTPServer()
 	goLabelled(&r.serving, sideRouter, func() { _ = r.srv.Serve(ln) })
-	r.URL = "http://" + ln.Addr().String()
+	r.API = client.New("http://"+ln.Addr().String(), hc)
 
 	// Polling first: registration waits for the first probes of the new
 	// policies, which get no work until they have answered.
 	if cfg.PollInterval > 0 {
 		r.startPolling()
 	}
-	if err := r.register(ctx, client, cfg.Nodes, cfg.Envs); err != nil {
+	if err := r.register(ctx, cfg.Nodes, cfg.Envs); err != nil {
 		return nil, fmt.Errorf("register the fleet: %w", err)
+	}
+	if cfg.PollInterval > 0 {
+		return r, r.waitReady(ctx)
 	}
 	return r, nil
 }
@@ -140,8 +146,8 @@ func startRouter(ctx context.Context, cfg routerConfig, client *http.Client) (_ 
 // register puts the fleet and its topology through the router's own API,
 // as a trainer does at start-up: policy i and env worker i on node
 // i % nodes, with max(policies, envs) env workers.
-func (r *routerUnderTest) register(ctx context.Context, client *http.Client, nodes, envs int) error {
-	var req api.ReplacePoliciesRequest
+func (r *routerUnderTest) register(ctx context.Context, nodes, envs int) error {
+	var policies []api.PolicyRequest
 	topo := api.Topology{}
 	for i := range max(r.fleet.Len(), envs) {
 		node := nodeName(i, nodes)
@@ -154,16 +160,28 @@ func (r *routerUnderTest) register(ctx context.Context, client *http.Client, nod
 		if i >= r.fleet.Len() {
 			continue
 		}
-		idx := i
-		req.Policies = append(req.Policies, api.PolicyRequest{URL: r.fleet.URL(i), Index: &idx})
+		policies = append(policies, api.PolicyRequest{URL: r.fleet.URL(i), Index: &i})
 		eval := topo[node]["eval"]
 		eval.IDs = append(eval.IDs, i)
 		topo[node]["eval"] = eval
 	}
-	if err := call(ctx, client, http.MethodPut, r.URL+"/policies", req); err != nil {
-		return err
+	_, err := r.API.PutRegistration(ctx, policies, topo)
+	return err
+}
+
+// waitReady waits, up to 20 s, for the router's /readyz: the poller has
+// heard from the policies, so none is unknown.
+func (r *routerUnderTest) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := r.API.Ready(ctx)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		if !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
+			return ctx.Err()
+		}
 	}
-	return call(ctx, client, http.MethodPut, r.URL+"/topology", topo)
 }
 
 // nodeName is the node of policy i and env worker i.
@@ -193,13 +211,6 @@ func (r *routerUnderTest) stopPolling() {
 	r.pollStop()
 	r.polling.Wait()
 	r.pollStop = nil
-}
-
-// pollerRunning reports whether the poller runs.
-func (r *routerUnderTest) pollerRunning() bool {
-	r.pollMu.Lock()
-	defer r.pollMu.Unlock()
-	return r.pollStop != nil
 }
 
 // Close stops the router as serve does on SIGTERM (end /select waits,

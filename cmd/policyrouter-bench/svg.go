@@ -10,7 +10,6 @@ import (
 	"html"
 	"math"
 	"strconv"
-	"time"
 )
 
 // Chart geometry, in SVG user units.
@@ -175,22 +174,13 @@ func waitChart(rep *rolloutReport, lr rolloutLoad) []byte {
 		xs, ys := make([]float64, cdfPoints+1), make([]float64, cdfPoints+1)
 		for i := range cdfPoints + 1 {
 			q := float64(i) / cdfPoints
-			xs[i] = xOf(ms(quantile(r.waits, q)))
+			xs[i] = xOf(ms(percentile(r.waits, q)))
 			ys[i] = plotT + plotH*(1-q)
 		}
 		c.polyline(xs, ys, strategyColour(r.Strategy))
 	}
 	c.legend(names)
 	return c.bytes()
-}
-
-// quantile returns the q-quantile of sorted, q in [0, 1]: the least value
-// for q = 0 and the greatest for q = 1.
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(int(q*float64(len(sorted)-1)+0.5), len(sorted)-1)]
 }
 
 // decade labels 10^e for an integer e: "0.1", "1", "1000".

@@ -4,18 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/client"
 )
 
 // errUnhealthy is the status command's answer when a policy is unhealthy:
@@ -40,14 +39,16 @@ func statusCommand(ctx context.Context, out io.Writer, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	client, err := httpsClient(ca, cert, key)
+	hc, err := httpsClient(ca, cert, key)
 	if err != nil {
 		return err
 	}
-	defer client.CloseIdleConnections()
+	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	stats, err := fetchStats(ctx, client, strings.TrimRight(url, "/"), token)
+	c := client.New(url, hc)
+	c.Token = token
+	stats, err := c.Stats(ctx)
 	if err != nil {
 		return err
 	}
@@ -93,38 +94,6 @@ func httpsClient(ca, cert, key string) (*http.Client, error) {
 	tr.TLSClientConfig = tc
 	tr.ForceAttemptHTTP2 = true
 	return &http.Client{Transport: tr}, nil
-}
-
-// fetchStats reads GET {base}/stats.
-func fetchStats(ctx context.Context, client *http.Client, base, token string) (api.Stats, error) {
-	var stats api.Stats
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/stats", nil)
-	if err != nil {
-		return stats, fmt.Errorf("--url: %w", err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return stats, fmt.Errorf("GET %s/stats: %w", base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return stats, fmt.Errorf("GET %s/stats: %w", base, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var env api.ErrorResponse
-		if json.Unmarshal(body, &env) == nil && env.Error.Message != "" {
-			return stats, fmt.Errorf("GET %s/stats: %s: %s", base, resp.Status, env.Error.Message)
-		}
-		return stats, fmt.Errorf("GET %s/stats: %s", base, resp.Status)
-	}
-	if err := json.Unmarshal(body, &stats); err != nil {
-		return stats, fmt.Errorf("GET %s/stats: %w", base, err)
-	}
-	return stats, nil
 }
 
 // printStatus writes one line per policy, then the totals.
