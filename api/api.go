@@ -132,6 +132,9 @@ type AssignResponse struct {
 	// decimal string key) to its registered policy. Indices with no
 	// registration (stateless mode) are absent.
 	Policies map[string]PolicyRef `json:"policies"`
+	// Sticky says per task, when session_ids were given, where the task
+	// landed: "home", "moved" or "spilled"; null for a task without one.
+	Sticky []*string `json:"sticky,omitempty"`
 }
 
 // SelectRequest is the body of POST /select.

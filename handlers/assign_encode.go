@@ -69,7 +69,22 @@ func (s *Server) writeAssignment(w http.ResponseWriter, a routing.Assignment) {
 		buf = append(buf, `":`...)
 		buf = append(buf, refs.json[pos]...)
 	}
-	buf = append(buf, "}}\n"...)
+	buf = append(buf, '}')
+	if a.Sticky != nil {
+		buf = append(buf, `,"sticky":[`...)
+		for i, o := range a.Sticky {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			if o == routing.NotSticky {
+				buf = append(buf, "null"...)
+			} else {
+				buf = strconv.AppendQuote(buf, string(o))
+			}
+		}
+		buf = append(buf, ']')
+	}
+	buf = append(buf, "}\n"...)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf)

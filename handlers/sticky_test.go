@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -30,25 +31,43 @@ func TestSelectSession(t *testing.T) {
 	}
 	var stats api.Stats
 	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &stats)
-	// The spilled request is the 5th; its home was over the bound
-	// ⌈1.25 · 2 / 8⌉ = 1, so it was a miss, not a spill.
-	if s := stats.Sticky; s.Hits != 4 || s.Hits+s.Spills+s.Misses != 5 || s.HitRate != 0.8 {
-		t.Errorf("stats.sticky = %+v; want 4 hits of 5, hit rate 0.8", s)
+	// The 5th found its home busy and asked no wait: a spill.
+	if spill.Sticky != "spilled" {
+		t.Errorf("spilled request: sticky %q; want spilled", spill.Sticky)
+	}
+	if s := stats.Sticky; s.Hits != 4 || s.Spills != 1 || s.Misses != 0 || s.HitRate != 0.8 {
+		t.Errorf("stats.sticky = %+v; want 4 hits, 1 spill, hit rate 0.8", s)
 	}
 }
 
 func TestAssignSessions(t *testing.T) {
 	ts := newTestServer(t, Config{})
-	ts.register(t, 4)
+	var reg api.ReplacePoliciesRequest
+	for i := range 4 {
+		idx, capacity := i, 4
+		reg.Policies = append(reg.Policies, api.PolicyRequest{URL: "http://127.0.0.1:9/p" + itoa(i), Index: &idx, Capacity: &capacity})
+	}
+	body, _ := json.Marshal(reg)
+	want(t, ts.do(t, "PUT", "/policies", string(body)), http.StatusOK, nil)
+
+	// A group of 3 on capacity-4 policies lands on one, as a unit.
 	var a api.AssignResponse
-	want(t, ts.do(t, "POST", "/assign", `{"num_tasks":4,"session_ids":["g",null,"g",""],"current_loads":[5,5,5,5]}`), http.StatusOK, &a)
-	if a.Assignments[0] != a.Assignments[2] {
-		t.Errorf("tasks of one session went to %d and %d; want one home while under the bound", a.Assignments[0], a.Assignments[2])
+	want(t, ts.do(t, "POST", "/assign", `{"num_tasks":5,"session_ids":["g",null,"g","","g"],"current_loads":[5,5,5,5]}`), http.StatusOK, &a)
+	if a.Assignments[0] != a.Assignments[2] || a.Assignments[0] != a.Assignments[4] {
+		t.Errorf("tasks of one session went to %v; want one home", a.Assignments)
+	}
+	if len(a.Sticky) != 5 || a.Sticky[1] != nil || a.Sticky[3] != nil || a.Sticky[0] == nil || *a.Sticky[0] != "home" {
+		t.Errorf("sticky = %v; want home for the group's tasks, null for the others", a.Sticky)
 	}
 	var stats api.Stats
 	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &stats)
-	if stats.Sticky.Hits != 2 {
-		t.Errorf("stats.sticky = %+v; want 2 hits", stats.Sticky)
+	if stats.Sticky.Hits != 3 {
+		t.Errorf("stats.sticky = %+v; want 3 hits", stats.Sticky)
+	}
+	// Without sessions the answer has no sticky field.
+	rec := ts.do(t, "POST", "/assign", `{"num_tasks":2}`)
+	if strings.Contains(rec.Body.String(), "sticky") {
+		t.Errorf("answer without sessions: %s", rec.Body)
 	}
 }
 

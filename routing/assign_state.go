@@ -26,6 +26,9 @@ type AssignRequest struct {
 type Assignment struct {
 	// Indices holds one policy index per task.
 	Indices []int
+	// Sticky says, per task, where the sticky stage sent it; nil when no
+	// task named a session.
+	Sticky []Sticky
 	// Snapshot is the registration the answer was computed on, to resolve
 	// indices to policies.
 	Snapshot *Snapshot
@@ -56,14 +59,14 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 		if len(in.Indices) == 0 && len(req.Loads) > 0 {
 			return Assignment{Snapshot: snap}, ErrAllUnavailable
 		}
-		out, err := st.assignSessions(snap, req, in, nil)
+		out, sticky, err := st.assignSessions(snap, req, in, nil)
 		if err != nil {
 			return Assignment{Snapshot: snap}, err
 		}
 		for i, pos := range out {
 			out[i] = in.Indices[pos]
 		}
-		return Assignment{Indices: out, Snapshot: snap}, nil
+		return Assignment{Indices: out, Sticky: sticky, Snapshot: snap}, nil
 	}
 
 	if req.Sessions != nil {
@@ -94,7 +97,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	if len(in.Indices) == 0 && n > 0 {
 		return Assignment{Snapshot: snap}, ErrAllUnavailable
 	}
-	out, err := st.assignSessions(snap, req, in, func(pos int) int64 { return int64(rts[pos].inflight) })
+	out, sticky, err := st.assignSessions(snap, req, in, func(pos int) int64 { return int64(rts[pos].inflight) })
 	if err != nil {
 		return Assignment{}, err
 	}
@@ -112,7 +115,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 			st.stickyLoadLocked(rt)
 		}
 	}
-	return Assignment{Indices: out, Snapshot: snap}, nil
+	return Assignment{Indices: out, Sticky: sticky, Snapshot: snap}, nil
 }
 
 // stateless returns the candidates of a stateless assignment: every index

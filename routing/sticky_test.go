@@ -696,3 +696,67 @@ func waitForStickyWaiters(tb testing.TB, st *State, id string, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// The tasks of one /assign that name one session (a GRPO group) land on
+// one policy as a unit when it has the capacity, in tracked and stateless
+// mode; a home whose capacity cannot take the group takes what it can and
+// the next successor the rest.
+func TestStickyAssignGroupLandsTogether(t *testing.T) {
+	group := func(key string, n int) []string {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = key
+		}
+		return keys
+	}
+	for _, mode := range []string{"tracked", "stateless"} {
+		t.Run(mode, func(t *testing.T) {
+			st := newState(t, Options{}, withCapacity(densePolicies(8), 8), Topology{})
+			req := AssignRequest{NumTasks: 24, Sessions: slices.Concat(group("g1", 8), group("g2", 8), group("g3", 8))}
+			if mode == "stateless" {
+				req.Loads = make([]int64, 8)
+			}
+			a, err := st.Assign(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for g := range 3 {
+				tasks := a.Indices[8*g : 8*g+8]
+				if slices.ContainsFunc(tasks, func(i int) bool { return i != tasks[0] }) {
+					t.Errorf("group %d split: %v", g+1, tasks)
+				}
+				// The first group finds its home under the bound; a later
+				// one whose home took a group already may be moved on, as
+				// a unit.
+				owner, _ := st.Snapshot().Owner(req.Sessions[8*g])
+				if g == 0 && st.Snapshot().Policies()[tasks[0]].ID != owner {
+					t.Errorf("group 1 on %d; want its home %s", tasks[0], owner)
+				}
+				want := StickyMoved
+				if st.Snapshot().Policies()[tasks[0]].ID == owner {
+					want = StickyHome
+				}
+				for _, o := range a.Sticky[8*g : 8*g+8] {
+					if o != want {
+						t.Errorf("group %d outcome %q; want %q", g+1, o, want)
+					}
+				}
+			}
+		})
+	}
+	t.Run("capacity 4", func(t *testing.T) {
+		st := newState(t, Options{}, withCapacity(densePolicies(8), 4), Topology{})
+		a, err := st.Assign(AssignRequest{NumTasks: 8, Sessions: group("g1", 8)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, second := a.Indices[:4], a.Indices[4:]
+		if slices.ContainsFunc(first, func(i int) bool { return i != first[0] }) ||
+			slices.ContainsFunc(second, func(i int) bool { return i != second[0] }) || first[0] == second[0] {
+			t.Errorf("group of 8 on capacity-4 policies = %v; want 4 on its home, 4 on the next", a.Indices)
+		}
+		if a.Sticky[0] != StickyHome || a.Sticky[7] != StickyMoved {
+			t.Errorf("outcomes %v; want home for the first 4, moved for the rest", a.Sticky)
+		}
+	})
+}
