@@ -1,6 +1,8 @@
 package handlers
 
 import (
+	"encoding/json"
+	"github.com/policyrouter/policyrouter/api"
 	"net/http"
 	"slices"
 	"strings"
@@ -62,6 +64,10 @@ func TestRouterNamesFromTable(t *testing.T) {
 		rec := ts.do(t, "POST", "/select", body)
 		if rec.Code != want {
 			t.Errorf("/select router %s: %d %s; want %d", r.Name, rec.Code, rec.Body, want)
+		}
+		var sel api.SelectResponse
+		if rec.Code == http.StatusOK && json.Unmarshal(rec.Body.Bytes(), &sel) == nil && sel.LeaseID != "" {
+			ts.do(t, "POST", "/release", `{"lease_id":"`+sel.LeaseID+`"}`)
 		}
 	}
 	rec := ts.do(t, "POST", "/select", `{"router": "fifo"}`)

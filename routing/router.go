@@ -97,6 +97,13 @@ var routers = []Router{
 		EnvAffine: true,
 		SelectDoc: "oldest idle policy on the env worker's node, else the oldest idle one anywhere",
 	},
+	{
+		Name:      "power_of_two",
+		Assign:    powerOfTwo{},
+		Select:    powerOfTwo{},
+		AssignDoc: "each task to the less loaded of two policies drawn at random, ties to the lower index (power of two choices)",
+		SelectDoc: "the less loaded of two idle policies drawn at random (power of two choices)",
+	},
 }
 
 // Routers returns the table of routers, in a fixed order.
