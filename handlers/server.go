@@ -31,7 +31,7 @@ type Config struct {
 	Logger   *slog.Logger
 	// DefaultRouter is used when a request names none: a router of the
 	// routing table offered by both /assign and /select. Default
-	// api.RouterSimple.
+	// routing.DefaultRouter.
 	DefaultRouter string
 	// MaxSelectWait caps timeout_ms of /select. Default 60s.
 	MaxSelectWait time.Duration
@@ -95,7 +95,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.DefaultRouter == "" {
-		cfg.DefaultRouter = api.RouterSimple
+		cfg.DefaultRouter = routing.DefaultRouter
 	}
 	if cfg.MaxSelectWait <= 0 {
 		cfg.MaxSelectWait = 60 * time.Second
