@@ -199,7 +199,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.StickyLoadFactor, "sticky-load-factor", c.StickyLoadFactor, "c of the sticky load bound ceil(c*(total+1)/available) for sessions whose request names no load_factor; 1 to 1000")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the durable (bolt) store; empty keeps registrations in memory")
 	fs.StringVar(&c.Store, "store", c.Store, "where registrations live: memory, bolt (in --data-dir) or etcd (shared by router replicas, which elect a leader); default bolt with --data-dir, else memory")
-	fs.Var((*listValue)(&c.EtcdEndpoints), "etcd-endpoints", "comma-separated client URLs of the etcd members (--store etcd)")
+	fs.Var((*listValue)(&c.EtcdEndpoints), "etcd-endpoints", "comma-separated client `URLs` of the etcd members (--store etcd)")
 	fs.StringVar(&c.EtcdPrefix, "etcd-prefix", c.EtcdPrefix, "prefix of the router's etcd keys; replicas on one prefix share a registration and elect one leader")
 	fs.StringVar(&c.EtcdCA, "etcd-ca", c.EtcdCA, "PEM file of CA certificates trusted, besides the system's, for https:// etcd endpoints")
 	fs.StringVar(&c.EtcdCert, "etcd-cert", c.EtcdCert, "PEM file of the client certificate presented to etcd (mutual TLS)")
