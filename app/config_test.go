@@ -84,13 +84,23 @@ func TestLiteralZeroFieldsTakeDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
+	// The fields that take a default, and those whose zero means something.
+	type settings struct {
+		Router                    string
+		PollInterval, PollTimeout time.Duration
+		Grace, MaxSelectWait      time.Duration
+		ReadHeaderTimeout         time.Duration
+		FailThreshold, MaxWaiters int
+		StickyLoadFactor          float64
+		Addr, Store, LogFormat    string
+	}
+	of := func(c Config) settings {
+		return settings{c.Router, c.PollInterval, c.PollTimeout, c.Grace, c.MaxSelectWait, c.ReadHeaderTimeout,
+			c.FailThreshold, c.MaxWaiters, c.StickyLoadFactor, c.Addr, c.Store, c.LogFormat}
+	}
 	want := DefaultConfig()
 	want.Grace, want.PollInterval, want.Addr, want.Store = time.Second, 0, "", StoreMemory
-	want.Logger = a.Config.Logger
-	if got := a.Config; got.Router != want.Router || got.PollTimeout != want.PollTimeout || got.Grace != want.Grace ||
-		got.FailThreshold != want.FailThreshold || got.MaxWaiters != want.MaxWaiters || got.MaxSelectWait != want.MaxSelectWait ||
-		got.StickyLoadFactor != want.StickyLoadFactor || got.ReadHeaderTimeout != want.ReadHeaderTimeout ||
-		got.PollInterval != 0 || got.Addr != "" || got.Store != StoreMemory {
+	if got, want := of(a.Config), of(want); got != want {
 		t.Errorf("New(literal).Config = %+v\nwant %+v", got, want)
 	}
 	if a.Poller != nil {
@@ -156,5 +166,27 @@ func TestVerifier(t *testing.T) {
 	c.JWTSecret = strings.Repeat("k", 32)
 	if err := c.Validate(); err == nil {
 		t.Error("Auth and --jwt-secret together validated")
+	}
+}
+
+// Listen binds Addr, and the advertise URL defaults to the bound address.
+func TestListenAdvertisesTheBoundAddress(t *testing.T) {
+	c := DefaultConfig()
+	c.Addr, c.Logger = "127.0.0.1:0", slog.New(slog.DiscardHandler)
+	a, err := New(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ln, err := a.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if got, want := a.Config.AdvertiseURL, "http://"+ln.Addr().String(); got != want {
+		t.Errorf("AdvertiseURL = %q; want %q", got, want)
+	}
+	if _, leader := a.Leader(); leader != a.Config.AdvertiseURL {
+		t.Errorf("Leader() names %q; want this router, %q", leader, a.Config.AdvertiseURL)
 	}
 }
