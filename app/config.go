@@ -238,10 +238,10 @@ func (l *listValue) Set(s string) error {
 	return nil
 }
 
-// Validate checks c as New takes it, and names the flag at fault. New
-// runs it; call it alone to check a configuration without starting
-// anything. It reads no files: those are read, and their errors reported,
-// by New.
+// Validate checks c as it stands and names the flag at fault. New runs
+// it (on a Config literal, after giving its zero fields their defaults);
+// call it alone to check a configuration without starting anything. It
+// reads no files: New reads them, and reports their errors.
 func (c Config) Validate() error {
 	if names := routing.DefaultRouterNames(); !slices.Contains(names, c.Router) {
 		return fmt.Errorf("--router must be %s, not %q", routing.NameList(names), c.Router)
