@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// RouterSimple is the router used when a request and the server name
-// none. The names requests may give come from the routing package's table
-// of routers.
+// RouterSimple is the wire name of the "simple" router, the default
+// (routing.DefaultRouter). The names requests may give come from the
+// routing package's table of routers.
 const RouterSimple = "simple"
 
 // PolicyRequest registers one policy (POST /policies, and each entry of PUT

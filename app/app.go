@@ -9,16 +9,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/lmittmann/tint"
+
 	"github.com/policyrouter/policyrouter"
-	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/metrics"
@@ -28,84 +30,6 @@ import (
 	"github.com/policyrouter/policyrouter/store"
 	"github.com/policyrouter/policyrouter/updates"
 )
-
-// Config is everything a router is built from. Zero fields take the
-// defaults of `policyrouter serve`.
-type Config struct {
-	// Router is the default router of requests that name none: a name of
-	// routing.DefaultRouterNames. Default api.RouterSimple.
-	Router string
-	// PollInterval is the period of each policy's /idle probe; 0 runs no
-	// poller, and policies are then trusted idle from registration.
-	PollInterval time.Duration
-	// PollTimeout bounds one probe. Default poller.DefaultTimeout.
-	PollTimeout time.Duration
-	// PollClient, when set, sends the probes; the Policy* TLS settings must
-	// then be empty.
-	PollClient *http.Client
-	// PolicyCA is a PEM file of CA certificates trusted, besides the
-	// system's, for https:// policies. PolicyClientCert and PolicyClientKey
-	// are PEM files of the client certificate presented to policies that
-	// require one (mutual TLS); they are read again when they change.
-	PolicyCA         string
-	PolicyClientCert string
-	PolicyClientKey  string
-	// TLSCert and TLSKey are PEM files of the router's certificate and key:
-	// when set it serves HTTPS (TLS 1.2 or later, HTTP/2), and reads them
-	// again when they change on disk. TLSClientCA, a PEM file of CA
-	// certificates, makes it require client certificates signed by them.
-	TLSCert     string
-	TLSKey      string
-	TLSClientCA string
-	// ReadHeaderTimeout cuts off a client that has not sent its request
-	// headers in that time. Default 5 seconds.
-	ReadHeaderTimeout time.Duration
-	// Grace, FailThreshold and PassThreshold configure the routing state
-	// (routing.Options).
-	Grace         time.Duration
-	FailThreshold int
-	PassThreshold int
-	// LeaseTTL is the lifetime of a lease whose /select names none; 0 means
-	// leases do not expire.
-	LeaseTTL time.Duration
-	// MaxWaiters bounds the /select calls waiting at once; one more is
-	// answered 503 overloaded. Default routing.DefaultMaxWaiters.
-	MaxWaiters int
-	// StickyLoadFactor is c of the sticky stage's load bound for requests
-	// that name no load_factor; 0 means routing.DefaultLoadFactor.
-	StickyLoadFactor float64
-	// MaxSelectWait caps /select's timeout_ms. Default 1 minute.
-	MaxSelectWait time.Duration
-	// Store is where the registration lives: StoreMemory, StoreBolt (in
-	// DataDir) or StoreEtcd (shared by router replicas, which elect one
-	// leader to route). Empty means StoreBolt when DataDir is set, else
-	// StoreMemory.
-	Store string
-	// DataDir holds the durable (bbolt) store.
-	DataDir string
-	// EtcdEndpoints are the etcd members' client URLs of StoreEtcd, and
-	// EtcdPrefix the prefix of its keys (default store.DefaultEtcdPrefix).
-	// EtcdCA, EtcdCert and EtcdKey are PEM files: a CA trusted besides the
-	// system's, and the client certificate for a cluster that requires one.
-	EtcdEndpoints []string
-	EtcdPrefix    string
-	EtcdCA        string
-	EtcdCert      string
-	EtcdKey       string
-	// LeaderTTL is the etcd session TTL of the leader election, in whole
-	// seconds: a leader that dies is replaced after about that long.
-	// Default DefaultLeaderTTL.
-	LeaderTTL time.Duration
-	// AdvertiseURL is this router's URL as clients reach it: followers name
-	// the leader's in their not_leader answers. Required with StoreEtcd.
-	AdvertiseURL string
-	// Auth verifies bearer tokens; nil serves without authentication.
-	Auth *auth.Verifier
-	// Logger is the router's logger. Default slog.Default().
-	Logger *slog.Logger
-	// RequestLogLevel is the level of the one log line per request.
-	RequestLogLevel slog.Level
-}
 
 // App is one router: its parts are exported for the commands and tests
 // that need to reach them.
@@ -137,31 +61,21 @@ const (
 	StoreEtcd   = "etcd"
 )
 
-// New builds a router from cfg and restores its registration from the
-// store. It starts nothing: Run starts the background work. Close releases
-// the store.
+// New builds a router from cfg, after Validate, and restores its
+// registration from the store. It starts nothing: Listen binds Addr and
+// Serve (or Run) starts the work. Close releases the store.
 func New(ctx context.Context, cfg Config) (_ *App, err error) {
-	if cfg.Router == "" {
-		cfg.Router = api.RouterSimple
-	}
-	if !slices.Contains(routing.DefaultRouterNames(), cfg.Router) {
-		return nil, fmt.Errorf("router must be %s, not %q", routing.NameList(routing.DefaultRouterNames()), cfg.Router)
-	}
-	if cfg.PollInterval < 0 || cfg.LeaseTTL < 0 || cfg.MaxWaiters < 0 {
-		return nil, errors.New("poll interval, lease ttl and max waiters must be >= 0")
-	}
-	if cfg.MaxSelectWait <= 0 {
-		cfg.MaxSelectWait = time.Minute
-	}
-	if cfg.ReadHeaderTimeout <= 0 {
-		cfg.ReadHeaderTimeout = 5 * time.Second
-	}
-	if err := routing.CheckLoadFactor("sticky load factor", cfg.StickyLoadFactor); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
 	}
+	if cfg.Auth, err = cfg.Verifier(); err != nil {
+		return nil, err
+	}
+	cfg.Store = cfg.storeKind()
 	a := &App{Config: cfg}
 	if a.TLS, err = serverTLS(cfg); err != nil {
 		return nil, err
@@ -170,10 +84,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if ptls != nil && cfg.PollClient != nil {
-		return nil, errors.New("a poll client and policy TLS settings are exclusive")
-	}
-	a.Store, err = openStore(ctx, &a.Config)
+	a.Store, err = openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -251,47 +162,89 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	return a, nil
 }
 
-// openStore opens the store cfg names, and fills in cfg's defaults for it.
-func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
-	if cfg.Store == "" {
-		cfg.Store = StoreMemory
-		if cfg.DataDir != "" {
-			cfg.Store = StoreBolt
-		}
-	}
+// openStore opens the store cfg names.
+func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 	switch cfg.Store {
-	case StoreMemory:
-		return store.NewMemory(), nil
 	case StoreBolt:
-		if cfg.DataDir == "" {
-			return nil, errors.New("the bolt store needs a data dir")
-		}
 		st, err := store.OpenBolt(cfg.DataDir, store.BoltOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
 		return st, nil
 	case StoreEtcd:
-		if len(cfg.EtcdEndpoints) == 0 {
-			return nil, errors.New("the etcd store needs etcd endpoints")
-		}
-		if cfg.AdvertiseURL == "" {
-			return nil, errors.New("the etcd store needs this router's advertise URL, which followers name as the leader's")
-		}
-		if cfg.LeaderTTL == 0 {
-			cfg.LeaderTTL = DefaultLeaderTTL
-		}
-		if cfg.LeaderTTL < time.Second {
-			return nil, fmt.Errorf("leader ttl must be at least 1s (etcd leases are in whole seconds), not %s", cfg.LeaderTTL)
-		}
-		tc, err := etcdTLS(*cfg)
+		tc, err := etcdTLS(cfg)
 		if err != nil {
 			return nil, err
 		}
 		return store.OpenEtcd(ctx, store.EtcdOptions{Endpoints: cfg.EtcdEndpoints, Prefix: cfg.EtcdPrefix, TLS: tc, Logger: cfg.Logger})
 	default:
-		return nil, fmt.Errorf("store must be %s, %s or %s, not %q", StoreMemory, StoreBolt, StoreEtcd, cfg.Store)
+		return store.NewMemory(), nil
 	}
+}
+
+// newLogger returns a logger of the given format (text, json, or auto:
+// text on a terminal, else json) and level, which Validate has checked.
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(level))
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	if format == "text" {
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly}))
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
+}
+
+// Listen binds Config.Addr and logs it. When AdvertiseURL is empty it
+// becomes the URL of the bound address: its host, or this machine's name
+// when it listens on every interface. Call it before Serve.
+func (a *App) Listen() (net.Listener, error) {
+	c := &a.Config
+	if c.Addr == "" {
+		return nil, errors.New("listen: no address (--addr)")
+	}
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", c.Addr, err)
+	}
+	if c.AdvertiseURL == "" {
+		c.AdvertiseURL = advertiseURL(ln.Addr(), a.TLS != nil)
+	}
+	if !auth.IsLoopbackAddr(c.Addr) {
+		if c.Auth == nil {
+			c.Logger.Warn("serving WITHOUT authentication on a non-loopback address (--insecure)", "addr", c.Addr)
+		}
+		if a.TLS == nil {
+			c.Logger.Info("serving plain HTTP on a non-loopback address: TLS is left to the proxy in front (--behind-tls-proxy)", "addr", c.Addr)
+		}
+	}
+	c.Logger.Info("policyrouter listening", "addr", ln.Addr().String(), "router", c.Router, "auth", c.Auth != nil,
+		"tls", a.TLS != nil, "mtls", c.TLSClientCA != "", "store", c.Store, "advertise_url", c.AdvertiseURL)
+	return ln, nil
+}
+
+// advertiseURL is the URL of the bound address addr.
+func advertiseURL(addr net.Addr, https bool) string {
+	scheme := "http"
+	if https {
+		scheme = "https"
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return scheme + "://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			host = name
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
 // Handler returns the HTTP API.
@@ -306,6 +259,9 @@ func (a *App) Run(ctx context.Context) error {
 		a.Config.Logger.Warn("polling disabled (poll interval 0): no health checks, policies are trusted idle and freed only by /release or lease expiry")
 	}
 	if a.etcd != nil {
+		if a.Config.AdvertiseURL == "" {
+			return errors.New("a replica on etcd needs its advertise URL: set AdvertiseURL, or Listen first")
+		}
 		return a.runReplica(ctx)
 	}
 	a.runTerm(ctx)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -99,16 +98,11 @@ func (kp *keyPair) current() *tls.Certificate {
 // serverTLS returns the TLS configuration of the router's listener, or nil
 // when cfg serves plain HTTP: TLS 1.2 at least, the certificate reloaded
 // when its files change, HTTP/2 offered, and, with a client CA, client
-// certificates required and verified.
+// certificates required and verified. Validate has checked that the
+// settings go together.
 func serverTLS(cfg Config) (*tls.Config, error) {
-	if cfg.TLSCert == "" && cfg.TLSKey == "" {
-		if cfg.TLSClientCA != "" {
-			return nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
-		}
+	if cfg.TLSCert == "" {
 		return nil, nil
-	}
-	if cfg.TLSCert == "" || cfg.TLSKey == "" {
-		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
 	kp, err := loadKeyPair(cfg.TLSCert, cfg.TLSKey, cfg.Logger)
 	if err != nil {
@@ -153,7 +147,8 @@ type clientFiles struct{ flag, file string }
 
 // clientTLS returns the TLS configuration of a client that trusts ca
 // besides the system's roots and presents cert and key (reloaded when
-// they change), or nil when all three are empty.
+// they change), or nil when all three are empty. Validate has checked that
+// cert and key go together.
 func clientTLS(log *slog.Logger, ca, cert, key clientFiles) (*tls.Config, error) {
 	if ca.file == "" && cert.file == "" && key.file == "" {
 		return nil, nil
@@ -166,10 +161,7 @@ func clientTLS(log *slog.Logger, ca, cert, key clientFiles) (*tls.Config, error)
 		}
 		tc.RootCAs = pool
 	}
-	if cert.file != "" || key.file != "" {
-		if cert.file == "" || key.file == "" {
-			return nil, fmt.Errorf("%s and %s go together", cert.flag, key.flag)
-		}
+	if cert.file != "" {
 		kp, err := loadKeyPair(cert.file, key.file, log)
 		if err != nil {
 			return nil, fmt.Errorf("%s/%s: %w", cert.flag, key.flag, err)

@@ -24,6 +24,9 @@ import (
 	"github.com/policyrouter/policyrouter/updates"
 )
 
+// DefaultMaxSelectWait is the default of Config.MaxSelectWait.
+const DefaultMaxSelectWait = time.Minute
+
 // Config holds the Server's dependencies and settings.
 type Config struct {
 	Registry *registry.Registry
@@ -31,9 +34,10 @@ type Config struct {
 	Logger   *slog.Logger
 	// DefaultRouter is used when a request names none: a router of the
 	// routing table offered by both /assign and /select. Default
-	// api.RouterSimple.
+	// routing.DefaultRouter.
 	DefaultRouter string
-	// MaxSelectWait caps timeout_ms of /select. Default 60s.
+	// MaxSelectWait caps timeout_ms of /select. Default
+	// DefaultMaxSelectWait.
 	MaxSelectWait time.Duration
 	// DefaultSelectWait is the wait of a /select without timeout_ms.
 	// Default 30s, capped by MaxSelectWait.
@@ -95,10 +99,10 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.DefaultRouter == "" {
-		cfg.DefaultRouter = api.RouterSimple
+		cfg.DefaultRouter = routing.DefaultRouter
 	}
 	if cfg.MaxSelectWait <= 0 {
-		cfg.MaxSelectWait = 60 * time.Second
+		cfg.MaxSelectWait = DefaultMaxSelectWait
 	}
 	if cfg.DefaultSelectWait <= 0 {
 		cfg.DefaultSelectWait = 30 * time.Second

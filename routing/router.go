@@ -129,6 +129,10 @@ func SelectRouterNames() []string {
 	return names(func(r Router) bool { return r.Select != nil })
 }
 
+// DefaultRouter is the server-wide default router when none is configured:
+// a name of DefaultRouterNames.
+const DefaultRouter = "simple"
+
 // DefaultRouterNames lists the names a server-wide default may take: those
 // offered by both /assign and /select.
 func DefaultRouterNames() []string {

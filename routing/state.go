@@ -34,9 +34,14 @@ var (
 // DefaultMaxWaiters is the default of Options.MaxWaiters.
 const DefaultMaxWaiters = 10000
 
-// DefaultGrace is the default of Options.Grace: longer than an env worker
-// plausibly steps its environment between a /select and its request.
-const DefaultGrace = 5 * time.Second
+// Defaults of Options.
+const (
+	// DefaultGrace is longer than an env worker plausibly steps its
+	// environment between a /select and its request.
+	DefaultGrace         = 5 * time.Second
+	DefaultFailThreshold = 3
+	DefaultPassThreshold = 2
+)
 
 // Options configure a State. Zero fields take the defaults.
 type Options struct {
@@ -76,10 +81,10 @@ func (o Options) withDefaults() Options {
 		o.Grace = DefaultGrace
 	}
 	if o.FailThreshold <= 0 {
-		o.FailThreshold = 3
+		o.FailThreshold = DefaultFailThreshold
 	}
 	if o.PassThreshold <= 0 {
-		o.PassThreshold = 2
+		o.PassThreshold = DefaultPassThreshold
 	}
 	if o.LeaseTTL < 0 {
 		o.LeaseTTL = 0

@@ -35,7 +35,8 @@ func runCLI(tb testing.TB, args ...string) (int, string, string) {
 }
 
 // The bare command and --help list the commands; nothing starts a server
-// by surprise; stray arguments are refused; version prints build info.
+// by surprise; stray arguments are refused; version, --version and -v
+// print build info.
 func TestCommandLine(t *testing.T) {
 	commands := []string{"serve", "demo", "status", "token", "fake-policy", "version"}
 	for _, tt := range []struct {
@@ -65,9 +66,18 @@ func TestCommandLine(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, `unknown command "frobnicate"`) {
 		t.Errorf("unknown command: exit %d, %s", code, stderr)
 	}
-	code, stdout, _ := runCLI(t, "version")
-	if code != 0 || !strings.HasPrefix(stdout, "policyrouter ") || !strings.Contains(stdout, "go1.") {
-		t.Errorf("version: exit %d, %q; want the version and the Go version", code, stdout)
+	code, version, _ := runCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(version, "policyrouter ") || !strings.Contains(version, "go1.") {
+		t.Errorf("version: exit %d, %q; want the version and the Go version", code, version)
+	}
+	for _, flag := range []string{"--version", "-version", "-v"} {
+		if code, stdout, stderr := runCLI(t, flag); code != 0 || stdout != version {
+			t.Errorf("policyrouter %s: exit %d, %q%s; want what version prints, %q", flag, code, stdout, stderr, version)
+		}
+	}
+	code, _, stderr = runCLI(t, "--version", "extra")
+	if code != 2 || !strings.Contains(stderr, `unexpected argument "extra"`) {
+		t.Errorf("--version with an extra argument: exit %d, %s; want 2 naming it", code, stderr)
 	}
 }
 

@@ -44,7 +44,7 @@ const composeRoot = "../.."
 // composeFlagSets registers the flags of each subcommand that a container
 // may run, with the registration functions the commands use themselves.
 var composeFlagSets = map[string]func(fs *flag.FlagSet){
-	"serve":       func(fs *flag.FlagSet) { (&serveConfig{}).register(fs) },
+	"serve":       func(fs *flag.FlagSet) { cfg := app.DefaultConfig(); cfg.RegisterFlags(fs) },
 	"demo":        func(fs *flag.FlagSet) { (&demoConfig{}).register(fs) },
 	"fake-policy": func(fs *flag.FlagSet) { (&fakePolicyConfig{}).register(fs) },
 }
@@ -124,13 +124,13 @@ func dispatches(sub string) error {
 	return nil
 }
 
-// serveConfigOf parses serve's flags into a serveConfig.
-func serveConfigOf(tb testing.TB, args []string) serveConfig {
+// serveConfigOf parses serve's flags into the router's configuration.
+func serveConfigOf(tb testing.TB, args []string) app.Config {
 	tb.Helper()
-	var cfg serveConfig
+	cfg := app.DefaultConfig()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	cfg.register(fs)
+	cfg.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		tb.Fatal(err)
 	}
@@ -192,10 +192,10 @@ func TestComposeCommands(t *testing.T) {
 		ran[sub] = true
 		if sub == "serve" {
 			cfg := serveConfigOf(t, s.Command[1:])
-			if err := cfg.check(); err != nil {
+			if err := cfg.Validate(); err != nil {
 				t.Errorf("%s: %v", name, err)
 			}
-			if _, err := cfg.verifier(); err != nil {
+			if _, err := cfg.Verifier(); err != nil {
 				t.Errorf("%s: the router would not start: %v", name, err)
 			}
 		}
@@ -217,12 +217,15 @@ func TestComposeCommands(t *testing.T) {
 			t.Errorf("Dockerfile CMD listens on %s, want 0.0.0.0:8080", cfg.Addr)
 		}
 		// The image fails closed: without a token key it refuses to serve,
-		// and without TLS (or the proxy escape hatch) too.
-		if _, err := cfg.verifier(); err == nil {
-			t.Error("Dockerfile CMD would serve without authentication; it must need a key or an explicit --insecure")
+		// and without TLS (or the proxy escape hatch) too; each is checked
+		// with the other lifted.
+		noProxy, noKey := cfg, cfg
+		noProxy.Insecure, noKey.BehindTLSProxy = true, true
+		if err := noKey.Validate(); err == nil || !strings.Contains(err.Error(), "without authentication") {
+			t.Errorf("Dockerfile CMD with --behind-tls-proxy: %v; it must need a key or an explicit --insecure", err)
 		}
-		if err := cfg.checkTransport(); err == nil {
-			t.Error("Dockerfile CMD would serve plain HTTP on 0.0.0.0; it must need TLS or an explicit --behind-tls-proxy")
+		if err := noProxy.Validate(); err == nil || !strings.Contains(err.Error(), "plain HTTP") {
+			t.Errorf("Dockerfile CMD with --insecure: %v; it must need TLS or an explicit --behind-tls-proxy", err)
 		}
 	}
 	if df.user == "" || df.user == "root" || df.user == "0" || strings.HasPrefix(df.user, "0:") {
@@ -407,7 +410,8 @@ func serveInProcess(tb testing.TB) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	listening := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), listening) }()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	go func() { done <- serve(ctx, cfg, listening) }()
 	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -502,10 +506,10 @@ func TestComposeTLS(t *testing.T) {
 		t.Fatalf("router-tls runs %s, want serve", sub)
 	}
 	cfg := serveConfigOf(t, s.Command[1:])
-	if err := cfg.check(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Errorf("router-tls: %v", err)
 	}
-	if _, err := cfg.verifier(); err != nil {
+	if _, err := cfg.Verifier(); err != nil {
 		t.Errorf("router-tls would not start: %v", err)
 	}
 	if cfg.BehindTLSProxy || cfg.TLSCert == "" {
@@ -651,14 +655,14 @@ func haProblems(tb testing.TB, p *types.Project) []string {
 		if !slices.Contains(s.Profiles, "ha") {
 			bad("%s runs on etcd outside the ha profile (profiles %v)", name, s.Profiles)
 		}
-		if err := cfg.check(); err != nil {
+		if err := cfg.Validate(); err != nil {
 			bad("%s: %v", name, err)
 		}
-		if _, err := cfg.verifier(); err != nil {
+		if _, err := cfg.Verifier(); err != nil {
 			bad("%s would not start: %v", name, err)
 		}
 		prefixes = append(prefixes, cfg.EtcdPrefix)
-		for _, e := range splitList(cfg.EtcdEndpoints) {
+		for _, e := range cfg.EtcdEndpoints {
 			if u, err := url.Parse(e); err != nil || u.Scheme != "http" || u.Hostname() != etcdName || u.Port() != etcdPort {
 				bad("%s --etcd-endpoints %s: want http://%s:%s, the etcd service", name, e, etcdName, etcdPort)
 			}

@@ -16,20 +16,24 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/app"
 	"github.com/policyrouter/policyrouter/fakepolicy"
 )
 
 // demoConfig is `serve`'s configuration plus the simulation's.
 type demoConfig struct {
-	serveConfig
+	app.Config
 	Policies int
 	Workers  int
 	MinWork  time.Duration
 	MaxWork  time.Duration
 }
 
+// register registers serve's flags, with their defaults, and the
+// simulation's.
 func (c *demoConfig) register(fs *flag.FlagSet) {
-	c.serveConfig.register(fs)
+	c.Config = app.DefaultConfig()
+	c.Config.RegisterFlags(fs)
 	fs.IntVar(&c.Policies, "policies", 8, "simulated policies, split over two nodes")
 	fs.IntVar(&c.Workers, "workers", 6, "simulated env workers driving /select and /release (0 for none)")
 	fs.DurationVar(&c.MinWork, "min-work", 200*time.Millisecond, "shortest simulated rollout step")
@@ -46,19 +50,12 @@ func demoCommand(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := cfg.check(); err != nil {
-		return err
-	}
-	// The simulated workers send several requests a second: their request
-	// lines show at --log-level debug only.
-	cfg.requestLogLevel = slog.LevelDebug
 	if cfg.Policies < 2 || cfg.Policies > 10000 {
 		return fmt.Errorf("--policies must be between 2 and 10000, not %d", cfg.Policies)
 	}
-	logger, err := newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
-	if err != nil {
-		return err
-	}
+	// The simulated workers send several requests a second: their request
+	// lines show at --log-level debug only.
+	cfg.RequestLogLevel = slog.LevelDebug
 	fleet, err := fakepolicy.New(cfg.Policies, rand.NewPCG(uint64(time.Now().UnixNano()), 7), fakepolicy.Options{
 		MinWork: cfg.MinWork, MaxWork: cfg.MaxWork, PrefixCache: 8,
 	})
@@ -69,15 +66,13 @@ func demoCommand(ctx context.Context, args []string) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	listening := make(chan string, 1)
-	served := make(chan error, 1)
-	go func() { served <- serve(ctx, cfg.serveConfig, logger, listening) }()
-	var addr string
-	select {
-	case addr = <-listening:
-	case err := <-served:
+	a, ln, err := startApp(ctx, cfg.Config)
+	if err != nil {
 		return err
 	}
+	logger, addr := a.Config.Logger, ln.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, ln) }()
 	base := "http://" + addr
 	if err := demoSetup(ctx, base, fleet); err != nil {
 		cancel()

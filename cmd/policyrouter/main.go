@@ -5,7 +5,7 @@
 //	policyrouter status [flags]       print the policies of a running router
 //	policyrouter token [flags]        mint a bearer token
 //	policyrouter fake-policy [flags]  serve simulated policies' /idle endpoints
-//	policyrouter version              print the version and build information
+//	policyrouter version              print the version and build information (or --version, -v)
 //
 // Every flag can also be set by an environment variable POLICYROUTER_<NAME>,
 // e.g. POLICYROUTER_POLL_INTERVAL=200ms for --poll-interval.
@@ -32,7 +32,7 @@ Commands:
   status       print the policies of a running router (exit 1 if any is unhealthy)
   token        mint a bearer token
   fake-policy  serve simulated policies
-  version      print the version and build information
+  version      print the version and build information (also --version, -v)
   help         print this help
 
 Run "policyrouter COMMAND -h" for a command's flags.
@@ -77,9 +77,9 @@ func run(ctx context.Context, args []string) error {
 		return tokenCommand(args)
 	case "fake-policy":
 		return fakePolicyCommand(ctx, args)
-	case "version":
+	case "version", "--version", "-version", "-v":
 		if len(args) > 0 {
-			return fmt.Errorf("version: unexpected argument %q", args[0])
+			return fmt.Errorf("%s: unexpected argument %q", cmd, args[0])
 		}
 		return printVersion(os.Stdout)
 	case "help", "-h", "-help", "--help":
