@@ -112,6 +112,10 @@ type AssignRequest struct {
 	// key (at most 256 bytes; null or "" for none). Tasks of a session go
 	// to its home on the consistent-hashing ring, under the load bound.
 	SessionIDs []*string `json:"session_ids,omitempty" validate:"omitempty,max=1048576"`
+	// AssignTTLMS is how long the tracked tasks count in their policies'
+	// loads unless /complete reports them first; default the server's
+	// --assign-ttl.
+	AssignTTLMS *int `json:"assign_ttl_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
 	// LoadFactor is c of the homes' load bound ⌈c · (total + 1) /
 	// available⌉; absent means the server's --sticky-load-factor.
 	LoadFactor *float64 `json:"load_factor,omitempty" validate:"omitempty,min=1,max=1000"`
@@ -245,6 +249,9 @@ type PolicyStats struct {
 	ProbeFailuresTotal uint64     `json:"probe_failures_total"`
 	// ExpiredTotal counts leases ended by their TTL.
 	ExpiredTotal uint64 `json:"expired_total"`
+	// TasksExpiredTotal counts tracked /assign tasks that expired
+	// (assign_ttl_ms) before /complete reported them.
+	TasksExpiredTotal uint64 `json:"tasks_expired_total"`
 	// Version is the policy's weight version: registered, or reported by
 	// its /idle answers ("version" or "weight_version"); 0 when neither
 	// named one.
@@ -294,9 +301,15 @@ type Stats struct {
 	Totals   StateCounts            `json:"totals"`
 	// Waiters is the number of /select calls waiting for an idle policy,
 	// Leases the number of leases out.
-	Waiters int    `json:"waiters"`
-	Leases  int    `json:"leases"`
-	Router  string `json:"router"`
+	Waiters int `json:"waiters"`
+	Leases  int `json:"leases"`
+	// OldestLeaseSeconds is the age of the oldest lease out,
+	// OldestTaskSeconds of the oldest tracked /assign task neither
+	// completed nor expired; 0 when there is none. A figure that keeps
+	// growing is a worker that hangs.
+	OldestLeaseSeconds float64 `json:"oldest_lease_seconds"`
+	OldestTaskSeconds  float64 `json:"oldest_task_seconds"`
+	Router             string  `json:"router"`
 	// MinVersion is the weight-version floor in force (PUT /weights).
 	MinVersion int64         `json:"min_version"`
 	Decisions  DecisionStats `json:"decisions"`

@@ -101,6 +101,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		PassThreshold: cfg.PassThreshold,
 		Polled:        cfg.PollInterval > 0,
 		LeaseTTL:      cfg.LeaseTTL,
+		AssignTTL:     cfg.AssignTTL,
 		MaxWaiters:    cfg.MaxWaiters,
 		LoadFactor:    cfg.StickyLoadFactor,
 	})

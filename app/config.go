@@ -70,6 +70,10 @@ type Config struct {
 	// LeaseTTL is the lifetime of a lease whose /select names none; 0 means
 	// leases do not expire.
 	LeaseTTL time.Duration
+	// AssignTTL is how long tracked /assign tasks count in their policies'
+	// loads unless completed first, for requests that name no
+	// assign_ttl_ms; 0 means until completed.
+	AssignTTL time.Duration
 	// MaxWaiters bounds the /select calls waiting at once; one more is
 	// answered 503 overloaded.
 	MaxWaiters int
@@ -129,6 +133,11 @@ type Config struct {
 	complete bool
 }
 
+// DefaultAssignTTL is the default --assign-ttl: longer than a rollout
+// task plausibly runs, short enough that a caller that never calls
+// /complete does not stall a rolling update for long.
+const DefaultAssignTTL = 5 * time.Minute
+
 // DefaultConfig returns the configuration of `policyrouter serve` run
 // without flags. It is the one place the defaults are written.
 func DefaultConfig() Config {
@@ -146,6 +155,7 @@ func DefaultConfig() Config {
 		MaxSelectWait:     handlers.DefaultMaxSelectWait,
 		EtcdPrefix:        store.DefaultEtcdPrefix,
 		LeaderTTL:         DefaultLeaderTTL,
+		AssignTTL:         DefaultAssignTTL,
 		LogFormat:         "auto",
 		LogLevel:          "info",
 		complete:          true,
@@ -195,6 +205,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PassThreshold, "pass-threshold", c.PassThreshold, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", c.MaxSelectWait, "cap on /select timeout_ms")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "lifetime of a /select lease that names no lease_ttl_ms; 0: leases do not expire")
+	fs.DurationVar(&c.AssignTTL, "assign-ttl", c.AssignTTL, "how long tracked /assign tasks count in their policies' loads unless /complete reports them first, for requests that name no assign_ttl_ms; 0: until completed")
 	fs.IntVar(&c.MaxWaiters, "max-waiters", c.MaxWaiters, "most /select calls waiting at once for an idle policy; one more is answered 503 overloaded")
 	fs.Float64Var(&c.StickyLoadFactor, "sticky-load-factor", c.StickyLoadFactor, "c of the sticky load bound ceil(c*(total+1)/available) for sessions whose request names no load_factor; 1 to 1000")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the durable (bolt) store; empty keeps registrations in memory")
@@ -251,6 +262,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--poll-interval must be >= 0 (0 disables polling), not %s", c.PollInterval)
 	case c.PollTimeout <= 0:
 		return fmt.Errorf("--poll-timeout must be positive, not %s", c.PollTimeout)
+	case c.AssignTTL < 0:
+		return fmt.Errorf("--assign-ttl must be >= 0 (0: tasks count until completed), not %s", c.AssignTTL)
 	case c.LeaseTTL < 0:
 		return fmt.Errorf("--lease-ttl must be >= 0 (0: leases do not expire), not %s", c.LeaseTTL)
 	case c.MaxWaiters < 1:

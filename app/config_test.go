@@ -31,7 +31,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		change func(*Config)
 		want   string
 	}{
-		{"router", func(c *Config) { c.Router = "idle_affinity" }, `--router must be simple or node_affinity, not "idle_affinity"`},
+		{"router", func(c *Config) { c.Router = "idle_affinity" }, `--router must be simple, node_affinity or power_of_two, not "idle_affinity"`},
 		{"poll interval", func(c *Config) { c.PollInterval = -time.Second }, "--poll-interval must be >= 0"},
 		{"poll timeout", func(c *Config) { c.PollTimeout = 0 }, "--poll-timeout must be positive, not 0s"},
 		{"lease ttl", func(c *Config) { c.LeaseTTL = -1 }, "--lease-ttl must be >= 0"},
@@ -123,8 +123,8 @@ func TestRegisterFlags(t *testing.T) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.RegisterFlags(fs)
-	if got := fs.Lookup("grace").DefValue; got != "250ms" {
-		t.Errorf("--grace default %s; want 250ms", got)
+	if got := fs.Lookup("grace").DefValue; got != routing.DefaultGrace.String() {
+		t.Errorf("--grace default %s; want %s", got, routing.DefaultGrace)
 	}
 	if got := fs.Lookup("router").DefValue; got != routing.DefaultRouter {
 		t.Errorf("--router default %s; want %s", got, routing.DefaultRouter)
@@ -138,7 +138,7 @@ func TestRegisterFlags(t *testing.T) {
 		!slices.Equal(c.EtcdEndpoints, []string{"http://a:2379", "http://b:2379"}) {
 		t.Errorf("parsed %+v", c)
 	}
-	if c.Grace != 250*time.Millisecond || c.PollInterval != 100*time.Millisecond {
+	if c.Grace != routing.DefaultGrace || c.PollInterval != 100*time.Millisecond {
 		t.Errorf("unset flags: grace %s, poll interval %s; want the defaults", c.Grace, c.PollInterval)
 	}
 }

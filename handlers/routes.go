@@ -72,6 +72,7 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		Loads:      req.CurrentLoads,
 		EnvIDs:     req.EnvIDs,
 		MinVersion: req.MinVersion,
+		TTL:        time.Duration(deref(req.AssignTTLMS)) * time.Millisecond,
 	})
 	s.observeDecision("assign", router.Name, start)
 	if err != nil {

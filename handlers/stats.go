@@ -18,16 +18,18 @@ func (s *Server) buildStats() api.Stats {
 	st := s.State.Stats()
 	now := s.Now()
 	out := api.Stats{
-		Policies:      make([]api.PolicyStats, len(st.Policies)),
-		Nodes:         make(map[string]api.StateCounts),
-		Waiters:       st.Waiters,
-		Leases:        st.Leases,
-		Sticky:        stickyStats(st.Sticky),
-		Router:        s.DefaultRouter,
-		Decisions:     s.decisions.stats(),
-		MinVersion:    s.State.MinVersion(),
-		UptimeSeconds: now.Sub(s.started).Seconds(),
-		Time:          now.UTC(),
+		Policies:           make([]api.PolicyStats, len(st.Policies)),
+		Nodes:              make(map[string]api.StateCounts),
+		Waiters:            st.Waiters,
+		Leases:             st.Leases,
+		OldestLeaseSeconds: st.OldestLease.Seconds(),
+		OldestTaskSeconds:  st.OldestTask.Seconds(),
+		Sticky:             stickyStats(st.Sticky),
+		Router:             s.DefaultRouter,
+		Decisions:          s.decisions.stats(),
+		MinVersion:         s.State.MinVersion(),
+		UptimeSeconds:      now.Sub(s.started).Seconds(),
+		Time:               now.UTC(),
 	}
 	if s.Leader != nil {
 		leading, leader := s.Leader()
@@ -65,6 +67,7 @@ func (s *Server) buildStats() api.Stats {
 			ProbesTotal:         p.Probes,
 			ProbeFailuresTotal:  p.ProbeFailures,
 			ExpiredTotal:        p.Expired,
+			TasksExpiredTotal:   p.ExpiredTasks,
 			Version:             p.Version,
 		}
 		ps.LastPoll = utcOrNil(p.LastProbe)

@@ -1,5 +1,7 @@
 package routing
 
+import "time"
+
 // AssignRequest is one /assign call.
 type AssignRequest struct {
 	// Kind is the router; AssignLeastLoaded when nil.
@@ -20,6 +22,9 @@ type AssignRequest struct {
 	Sessions []string
 	// LoadFactor is c of the homes' load bound; 0 means Options.LoadFactor.
 	LoadFactor float64
+	// TTL is how long the tracked tasks count in their policies' loads
+	// unless completed first; 0 means Options.AssignTTL.
+	TTL time.Duration
 }
 
 // Assignment is the answer of Assign.
@@ -101,6 +106,10 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	if err != nil {
 		return Assignment{}, err
 	}
+	ttl := req.TTL
+	if ttl <= 0 {
+		ttl = st.opts.AssignTTL
+	}
 	// Raise each chosen policy's load once by its number of tasks.
 	counts := make([]int64, len(rts))
 	for i, pos := range out {
@@ -112,6 +121,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 			rt := rts[pos]
 			rt.load = min(rt.load+c, MaxLoad)
 			rt.assigned.Add(uint64(c))
+			st.addBatchLocked(rt, c, ttl)
 			st.stickyLoadLocked(rt)
 		}
 	}

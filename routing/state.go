@@ -65,6 +65,10 @@ type Options struct {
 	// LeaseTTL is the lifetime of a lease whose Select names none; 0 means
 	// leases do not expire.
 	LeaseTTL time.Duration
+	// AssignTTL is how long tracked /assign tasks count in their policy's
+	// load unless /complete reports them first, for an Assign that names
+	// none; 0 means they count until completed (assign_ttl.go).
+	AssignTTL time.Duration
 	// MaxWaiters bounds the Select calls waiting at once for an idle
 	// policy; one more gets ErrOverloaded at once. Each waiter holds a
 	// goroutine and a connection. Default DefaultMaxWaiters.
@@ -144,11 +148,16 @@ type policyRuntime struct {
 	// stickyIn is what the policy adds to the sticky rings' loads.
 	stickyIn stickyContribution
 
+	// batches are the tracked /assign tasks on the policy that expire,
+	// oldest first (assign_ttl.go).
+	batches []*assignBatch
+
 	// Counters for stats, updated without State.mu where possible.
 	selected      atomic.Uint64
 	assigned      atomic.Uint64
 	completed     atomic.Uint64
 	expired       atomic.Uint64
+	expiredTasks  atomic.Uint64
 	probes        atomic.Uint64
 	probeFailures atomic.Uint64
 	lastProbe     atomic.Int64 // unix nanoseconds the last probe was sent
@@ -192,6 +201,10 @@ type ledger struct {
 	// firstProbe is closed, and replaced, whenever a policy gets its
 	// first probe report.
 	firstProbe chan struct{}
+	// batches holds the expiring /assign batches by deadline; batchTimer
+	// fires at the first.
+	batches    batchHeap
+	batchTimer *time.Timer
 	// minVersion is the weight-version floor of the decision in progress:
 	// set by Select and Assign for the duration of a pick.
 	minVersion int64
@@ -579,6 +592,7 @@ func (st *State) Complete(index int, count int64) (int64, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	rt.load = max(rt.load-count, 0)
+	completeBatchesLocked(rt, count)
 	st.stickyLoadLocked(rt)
 	return rt.load, nil
 }

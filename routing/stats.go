@@ -28,8 +28,10 @@ type PolicyStats struct {
 	Assigned uint64 // tasks by /assign
 	// Completed counts tasks reported done by /complete.
 	Completed uint64
-	// Expired counts leases ended by their TTL.
+	// Expired counts leases ended by their TTL, ExpiredTasks /assign tasks
+	// that expired before /complete reported them.
 	Expired       uint64
+	ExpiredTasks  uint64
 	Probes        uint64
 	ProbeFailures uint64
 	// LastProbe is when the last probe was sent; zero if never.
@@ -66,6 +68,10 @@ type Stats struct {
 	Idle     int           // idle slots in the global deque
 	// Sticky counts the requests and tasks that named a session.
 	Sticky StickyStats
+	// OldestLease is the age of the oldest lease out, OldestTask of the
+	// oldest tracked /assign task not completed nor expired (of those
+	// that expire); zero when there is none.
+	OldestLease, OldestTask time.Duration
 }
 
 // PolicyStats returns the live state of the policy with the given id, and
@@ -91,6 +97,7 @@ func (st *State) Stats() Stats {
 	out.Leases = len(st.leases)
 	out.Idle = st.global.len
 	out.Sticky = st.sticky.stats()
+	out.OldestLease, out.OldestTask, _, _ = st.oldestAgesLocked(st.opts.Now())
 	for i, rt := range snap.rts {
 		out.Waiters += rt.stickyWaiters.len
 		ps := statsLocked(rt)
@@ -111,6 +118,7 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		Assigned:       rt.assigned.Load(),
 		Completed:      rt.completed.Load(),
 		Expired:        rt.expired.Load(),
+		ExpiredTasks:   rt.expiredTasks.Load(),
 		Probes:         rt.probes.Load(),
 		ProbeFailures:  rt.probeFailures.Load(),
 		LastLatency:    time.Duration(rt.lastLatency.Load()),

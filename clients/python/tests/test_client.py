@@ -384,9 +384,11 @@ class SelectTest(ServerTestCase):
         self.assertIn("load_factor", cm.exception.fields)
 
     def test_assign_session_ids(self):
-        self.register_n(4)
-        got = self.client.assign(3, current_loads=[5, 5, 5, 5], session_ids=["g", None, "g"])["assignments"]
-        self.assertEqual(got[0], got[2])  # one group, one home while under the bound
+        self.register_n(4, capacity=4)
+        ans = self.client.assign(3, current_loads=[5, 5, 5, 5], session_ids=["g", None, "g"])
+        got = ans["assignments"]
+        self.assertEqual(got[0], got[2])  # one group, one home: its capacity takes it
+        self.assertEqual(ans["sticky"], ["home", None, "home"])
         self.assertEqual(self.client.stats()["sticky"]["hits"], 2)
         with self.assertRaises(ValidationError) as cm:
             self.client.assign(2, session_ids=["g"])
