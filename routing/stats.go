@@ -56,8 +56,12 @@ type PolicyStats struct {
 	Healthy        bool
 	Draining       bool
 	Heard          bool // a probe answered (always, without a poller)
-	ReportedBusy   bool // the last answer was busy
-	IdleCapacity   int  // slots that could be selected now
+	// Available is the availability filter every router applies: healthy,
+	// not draining, heard from. Callers outside routing ask it rather than
+	// derive it.
+	Available    bool
+	ReportedBusy bool // the last answer was busy
+	IdleCapacity int  // slots that could be selected now
 }
 
 // Stats is a consistent picture of the routing state.
@@ -132,6 +136,7 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		Healthy:        rt.healthy.Load(),
 		Draining:       rt.draining.Load(),
 		Heard:          rt.heard.Load(),
+		Available:      rt.available(),
 		ReportedBusy:   rt.busy,
 	}
 	if ns := rt.lastProbe.Load(); ns != 0 {

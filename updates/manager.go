@@ -267,7 +267,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 	for _, ps := range m.cfg.State.Stats().Policies {
 		stats[ps.Policy.ID] = ps
 		members = append(members, member{ID: ps.Policy.ID, Index: ps.Policy.Index, Node: ps.Node, Version: ps.Version,
-			Available: ps.Healthy && !ps.Draining && ps.Heard})
+			Available: ps.Available})
 	}
 	changed := false
 	for _, p := range u.Policies {
