@@ -56,7 +56,7 @@ func TestRouterNamesFromTable(t *testing.T) {
 		if rec := ts.do(t, "POST", "/assign", body); rec.Code != want {
 			t.Errorf("/assign router %s: %d %s; want %d", r.Name, rec.Code, rec.Body, want)
 		}
-		body = `{"router": "` + r.Name + `", "timeout_ms": 0}`
+		body = `{"router": "` + r.Name + `", "timeout_ms": 0, "session_id": "s-` + r.Name + `"}`
 		want = http.StatusOK
 		if r.Select == nil {
 			want = http.StatusUnprocessableEntity

@@ -179,7 +179,7 @@ func BenchmarkStickyPick(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				st.mu.Lock()
-				pos, _, _ := homeLocked(snap, sessionHash(keys[i%len(keys)]), "", false, 0)
+				pos, _, _ := homeLocked(snap, sessionHash(keys[i%len(keys)]), "", false, &candidateFilter{})
 				st.mu.Unlock()
 				if pos < 0 {
 					b.Fatal("no home")

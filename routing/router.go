@@ -99,8 +99,8 @@ var routers = []Router{
 	},
 	{
 		Name:      "power_of_two",
-		Assign:    powerOfTwo{},
-		Select:    powerOfTwo{},
+		Assign:    &powerOfTwo{},
+		Select:    &powerOfTwo{},
 		AssignDoc: "each task to the less loaded of two policies drawn at random, ties to the lower index (power of two choices)",
 		SelectDoc: "the less loaded of two idle policies drawn at random (power of two choices)",
 	},

@@ -8,7 +8,9 @@ import "math/rand/v2"
 // /assign each task draws afresh over the candidates' loads, raised by one
 // per task placed; for /select the candidates are the policies with an
 // idle slot that meet the floor, and load is leases out plus tracked load.
-// It keeps no state but its random source.
+// It keeps no state but its random source. It is used by pointer: the
+// table's routers are compared by identity, and a func field makes the
+// struct uncomparable.
 type powerOfTwo struct {
 	// intN draws in [0, n); nil is math/rand/v2's IntN (safe for
 	// concurrent use). Tests set a seeded one.
@@ -16,11 +18,11 @@ type powerOfTwo struct {
 }
 
 var (
-	_ Assigner = powerOfTwo{}
-	_ Selector = powerOfTwo{}
+	_ Assigner = (*powerOfTwo)(nil)
+	_ Selector = (*powerOfTwo)(nil)
 )
 
-func (r powerOfTwo) draw(n int) int {
+func (r *powerOfTwo) draw(n int) int {
 	if r.intN != nil {
 		return r.intN(n)
 	}
@@ -28,7 +30,7 @@ func (r powerOfTwo) draw(n int) int {
 }
 
 // two returns two distinct positions in [0, n), or the same one when n is 1.
-func (r powerOfTwo) two(n int) (a, b int) {
+func (r *powerOfTwo) two(n int) (a, b int) {
 	a = r.draw(n)
 	if n == 1 {
 		return a, a
@@ -40,7 +42,7 @@ func (r powerOfTwo) two(n int) (a, b int) {
 	return a, b
 }
 
-func (r powerOfTwo) assign(in AffinityInput, numTasks int, _ []string) ([]int, error) {
+func (r *powerOfTwo) assign(in AffinityInput, numTasks int, _ []string) ([]int, error) {
 	if err := checkAssignInput(in.Loads, numTasks); err != nil {
 		return nil, err
 	}
@@ -60,7 +62,7 @@ func (r powerOfTwo) assign(in AffinityInput, numTasks int, _ []string) ([]int, e
 
 // pick samples two of the policies that have an idle slot and meet the
 // floor, in one pass and without allocating (reservoir sampling of two).
-func (r powerOfTwo) pick(l *ledger, _ string) (pick, bool) {
+func (r *powerOfTwo) pick(l *ledger, _ string) (pick, bool) {
 	var first, second *policyRuntime
 	seen := 0
 	for _, rt := range l.snap.rts {
@@ -94,4 +96,4 @@ func (r powerOfTwo) pick(l *ledger, _ string) (pick, bool) {
 	return pick{slot: idleSlotLocked(win)}, true
 }
 
-func (powerOfTwo) leases() bool { return true }
+func (*powerOfTwo) leases() bool { return true }

@@ -7,9 +7,9 @@ import (
 )
 
 // seededTwo is power_of_two with a seeded source.
-func seededTwo(seed uint64) powerOfTwo {
+func seededTwo(seed uint64) *powerOfTwo {
 	r := rand.New(rand.NewPCG(seed, 7))
-	return powerOfTwo{intN: r.IntN}
+	return &powerOfTwo{intN: r.IntN}
 }
 
 // Of the two drawn, the less loaded wins: with two candidates that is
@@ -25,7 +25,7 @@ func TestPowerOfTwoAssignTakesTheLessLoaded(t *testing.T) {
 			t.Fatalf("seed %d: %v; want %v", seed, got, want)
 		}
 	}
-	if _, err := (powerOfTwo{}).assign(AffinityInput{}, 1, nil); err != ErrNoPolicies {
+	if _, err := (&powerOfTwo{}).assign(AffinityInput{}, 1, nil); err != ErrNoPolicies {
 		t.Errorf("no candidates: %v; want ErrNoPolicies", err)
 	}
 }

@@ -35,6 +35,9 @@ type SelectRequest struct {
 	// LoadFactor is c of the bound on the home's queue of waiting
 	// sessions; 0 means Options.LoadFactor.
 	LoadFactor float64
+	// Exclude names policies (by id) this request must not get: those a
+	// proxied request already failed on.
+	Exclude []string
 }
 
 // Sticky is where the sticky stage sent a request that named a session.
@@ -128,7 +131,8 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Decision, error
 
 	st.mu.Lock()
 	envNode := st.ledger.snap.EnvNode(req.EnvID)
-	st.ledger.minVersion = floor
+	filter := candidateFilter{floor: floor, exclude: req.Exclude}
+	st.ledger.filter = filter
 	if p, ok := r.pick(&st.ledger, envNode); ok {
 		var d Decision
 		if p.slot != nil {
@@ -159,7 +163,7 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Decision, error
 		st.mu.Unlock()
 		return Decision{}, ErrOverloaded
 	}
-	w := &waiter{ch: make(chan struct{}), ttl: ttl, minVersion: floor}
+	w := &waiter{ch: make(chan struct{}), ttl: ttl, filter: filter}
 	st.waiters.pushBack(w)
 	st.mu.Unlock()
 

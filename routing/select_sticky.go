@@ -37,7 +37,8 @@ func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector
 	st.mu.Lock()
 	snap := st.ledger.snap
 	envNode := snap.EnvNode(req.EnvID)
-	pos, natural, ring := homeLocked(snap, h, envNode, affine, floor)
+	filter := candidateFilter{floor: floor, exclude: req.Exclude}
+	pos, natural, ring := homeLocked(snap, h, envNode, affine, &filter)
 	if pos < 0 {
 		st.mu.Unlock()
 		st.sticky.misses.Add(1)
@@ -70,7 +71,7 @@ func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector
 		st.sticky.spills.Add(1)
 		return Decision{Sticky: StickySpilled}, false, nil
 	}
-	w := &waiter{ch: make(chan struct{}), ttl: ttl, minVersion: floor}
+	w := &waiter{ch: make(chan struct{}), ttl: ttl, filter: filter}
 	rt.stickyWaiters.pushBack(w)
 	st.stickyLoadLocked(rt)
 	st.mu.Unlock()
@@ -106,12 +107,13 @@ func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector
 
 // homeLocked returns the position of the home of the session hashed to h
 // in snap, for /select, and the ring it is on: the first successor that
-// is available and meets the weight-version floor, on the env worker's
+// is available and passes the request's filter (weight-version floor,
+// exclusions), on the env worker's
 // node's ring first for an env-affine router, then on the ring of all
 // policies. natural reports whether it is the session's first successor
 // of all. pos is -1 when no policy can be the home. Caller must hold mu.
-func homeLocked(snap *Snapshot, h uint64, envNode string, affine bool, floor int64) (pos int, natural bool, ring *hashRing) {
-	ok := func(p int) bool { rt := snap.rts[p]; return rt.available() && rt.version.Load() >= floor }
+func homeLocked(snap *Snapshot, h uint64, envNode string, affine bool, filter *candidateFilter) (pos int, natural bool, ring *hashRing) {
+	ok := func(p int) bool { rt := snap.rts[p]; return rt.available() && filter.ok(rt) }
 	first, fallback := snap.ringsFor(envNode, affine)
 	if pos, natural = first.successor(h, ok); pos >= 0 {
 		return pos, natural, first

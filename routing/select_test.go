@@ -576,3 +576,44 @@ func TestUpdateShrinkCapacity(t *testing.T) {
 		t.Errorf("capacity %d inflight %d; want 1, 1", ps.Capacity, ps.Inflight)
 	}
 }
+
+// Excluded policies are never handed out, by any leasing router or the
+// sticky stage; a waiter with exclusions does not take their freed slots.
+func TestSelectExclude(t *testing.T) {
+	for _, r := range []Selector{SelectIdle, SelectIdleAffinity, &powerOfTwo{}} {
+		st := newState(t, Options{}, densePolicies(2), Topology{})
+		for range 3 {
+			d, err := st.Select(cancelled(), SelectRequest{Router: r, Exclude: []string{"p0"}})
+			if err != nil || d.Policy.ID != "p1" {
+				t.Fatalf("%T excluding p0: %s, %v; want p1", r, d.Policy.ID, err)
+			}
+			mustRelease(t, st, d.Lease)
+		}
+		if _, err := st.Select(cancelled(), SelectRequest{Router: r, Exclude: []string{"p0", "p1"}}); !errors.Is(err, ErrNoIdlePolicy) {
+			t.Fatalf("%T excluding both: %v; want ErrNoIdlePolicy", r, err)
+		}
+		owner, _ := st.Snapshot().Owner("s")
+		d, err := st.Select(cancelled(), SelectRequest{Router: r, Session: "s", Exclude: []string{owner}})
+		if err != nil || d.Policy.ID == owner || d.Sticky != StickyMoved {
+			t.Fatalf("%T excluding the home: %s (%q), %v; want the other, moved", r, d.Policy.ID, d.Sticky, err)
+		}
+		mustRelease(t, st, d.Lease)
+	}
+	// A waiter excluding p0 lets p0's freed slot go by.
+	st := newState(t, Options{}, densePolicies(2), Topology{})
+	held := []Decision{mustSelect(t, st, SelectIdle, ""), mustSelect(t, st, SelectIdle, "")}
+	got := make(chan Decision, 1)
+	go func() {
+		d, err := st.Select(context.Background(), SelectRequest{Wait: time.Hour, Exclude: []string{"p0"}})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- d
+	}()
+	waitForWaiters(t, st, 1)
+	mustRelease(t, st, held[0].Lease) // p0: not for this waiter
+	mustRelease(t, st, held[1].Lease) // p1
+	if d := <-got; d.Policy.ID != "p1" {
+		t.Errorf("waiter excluding p0 got %s; want p1", d.Policy.ID)
+	}
+}

@@ -117,8 +117,8 @@ func (l *slotList) remove(s *slot) {
 type waiter struct {
 	prev, next *waiter
 	ch         chan struct{}
-	ttl        time.Duration // of the lease it will get
-	minVersion int64         // the weight-version floor its policy must meet
+	ttl        time.Duration   // of the lease it will get
+	filter     candidateFilter // what its policy must pass
 	sel        Decision
 	granted    *slot
 	err        error // why the wait was ended without a slot (ErrReset)

@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,14 +206,27 @@ type ledger struct {
 	// fires at the first.
 	batches    batchHeap
 	batchTimer *time.Timer
-	// minVersion is the weight-version floor of the decision in progress:
-	// set by Select and Assign for the duration of a pick.
-	minVersion int64
+	// filter narrows the candidates of the decision in progress: set by
+	// Select for the duration of a pick.
+	filter candidateFilter
 }
 
-// fresh reports whether rt's weight version meets the floor of the
-// decision in progress. Caller must hold State.mu.
-func (l *ledger) fresh(rt *policyRuntime) bool { return rt.version.Load() >= l.minVersion }
+// candidateFilter is what a request asks of its candidates beyond the
+// availability filter: a weight-version floor, and policies to leave out
+// (those a proxied request already failed on).
+type candidateFilter struct {
+	floor   int64
+	exclude []string // policy ids
+}
+
+// ok reports whether rt passes f.
+func (f *candidateFilter) ok(rt *policyRuntime) bool {
+	return rt.version.Load() >= f.floor && (len(f.exclude) == 0 || !slices.Contains(f.exclude, rt.policy.ID))
+}
+
+// fresh reports whether rt passes the filter of the decision in progress.
+// Caller must hold State.mu.
+func (l *ledger) fresh(rt *policyRuntime) bool { return l.filter.ok(rt) }
 
 // firstFresh returns the first slot of a deque, from s on along links of
 // kind, whose policy meets the floor, or nil. Caller must hold State.mu.
@@ -475,10 +489,9 @@ func (st *State) offerLocked(s *slot, front bool) {
 	// A waiter for this very policy (its session's home) first, then the
 	// oldest waiter for any; each takes it only if the slot's policy meets
 	// the waiter's weight-version floor.
-	version := s.rt.version.Load()
 	for _, wl := range [...]*waiterList{&s.rt.stickyWaiters, &st.waiters} {
 		for w := wl.head; w != nil; w = w.next {
-			if version < w.minVersion {
+			if !w.filter.ok(s.rt) {
 				continue
 			}
 			wl.remove(w)
