@@ -411,7 +411,10 @@ const (
 	CodeNotReady       = "not_ready"         // /readyz: not ready yet
 	CodeNotLeader      = "not_leader"        // a follower replica: routing is the leader's (ErrorBody.Leader)
 	CodeStoreDown      = "store_unavailable" // the store (etcd) did not answer; nothing was written
-	CodeInternal       = "internal"          // 500: never for bad input
+	// Proxy mode: the policy, not the router, failed.
+	CodeUpstreamFailed  = "upstream_failed"  // 502: no policy answered (connect errors, 502/503), or it broke off
+	CodeUpstreamTimeout = "upstream_timeout" // 504: the policy did not answer within --proxy-timeout
+	CodeInternal        = "internal"         // 500: never for bad input
 )
 
 // ErrorBody is the content of the error envelope.

@@ -125,6 +125,12 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		Metrics:         a.Metrics,
 		Auth:            cfg.Auth,
 		OpenAPI:         policyrouter.OpenAPI,
+		Proxy: handlers.ProxyConfig{
+			Retries:   cfg.ProxyRetries,
+			Timeout:   cfg.ProxyTimeout,
+			MaxBody:   cfg.ProxyMaxBody,
+			Transport: proxyTransport(ptls),
+		},
 	}
 	if a.etcd != nil {
 		hcfg.Leader = a.Leader

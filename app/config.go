@@ -82,6 +82,12 @@ type Config struct {
 	StickyLoadFactor float64
 	// MaxSelectWait caps /select's timeout_ms.
 	MaxSelectWait time.Duration
+	// ProxyRetries, ProxyTimeout and ProxyMaxBody configure proxy mode:
+	// retries on other policies after a connect error or a 502/503, the
+	// bound of each upstream attempt (0: none), the largest request body.
+	ProxyRetries int
+	ProxyTimeout time.Duration
+	ProxyMaxBody int64
 	// Store is where the registration lives: StoreMemory, StoreBolt (in
 	// DataDir) or StoreEtcd (shared by router replicas, which elect one
 	// leader to route). Empty means StoreBolt when DataDir is set, else
@@ -153,6 +159,9 @@ func DefaultConfig() Config {
 		MaxWaiters:        routing.DefaultMaxWaiters,
 		StickyLoadFactor:  routing.DefaultLoadFactor,
 		MaxSelectWait:     handlers.DefaultMaxSelectWait,
+		ProxyRetries:      handlers.DefaultProxyRetries,
+		ProxyTimeout:      handlers.DefaultProxyTimeout,
+		ProxyMaxBody:      handlers.DefaultProxyMaxBody,
 		EtcdPrefix:        store.DefaultEtcdPrefix,
 		LeaderTTL:         DefaultLeaderTTL,
 		AssignTTL:         DefaultAssignTTL,
@@ -178,6 +187,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.MaxWaiters, d.MaxWaiters)
 	orDefault(&c.StickyLoadFactor, d.StickyLoadFactor)
 	orDefault(&c.MaxSelectWait, d.MaxSelectWait)
+	orDefault(&c.ProxyMaxBody, d.ProxyMaxBody)
 	orDefault(&c.EtcdPrefix, d.EtcdPrefix)
 	orDefault(&c.LeaderTTL, d.LeaderTTL)
 	orDefault(&c.LogFormat, d.LogFormat)
@@ -204,6 +214,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.FailThreshold, "fail-threshold", c.FailThreshold, "consecutive failed probes that make a policy unhealthy")
 	fs.IntVar(&c.PassThreshold, "pass-threshold", c.PassThreshold, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", c.MaxSelectWait, "cap on /select timeout_ms")
+	fs.IntVar(&c.ProxyRetries, "proxy-retries", c.ProxyRetries, "proxy mode: other policies a request is retried on after a connect error or a 502/503 answer, before any byte reached the client")
+	fs.DurationVar(&c.ProxyTimeout, "proxy-timeout", c.ProxyTimeout, "proxy mode: bound of each upstream request, streaming included; 0: none")
+	fs.Int64Var(&c.ProxyMaxBody, "proxy-max-body", c.ProxyMaxBody, "proxy mode: largest request body accepted, in bytes")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "lifetime of a /select lease that names no lease_ttl_ms; 0: leases do not expire")
 	fs.DurationVar(&c.AssignTTL, "assign-ttl", c.AssignTTL, "how long tracked /assign tasks count in their policies' loads unless /complete reports them first, for requests that name no assign_ttl_ms; 0: until completed")
 	fs.IntVar(&c.MaxWaiters, "max-waiters", c.MaxWaiters, "most /select calls waiting at once for an idle policy; one more is answered 503 overloaded")
@@ -274,6 +287,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--fail-threshold must be >= 1, not %d", c.FailThreshold)
 	case c.PassThreshold < 1:
 		return fmt.Errorf("--pass-threshold must be >= 1, not %d", c.PassThreshold)
+	case c.ProxyRetries < 0:
+		return fmt.Errorf("--proxy-retries must be >= 0, not %d", c.ProxyRetries)
+	case c.ProxyTimeout < 0:
+		return fmt.Errorf("--proxy-timeout must be >= 0 (0: none), not %s", c.ProxyTimeout)
+	case c.ProxyMaxBody <= 0:
+		return fmt.Errorf("--proxy-max-body must be positive, not %d", c.ProxyMaxBody)
 	case c.MaxSelectWait <= 0:
 		return fmt.Errorf("--max-select-wait must be positive, not %s", c.MaxSelectWait)
 	case c.ReadHeaderTimeout <= 0:

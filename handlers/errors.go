@@ -51,6 +51,10 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case api.CodeUnsupportedMedia:
 		return http.StatusUnsupportedMediaType
+	case api.CodeUpstreamFailed:
+		return http.StatusBadGateway
+	case api.CodeUpstreamTimeout:
+		return http.StatusGatewayTimeout
 	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy, api.CodeNotLeader, api.CodeStoreDown:
 		return http.StatusServiceUnavailable
 	default:

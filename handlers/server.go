@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,8 @@ type Config struct {
 	Leader func() (leading bool, leader string)
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
+	// Proxy configures proxy mode (proxy.go).
+	Proxy ProxyConfig
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -91,6 +94,9 @@ type Server struct {
 	stop      context.CancelFunc
 	refs      atomic.Pointer[policyRefs] // of the last snapshot /assign answered on
 	decisions decisionCounts
+	// reverseProxy forwards proxied requests (proxy.go).
+	reverseProxy *httputil.ReverseProxy
+	models       modelsCache
 }
 
 // New returns a Server for cfg.
@@ -114,6 +120,12 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Proxy.Retries < 0 {
+		cfg.Proxy.Retries = 0
+	}
+	if cfg.Proxy.MaxBody <= 0 {
+		cfg.Proxy.MaxBody = DefaultProxyMaxBody
+	}
 	s := &Server{
 		Config:    cfg,
 		logger:    cfg.Logger,
@@ -125,6 +137,7 @@ func New(cfg Config) *Server {
 		s.observe = cfg.Metrics.ObserveRequest
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.reverseProxy = s.newReverseProxy()
 	return s
 }
 
@@ -188,6 +201,10 @@ func (s *Server) Handler() http.Handler {
 	route.Post("/select", s.selectPolicy)
 	route.Post("/release", s.release)
 	route.Post("/complete", s.complete)
+	route.Post("/v1/completions", s.proxy)
+	route.Post("/v1/chat/completions", s.proxy)
+	route.Post("/generate", s.proxy)
+	route.Get("/v1/models", s.listModels)
 
 	read.Get("/stats", s.stats)
 	if s.Metrics != nil {

@@ -29,6 +29,7 @@ type Metrics struct {
 	probeTime   prometheus.Histogram
 	transitions *prometheus.CounterVec
 	updates     *updateMetrics
+	proxy       *proxyMetrics
 	leader      prometheus.Gauge
 }
 
@@ -95,6 +96,8 @@ func New(state *routing.State) *Metrics {
 	})
 	m.updates = newUpdateMetrics()
 	m.reg.MustRegister(m.updates.collectors()...)
+	m.proxy = newProxyMetrics(state)
+	m.reg.MustRegister(m.proxy.collectors()...)
 	m.reg.MustRegister(m.leader, m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
 		&stateCollector{state: state},
 		collectors.NewGoCollector(),

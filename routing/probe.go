@@ -72,22 +72,7 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	rt.lastLatency.Store(int64(p.Latency))
 	if !p.OK {
 		rt.probeFailures.Add(1)
-		rt.passStreak = 0
-		if rt.failStreak == 0 {
-			rt.failingSince = p.SentAt
-		}
-		rt.failStreak++
-		rt.lastError = p.Err
-		if rt.lastError == "" {
-			rt.lastError = "probe failed"
-		}
-		if rt.failStreak >= st.opts.FailThreshold && rt.healthy.Load() {
-			rt.healthy.Store(false)
-			rt.unhealthySince = rt.failingSince
-			st.setAvailableLocked(rt)
-			return BecameUnhealthy
-		}
-		return NoTransition
+		return st.failLocked(rt, p.SentAt, p.Err)
 	}
 
 	rt.lastOK = p.SentAt
@@ -190,4 +175,41 @@ func (st *State) settleLeasesLocked(rt *policyRuntime, p Probe) {
 			s.seenWorking = true
 		}
 	}
+}
+
+// ObserveFailure records a failure of the policy with the given id seen
+// outside the probes (a proxied request that could not connect, or whose
+// answer broke off), at the time it began: it counts toward
+// FailThreshold like a failed probe, and a good probe still restores the
+// policy. It returns the health transition, if any.
+func (st *State) ObserveFailure(id string, at time.Time, reason string) Transition {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rt := st.runtimes[id]
+	if rt == nil {
+		return NoTransition
+	}
+	defer st.stickyLoadLocked(rt) // runs before the unlock
+	return st.failLocked(rt, at, reason)
+}
+
+// failLocked counts one failure of rt that began at. Caller must hold
+// State.mu.
+func (st *State) failLocked(rt *policyRuntime, at time.Time, reason string) Transition {
+	rt.passStreak = 0
+	if rt.failStreak == 0 {
+		rt.failingSince = at
+	}
+	rt.failStreak++
+	rt.lastError = reason
+	if rt.lastError == "" {
+		rt.lastError = "probe failed"
+	}
+	if rt.failStreak >= st.opts.FailThreshold && rt.healthy.Load() {
+		rt.healthy.Store(false)
+		rt.unhealthySince = rt.failingSince
+		st.setAvailableLocked(rt)
+		return BecameUnhealthy
+	}
+	return NoTransition
 }

@@ -106,6 +106,11 @@ var routers = []Router{
 	},
 }
 
+// Leases reports whether the router's /select hands out leases (and so
+// waits when nothing is idle, and counts each policy's requests against
+// its capacity): what proxy mode needs.
+func (r Router) Leases() bool { return r.Select != nil && r.Select.leases() }
+
 // Routers returns the table of routers, in a fixed order.
 func Routers() []Router { return slices.Clone(routers) }
 
