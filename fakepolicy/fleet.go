@@ -75,6 +75,10 @@ type Options struct {
 	// of it ends (and POST /generate answers then). Otherwise items run
 	// side by side.
 	Serial bool
+	// TokensPerSecond, when positive, is how fast a generation's tokens
+	// come (openai.go): n tokens keep the policy busy n / TokensPerSecond.
+	// 0 takes a work item's duration for the whole generation.
+	TokensPerSecond float64
 }
 
 // Fleet is a set of simulated policy servers. All methods are safe for
@@ -203,6 +207,9 @@ func (f *Fleet) sharedHandler() http.Handler {
 	route("POST /p/{n}/generate", (*Policy).serveGenerate)
 	route("GET /p/{n}/cache", (*Policy).serveCache)
 	route("POST /p/{n}/update_weights_from_disk", (*Policy).serveUpdate)
+	route("POST /p/{n}/v1/completions", (*Policy).serveCompletions)
+	route("POST /p/{n}/v1/chat/completions", (*Policy).serveChat)
+	route("GET /p/{n}/v1/models", (*Policy).serveModels)
 	return mux
 }
 

@@ -164,6 +164,9 @@ func (p *Policy) handler() http.Handler {
 	mux.HandleFunc("GET /idle", p.serveIdle)
 	mux.HandleFunc("POST /work", p.serveWork)
 	mux.HandleFunc("POST /generate", p.serveGenerate)
+	mux.HandleFunc("POST /v1/completions", p.serveCompletions)
+	mux.HandleFunc("POST /v1/chat/completions", p.serveChat)
+	mux.HandleFunc("GET /v1/models", p.serveModels)
 	mux.HandleFunc("GET /cache", p.serveCache)
 	mux.HandleFunc("POST /update_weights_from_disk", p.serveUpdate)
 	return mux
@@ -244,23 +247,15 @@ func (p *Policy) serveWork(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusAccepted, workBody{Index: p.index, BusyMS: ms(d), Load: p.Load()})
 }
 
-// serveGenerate starts a work item and answers 200 when it is done (queued
-// behind the work ahead with Options.Serial), or 503
-// when the fleet closes first. A client that gives up leaves the policy
-// busy until the work's end, like a real server that cannot cancel. A
-// request naming a session (JSON body {"session_id": "..."} or ?session=)
-// whose prefix the policy has cached takes Options.PrefixSpeedup times
-// less.
+// serveGenerate serves SGLang's native POST /generate (openai.go): the
+// work takes a work item's duration (shortened by Options.PrefixSpeedup
+// when the session's prefix is cached) and the answer comes when it is
+// done (queued behind the work ahead with Options.Serial), or 503 when the
+// fleet closes first. A client that gives up leaves the policy busy until
+// the work's end, like a real server that cannot cancel. The session is
+// the JSON body's session_id or the query's session.
 func (p *Policy) serveGenerate(w http.ResponseWriter, r *http.Request) {
-	d, hit := p.prefix.generation(sessionOf(r), p.fleet.workDuration())
-	end := p.startWork(d)
-	if !p.wait(r, end.Sub(p.fleet.opts.Now())) {
-		if r.Context().Err() == nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "shutting down"})
-		}
-		return
-	}
-	writeJSON(w, http.StatusOK, workBody{Index: p.index, BusyMS: ms(d), Load: p.Load(), PrefixHit: hit})
+	p.generate(w, r, kindGenerate)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

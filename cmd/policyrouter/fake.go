@@ -26,6 +26,8 @@ type fakePolicyConfig struct {
 	UpdateTime  time.Duration
 	FailUpdates bool
 	Version     int64
+	// TokensPerSecond paces the simulated generations' tokens.
+	TokensPerSecond float64
 }
 
 func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
@@ -38,6 +40,7 @@ func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.UpdateTime, "update-time", 2*time.Second, "how long POST /update_weights_from_disk keeps a policy busy before it reports the new version")
 	fs.BoolVar(&c.FailUpdates, "fail-updates", false, "make POST /update_weights_from_disk answer 500")
 	fs.Int64Var(&c.Version, "version", 0, "weight version the policies report in /idle at start (0: none)")
+	fs.Float64Var(&c.TokensPerSecond, "tokens-per-second", 0, "pace of the tokens of /v1/completions, /v1/chat/completions and /generate (n tokens take n / this); 0: a generation takes one work item's duration")
 }
 
 // fakePolicyCommand serves simulated policies' /idle, /work, /generate and
@@ -53,12 +56,16 @@ func fakePolicyCommand(ctx context.Context, args []string) error {
 	if cfg.N < 1 {
 		return errors.New("--n must be at least 1")
 	}
+	if cfg.TokensPerSecond < 0 {
+		return errors.New("--tokens-per-second must be >= 0")
+	}
 	if cfg.Prefix < 0 || cfg.Speedup < 1 {
 		return errors.New("--prefix-cache must be >= 0 and --prefix-speedup >= 1")
 	}
 	fleet, err := fakepolicy.New(cfg.N, rand.NewPCG(uint64(time.Now().UnixNano()), 11), fakepolicy.Options{
 		Addr: cfg.Addr, MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
 		PrefixCache: cfg.Prefix, PrefixSpeedup: cfg.Speedup, UpdateTime: cfg.UpdateTime,
+		TokensPerSecond: cfg.TokensPerSecond,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,197 @@
+package fakepolicy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The simulated policies also serve the generate endpoints an inference
+// server offers, so that proxy mode carries real-looking traffic in the
+// demo and the benchmarks:
+//
+//   - POST /v1/completions and POST /v1/chat/completions in the OpenAI
+//     format that vLLM and SGLang serve: a "text_completion" or
+//     "chat.completion" object, or with "stream": true server-sent events
+//     of "text_completion" / "chat.completion.chunk" objects ending with
+//     "data: [DONE]" (OpenAI API reference, "The chat completion chunk
+//     object"; vLLM vllm/entrypoints/openai/serving_chat.py).
+//   - POST /generate in SGLang's native format: {"text", "meta_info":
+//     {"id", "finish_reason": {"type": "length"}, "completion_tokens",
+//     "weight_version"}}, or with "stream": true events whose "text" is
+//     cumulative, then "data: [DONE]" (sglang
+//     python/sglang/srt/entrypoints/http_server.py, generate_request).
+//   - GET /v1/models: one model, "fake-policy".
+//
+// A generation of n tokens (max_tokens, or sampling_params.max_new_tokens;
+// default 16) keeps the policy busy for n / Options.TokensPerSecond, or,
+// when that is 0, for a work item's random duration; tokens are sent
+// evenly over it. The answer also carries this project's fields (index,
+// busy_ms, load, prefix_hit) for the simulations that read them.
+
+// ModelName is the model the simulated policies serve.
+const ModelName = "fake-policy"
+
+// genRequest is what the simulated server reads of a generate request.
+type genRequest struct {
+	Stream         bool   `json:"stream"`
+	MaxTokens      *int   `json:"max_tokens"`
+	SessionID      string `json:"session_id"`
+	SamplingParams struct {
+		MaxNewTokens *int `json:"max_new_tokens"`
+	} `json:"sampling_params"`
+}
+
+func (g genRequest) tokens() int {
+	switch {
+	case g.MaxTokens != nil:
+		return max(*g.MaxTokens, 1)
+	case g.SamplingParams.MaxNewTokens != nil:
+		return max(*g.SamplingParams.MaxNewTokens, 1)
+	}
+	return 16
+}
+
+// kind is the wire format of one endpoint.
+type kind int
+
+const (
+	kindCompletion kind = iota
+	kindChat
+	kindGenerate
+)
+
+func (p *Policy) serveCompletions(w http.ResponseWriter, r *http.Request) {
+	p.generate(w, r, kindCompletion)
+}
+func (p *Policy) serveChat(w http.ResponseWriter, r *http.Request) { p.generate(w, r, kindChat) }
+
+func (p *Policy) serveModels(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{
+		map[string]any{"id": ModelName, "object": "model", "created": 0, "owned_by": "policyrouter"},
+	}})
+}
+
+// generate simulates one generation in the format of k.
+func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
+	var req genRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err == nil && len(body) > 0 {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"message": "invalid JSON body: " + err.Error(), "type": "BadRequestError", "code": 400}})
+		return
+	}
+	n := req.tokens()
+	session := req.SessionID
+	if s := r.URL.Query().Get("session"); s != "" {
+		session = s
+	}
+	d, hit := p.prefix.generation(session, p.genDuration(n))
+	end := p.startWork(d)
+	id := fmt.Sprintf("gen-%d-%d", p.index, p.works.Load())
+	g := generation{p: p, k: k, id: id, n: n, busy: d, hit: hit}
+	if !req.Stream {
+		if !p.wait(r, end.Sub(p.fleet.opts.Now())) {
+			if r.Context().Err() == nil {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "shutting down"})
+			}
+			return
+		}
+		writeJSON(w, http.StatusOK, g.final())
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	step := d / time.Duration(n)
+	for i := 1; i <= n; i++ {
+		if !p.wait(r, step) {
+			return
+		}
+		b, _ := json.Marshal(g.event(i))
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// genDuration is how long n tokens take.
+func (p *Policy) genDuration(n int) time.Duration {
+	if tps := p.fleet.opts.TokensPerSecond; tps > 0 {
+		return time.Duration(float64(n) / tps * float64(time.Second))
+	}
+	return p.fleet.workDuration()
+}
+
+// generation renders one simulated generation.
+type generation struct {
+	p    *Policy
+	k    kind
+	id   string
+	n    int
+	busy time.Duration
+	hit  bool
+}
+
+// text is the first i tokens.
+func (g generation) text(from, to int) string {
+	var b strings.Builder
+	for t := from; t < to; t++ {
+		b.WriteString(" tok")
+		b.WriteString(strconv.Itoa(t))
+	}
+	return b.String()
+}
+
+func (g generation) finish(i int) any {
+	if i < g.n {
+		return nil
+	}
+	return "length"
+}
+
+// event is the streamed event after token i (1-based).
+func (g generation) event(i int) map[string]any {
+	switch g.k {
+	case kindChat:
+		return map[string]any{"id": g.id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": ModelName,
+			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": g.text(i-1, i)}, "finish_reason": g.finish(i)}}}
+	case kindCompletion:
+		return map[string]any{"id": g.id, "object": "text_completion", "created": time.Now().Unix(), "model": ModelName,
+			"choices": []any{map[string]any{"index": 0, "text": g.text(i-1, i), "finish_reason": g.finish(i)}}}
+	}
+	return g.native(i)
+}
+
+// native is SGLang's /generate answer after token i: cumulative text.
+func (g generation) native(i int) map[string]any {
+	meta := map[string]any{"id": g.id, "completion_tokens": i, "weight_version": strconv.FormatInt(g.p.version.Load(), 10), "finish_reason": nil}
+	if i == g.n {
+		meta["finish_reason"] = map[string]any{"type": "length", "length": g.n}
+	}
+	return map[string]any{"text": g.text(0, i), "meta_info": meta, "index": g.p.index,
+		"busy_ms": ms(g.busy), "load": g.p.Load(), "prefix_hit": g.hit}
+}
+
+// final is the whole answer of a request that did not stream.
+func (g generation) final() map[string]any {
+	usage := map[string]any{"prompt_tokens": 0, "completion_tokens": g.n, "total_tokens": g.n}
+	switch g.k {
+	case kindChat:
+		return map[string]any{"id": g.id, "object": "chat.completion", "created": time.Now().Unix(), "model": ModelName, "usage": usage,
+			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": g.text(0, g.n)}, "finish_reason": "length"}}}
+	case kindCompletion:
+		return map[string]any{"id": g.id, "object": "text_completion", "created": time.Now().Unix(), "model": ModelName, "usage": usage,
+			"choices": []any{map[string]any{"index": 0, "text": g.text(0, g.n), "finish_reason": "length"}}}
+	}
+	return g.native(g.n)
+}

@@ -1,0 +1,69 @@
+package fakepolicy
+
+import (
+	"bufio"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// The simulated generate endpoints answer in the OpenAI and SGLang
+// formats, streaming one event per token and ending with [DONE].
+func TestGenerateFormats(t *testing.T) {
+	f, err := New(1, rand.NewPCG(1, 2), Options{TokensPerSecond: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, tt := range []struct{ path, body, object string }{
+		{"/v1/chat/completions", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "chat.completion"},
+		{"/v1/completions", `{"model":"m","max_tokens":5,"prompt":"hi"}`, "text_completion"},
+		{"/generate", `{"text":"hi","sampling_params":{"max_new_tokens":5}}`, ""},
+	} {
+		res, err := http.Post(f.URL(0)+tt.path, "application/json", strings.NewReader(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var whole map[string]any
+		err = json.NewDecoder(res.Body).Decode(&whole)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d, %v", tt.path, res.StatusCode, err)
+		}
+		if tt.object != "" && whole["object"] != tt.object {
+			t.Errorf("%s: object %v; want %s", tt.path, whole["object"], tt.object)
+		}
+		if tt.object == "" && (whole["text"] != " tok0 tok1 tok2 tok3 tok4" || whole["meta_info"] == nil) {
+			t.Errorf("/generate: %v; want the text and meta_info", whole)
+		}
+
+		stream := strings.Replace(tt.body, "{", `{"stream":true,`, 1)
+		res, err = http.Post(f.URL(0)+tt.path, "application/json", strings.NewReader(stream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ct := res.Header.Get("Content-Type"); ct != "text/event-stream" {
+			t.Errorf("%s stream: Content-Type %q", tt.path, ct)
+		}
+		var events []string
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, "data: ") {
+				events = append(events, strings.TrimPrefix(line, "data: "))
+			}
+		}
+		res.Body.Close()
+		if len(events) != 6 || events[5] != "[DONE]" {
+			t.Fatalf("%s stream: %d events %q; want 5 then [DONE]", tt.path, len(events), events)
+		}
+		var last map[string]any
+		if err := json.Unmarshal([]byte(events[4]), &last); err != nil {
+			t.Fatal(err)
+		}
+		if tt.object == "" && last["text"] != " tok0 tok1 tok2 tok3 tok4" {
+			t.Errorf("/generate stream: last text %v; want the cumulative text", last["text"])
+		}
+	}
+}
