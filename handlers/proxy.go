@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -97,8 +98,12 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 		tr = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	return &httputil.ReverseProxy{
-		Transport:     tr,
-		FlushInterval: -1,
+		Transport: tr,
+		// FlushInterval stays 0: ReverseProxy flushes text/event-stream
+		// answers, and answers of unknown length, after every write by
+		// itself (httputil's flushInterval), and a JSON answer of known
+		// length then goes out in one write instead of one per buffer.
+		BufferPool: copyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			a := attemptFrom(pr.In.Context())
 			target, err := url.Parse(a.d.Policy.URL)
@@ -146,6 +151,16 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 		},
 	}
 }
+
+// copyBuffers are the buffers ReverseProxy copies answers through. A
+// stream holds one while it lasts: 8 KiB rather than ReverseProxy's 32,
+// since events are small and flushed one by one.
+var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}}
+
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
+func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
 // proxy serves POST /v1/completions, /v1/chat/completions and /generate.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
