@@ -7,11 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,11 +129,21 @@ func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet) error 
 // node) for the current trajectory's turn, run the turn on it, release it,
 // and now and then send an async batch through /assign and /complete. A
 // trajectory has 4 turns; its id is the session, so that the turns find
-// their prefix in the policy's (simulated) cache.
+// their prefix in the policy's (simulated) cache. Every other worker sends
+// its turns through the router's proxy mode instead (POST /generate with
+// X-Session-ID and X-Env-ID), which selects and releases for it.
 func demoWorker(ctx context.Context, base string, w, nEnv int, logger *slog.Logger) {
 	env := "env-" + strconv.Itoa(w%nEnv)
+	proxied := w%2 == 1
 	for step := 0; ctx.Err() == nil; step++ {
 		traj := env + "-traj-" + strconv.Itoa(step/4)
+		if proxied {
+			if err := demoProxied(ctx, base, env, traj); err != nil && ctx.Err() == nil {
+				logger.Debug("demo worker: proxied generate", "env_id", env, "err", err)
+				sleepCtx(ctx, 200*time.Millisecond)
+			}
+			continue
+		}
 		var sel api.SelectResponse
 		err := call(ctx, http.MethodPost, base+"/select", api.SelectRequest{EnvID: env, Router: "idle_affinity", SessionID: traj}, &sel)
 		if err != nil {
@@ -158,6 +170,29 @@ func demoWorker(ctx context.Context, base string, w, nEnv int, logger *slog.Logg
 			}
 		}
 	}
+}
+
+// demoProxied runs one turn through proxy mode.
+func demoProxied(ctx context.Context, base, env, traj string) error {
+	body := `{"text": "turn", "session_id": "` + traj + `", "sampling_params": {"max_new_tokens": 16}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/generate", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-ID", traj)
+	req.Header.Set("X-Env-ID", env)
+	req.Header.Set("X-Router", "idle_affinity")
+	resp, err := demoClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("POST /generate: %d", resp.StatusCode)
+	}
+	return nil
 }
 
 var demoClient = &http.Client{Timeout: 30 * time.Second}
