@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -113,12 +114,24 @@ func TestGrafanaBoard(t *testing.T) {
 	if err := json.Unmarshal(data, &board); err != nil {
 		t.Fatalf("policyrouter.json: %v", err)
 	}
-	// A router with a policy on a node, after one request: what any running
-	// stack has. Series that need events (an /assign, a failed probe) are
+	// A router with a policy on a node, after one request of each kind:
+	// what any running stack has. Series that need events (an /assign, a failed probe) are
 	// exported at zero from the start.
 	base := serveInProcess(t)
 	if code, body := post(t, base+"/policies", "", `{"url": "http://127.0.0.1:9/p0", "index": 0, "node_id": "node-a"}`); code != http.StatusCreated {
 		t.Fatalf("register: %d %s", code, body)
+	}
+	// One proxied request: proxy mode's series.
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"idle": true}`))
+	}))
+	defer backend.Close()
+	if code, body := post(t, base+"/policies", "", `{"url": "`+backend.URL+`", "index": 1, "node_id": "node-a"}`); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	if code, body := post(t, base+"/generate", "", `{"text": "hi"}`); code != http.StatusOK {
+		t.Fatalf("proxied request: %d %s", code, body)
 	}
 	exported := exportedFamilies(t, base)
 	exprs := 0
