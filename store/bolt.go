@@ -371,6 +371,12 @@ type policyRecord struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	Draining bool              `json:"draining,omitempty"`
 	Version  int64             `json:"version,omitempty"`
+	Engine   string            `json:"engine,omitempty"`
+	// The policy's credentials are stored as they were given (the store
+	// is the operator's; keep --data-dir and etcd private): the router
+	// needs them back after a restart to call the policy.
+	APIKey      routing.Secret `json:"api_key,omitempty"`
+	AdminAPIKey routing.Secret `json:"admin_api_key,omitempty"`
 }
 
 // encodePolicy returns p's key and stored value.
