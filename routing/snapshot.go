@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"encoding/json"
 	"log/slog"
 	"maps"
 	"slices"
@@ -41,11 +42,10 @@ type Policy struct {
 	AdminAPIKey Secret
 }
 
-// Secret is a credential held for a policy. Its String, GoString and
-// LogValue never show it, so that a policy printed with %v or logged by
-// slog leaks nothing; Reveal returns it, for the Authorization header.
-// It marshals to JSON as is, for the store: API answers use their own
-// types, which have no field for it.
+// Secret is a credential held for a policy. Its String, GoString,
+// LogValue and MarshalJSON never show it, so that a policy printed with
+// %v, logged by slog or marshalled leaks nothing; Reveal returns it, for
+// the Authorization header and the store (which stores it as a string).
 type Secret string
 
 // Reveal returns the secret itself.
@@ -64,6 +64,10 @@ func (s Secret) GoString() string { return s.String() }
 
 // LogValue is String, for log/slog.
 func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalJSON is String as a JSON string: a policy marshalled (by a JSON
+// log handler, say) shows no key.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
 
 // BearerFor returns the credential to send on a call of the given kind:
 // the admin key for admin calls, else the API key, each falling back on

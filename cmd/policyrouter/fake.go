@@ -26,6 +26,13 @@ type fakePolicyConfig struct {
 	UpdateTime  time.Duration
 	FailUpdates bool
 	Version     int64
+	// Engine is the engine whose wire formats the policies serve; APIKey
+	// its --api-key; MaxRunning how many requests run at once (the rest
+	// wait); WeightVersion the engine's version string at start.
+	Engine        string
+	APIKey        string
+	MaxRunning    int
+	WeightVersion string
 }
 
 func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
@@ -38,6 +45,10 @@ func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.UpdateTime, "update-time", 2*time.Second, "how long POST /update_weights_from_disk keeps a policy busy before it reports the new version")
 	fs.BoolVar(&c.FailUpdates, "fail-updates", false, "make POST /update_weights_from_disk answer 500")
 	fs.Int64Var(&c.Version, "version", 0, "weight version the policies report in /idle at start (0: none)")
+	fs.StringVar(&c.Engine, "engine", "policyrouter", "wire formats the policies serve: policyrouter (GET /idle), sglang or vllm")
+	fs.StringVar(&c.APIKey, "api-key", "", "with --engine sglang or vllm: answer 401 to requests without Authorization: Bearer KEY")
+	fs.IntVar(&c.MaxRunning, "max-running", 0, "with --engine sglang or vllm: requests run at once, the rest wait (0: all run)")
+	fs.StringVar(&c.WeightVersion, "weight-version", "default", "with --engine sglang: the weight version string reported at start")
 }
 
 // fakePolicyCommand serves simulated policies' /idle, /work, /generate and
@@ -59,6 +70,7 @@ func fakePolicyCommand(ctx context.Context, args []string) error {
 	fleet, err := fakepolicy.New(cfg.N, rand.NewPCG(uint64(time.Now().UnixNano()), 11), fakepolicy.Options{
 		Addr: cfg.Addr, MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
 		PrefixCache: cfg.Prefix, PrefixSpeedup: cfg.Speedup, UpdateTime: cfg.UpdateTime,
+		Engine: cfg.Engine, APIKey: cfg.APIKey, MaxRunning: cfg.MaxRunning,
 	})
 	if err != nil {
 		return err
@@ -66,6 +78,7 @@ func fakePolicyCommand(ctx context.Context, args []string) error {
 	for i := range fleet.Len() {
 		fleet.Policy(i).SetVersion(cfg.Version)
 		fleet.Policy(i).SetFailUpdates(cfg.FailUpdates)
+		fleet.Policy(i).SetWeightVersion(cfg.WeightVersion)
 	}
 	for _, u := range fleet.URLs() {
 		fmt.Fprintln(os.Stdout, u)
