@@ -32,6 +32,16 @@ type PolicyRequest struct {
 	// same URL; without it that is a conflict (a copy-paste slip more often
 	// than one server meant as two policies).
 	AllowSharedURL bool `json:"allow_shared_url,omitempty"`
+	// Engine is the kind of server: "policyrouter" (it serves GET /idle),
+	// "sglang" or "vllm"; default the server's --default-engine.
+	Engine string `json:"engine,omitempty" validate:"omitempty,engine"`
+	// APIKey and AdminAPIKey are sent to the policy's server as
+	// "Authorization: Bearer" (APIKey on probes, AdminAPIKey on weight
+	// updates; each falls back on the other). Write-only: no answer shows
+	// them. Absent keeps the key of the policy registered with the same
+	// id; "" removes it.
+	APIKey      *string `json:"api_key,omitempty" validate:"omitempty,max=4096,printascii"`
+	AdminAPIKey *string `json:"admin_api_key,omitempty" validate:"omitempty,max=4096,printascii"`
 }
 
 // ReplacePoliciesRequest is the body of PUT /policies.
@@ -56,6 +66,10 @@ type Policy struct {
 	// Version is the policy's weight version: registered, or reported by
 	// its /idle answers.
 	Version int64 `json:"version"`
+	// Engine is the kind of server (policyrouter, sglang or vllm), and
+	// WeightVersion the version string it last reported ("" before any).
+	Engine        string `json:"engine"`
+	WeightVersion string `json:"weight_version"`
 	// LastError, UnhealthySince and LastOK are the policy's health, as in
 	// GET /stats.
 	LastError      string     `json:"last_error"`
@@ -256,6 +270,12 @@ type PolicyStats struct {
 	// its /idle answers ("version" or "weight_version"); 0 when neither
 	// named one.
 	Version int64 `json:"version"`
+	// Engine is the kind of server: policyrouter, sglang or vllm.
+	Engine string `json:"engine"`
+	// WeightVersion is the version as the server last reported it (an
+	// engine's string such as "step-42"; "" before any); Version is its
+	// integer, which orders versions.
+	WeightVersion string `json:"weight_version"`
 }
 
 // StateCounts counts policies by state.

@@ -110,6 +110,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.Registry.SetDefaultEngine(cfg.DefaultEngine)
 	cfg.Logger.Info("registration restored", "policies", len(a.State.Snapshot().Policies()),
 		"store", a.Config.Store, "duration", time.Since(loadStart))
 

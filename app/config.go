@@ -132,6 +132,9 @@ type Config struct {
 	Logger *slog.Logger
 	// RequestLogLevel is the level of the one log line per request.
 	RequestLogLevel slog.Level
+	// DefaultEngine is the engine of policies registered without one: a
+	// name of poller.EngineNames (routing.EnginePolicyrouter by default).
+	DefaultEngine string
 
 	// complete is set by DefaultConfig: every field holds what is meant,
 	// so that New takes a zero as given (and Validate refuses it where it
@@ -167,6 +170,7 @@ func DefaultConfig() Config {
 		AssignTTL:         DefaultAssignTTL,
 		LogFormat:         "auto",
 		LogLevel:          "info",
+		DefaultEngine:     routing.EnginePolicyrouter,
 		complete:          true,
 	}
 }
@@ -192,6 +196,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.LeaderTTL, d.LeaderTTL)
 	orDefault(&c.LogFormat, d.LogFormat)
 	orDefault(&c.LogLevel, d.LogLevel)
+	orDefault(&c.DefaultEngine, d.DefaultEngine)
 	c.complete = true
 	return c
 }
@@ -244,6 +249,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.BehindTLSProxy, "behind-tls-proxy", c.BehindTLSProxy, "allow plain HTTP on a non-loopback address: a TLS-terminating proxy in front of the router does TLS")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text, json, or auto (text on a terminal, else json)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.DefaultEngine, "default-engine", c.DefaultEngine, "engine of policies registered without one, which decides how they are probed: "+routing.NameList(poller.EngineNames()))
 }
 
 // listValue is a flag of comma-separated items; empty items are dropped.
@@ -269,6 +275,9 @@ func (l *listValue) Set(s string) error {
 func (c Config) Validate() error {
 	if names := routing.DefaultRouterNames(); !slices.Contains(names, c.Router) {
 		return fmt.Errorf("--router must be %s, not %q", routing.NameList(names), c.Router)
+	}
+	if !poller.IsEngine(c.DefaultEngine) {
+		return fmt.Errorf("--default-engine must be %s, not %q", routing.NameList(poller.EngineNames()), c.DefaultEngine)
 	}
 	switch {
 	case c.PollInterval < 0:

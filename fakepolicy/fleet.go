@@ -70,6 +70,18 @@ type Options struct {
 	// [MinWork, MaxWork]; a draw is capped at one minute.
 	GenMedian time.Duration
 	GenSigma  float64
+	// Engine is the kind of server the policies simulate: "" or
+	// "policyrouter" (GET /idle), EngineSGLang or EngineVLLM, each serving
+	// its engine's load, version, pause and update endpoints in the
+	// engine's own wire formats (engine_*.go).
+	Engine string
+	// MaxRunning is how many work items a simulated engine runs at once;
+	// the rest wait (num_waiting_reqs, vllm:num_requests_waiting). 0: all
+	// run.
+	MaxRunning int
+	// APIKey, when set, is the simulated engine's --api-key: its endpoints
+	// answer 401 to requests without "Authorization: Bearer <APIKey>".
+	APIKey string
 	// Serial makes each policy work on one item at a time, like a server
 	// with one slot: work given to a busy policy starts when the work ahead
 	// of it ends (and POST /generate answers then). Otherwise items run
@@ -114,6 +126,11 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 		opts.MaxWork = time.Second
 	}
 	opts.MaxWork = max(opts.MaxWork, opts.MinWork)
+	switch opts.Engine {
+	case "", "policyrouter", EngineSGLang, EngineVLLM:
+	default:
+		return nil, fmt.Errorf("fakepolicy: unknown engine %q", opts.Engine)
+	}
 	if opts.FlapProbes <= 0 {
 		opts.FlapProbes = 5
 	}
@@ -202,14 +219,9 @@ func (f *Fleet) sharedHandler() http.Handler {
 			h(f.policies[i], w, r)
 		})
 	}
-	route("GET /p/{n}/idle", (*Policy).serveIdle)
-	route("POST /p/{n}/work", (*Policy).serveWork)
-	route("POST /p/{n}/generate", (*Policy).serveGenerate)
-	route("GET /p/{n}/cache", (*Policy).serveCache)
-	route("POST /p/{n}/update_weights_from_disk", (*Policy).serveUpdate)
-	route("POST /p/{n}/v1/completions", (*Policy).serveCompletions)
-	route("POST /p/{n}/v1/chat/completions", (*Policy).serveChat)
-	route("GET /p/{n}/v1/models", (*Policy).serveModels)
+	for _, rt := range routes(f.opts.Engine) {
+		route(rt.method+" /p/{n}"+rt.path, rt.h)
+	}
 	return mux
 }
 

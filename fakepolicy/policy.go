@@ -72,6 +72,8 @@ type Policy struct {
 	busy busyLedger  // guarded by mu
 
 	prefix prefixCache
+
+	engine engineState
 }
 
 // Index returns the policy's index in its fleet.
@@ -161,14 +163,9 @@ func (p *Policy) Works() uint64 { return p.works.Load() }
 // handler serves the policy on its own listener.
 func (p *Policy) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /idle", p.serveIdle)
-	mux.HandleFunc("POST /work", p.serveWork)
-	mux.HandleFunc("POST /generate", p.serveGenerate)
-	mux.HandleFunc("POST /v1/completions", p.serveCompletions)
-	mux.HandleFunc("POST /v1/chat/completions", p.serveChat)
-	mux.HandleFunc("GET /v1/models", p.serveModels)
-	mux.HandleFunc("GET /cache", p.serveCache)
-	mux.HandleFunc("POST /update_weights_from_disk", p.serveUpdate)
+	for _, rt := range routes(p.fleet.opts.Engine) {
+		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) { rt.h(p, w, r) })
+	}
 	return mux
 }
 

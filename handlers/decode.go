@@ -15,6 +15,7 @@ import (
 	"github.com/go-playground/validator/v10"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -32,6 +33,7 @@ func newValidator() *validator.Validate {
 	for tag, names := range map[string][]string{
 		"assign_router": routing.AssignRouterNames(),
 		"select_router": routing.SelectRouterNames(),
+		"engine":        poller.EngineNames(),
 	} {
 		err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool {
 			return slices.Contains(names, fl.Field().String())
@@ -182,6 +184,8 @@ func describe(fe validator.FieldError) string {
 		return "must be " + routing.NameList(routing.AssignRouterNames())
 	case "select_router":
 		return "must be " + routing.NameList(routing.SelectRouterNames())
+	case "engine":
+		return "must be " + routing.NameList(poller.EngineNames())
 	case "http_url":
 		return "must be an absolute http or https URL"
 	case "uuid":

@@ -22,7 +22,8 @@ func specOf(field string, req api.PolicyRequest) (registry.Spec, error) {
 			": /policies/"+byIndexSegment+"/{index} addresses policies by index")
 	}
 	return registry.Spec{URL: req.URL, NodeID: req.NodeID, Index: req.Index, ID: req.ID, Capacity: req.Capacity,
-		Labels: req.Labels, Version: req.Version, AllowSharedURL: req.AllowSharedURL}, nil
+		Labels: req.Labels, Version: req.Version, AllowSharedURL: req.AllowSharedURL,
+		Engine: req.Engine, APIKey: req.APIKey, AdminAPIKey: req.AdminAPIKey}, nil
 }
 
 func specsOf(reqs []api.PolicyRequest) ([]registry.Spec, error) {
@@ -45,9 +46,11 @@ func toAPI(p routing.Policy, ps routing.PolicyStats, live bool) api.Policy {
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	out := api.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: labels, Draining: p.Draining, Version: p.Version}
+	out := api.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: labels, Draining: p.Draining, Version: p.Version,
+		Engine: p.EngineName()}
 	if live {
 		out.Version = ps.Version
+		out.WeightVersion = ps.WeightVersion
 		out.NodeID = ps.Node
 		out.State = ps.State
 		out.LastError = ps.LastError

@@ -52,8 +52,9 @@ type ProxyConfig struct {
 	// Transport carries the requests to the policies; nil is a clone of
 	// http.DefaultTransport.
 	Transport http.RoundTripper
-	// APIKey returns the key sent to a policy as its bearer token (the
-	// policy's api_key); nil or "" sends none.
+	// APIKey returns the key sent to a policy as its bearer token; nil is
+	// the policy's registered api_key (routing.Policy.BearerFor), "" sends
+	// none.
 	APIKey func(routing.Policy) string
 }
 

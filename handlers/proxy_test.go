@@ -388,9 +388,28 @@ func TestProxyAuthorization(t *testing.T) {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if len(b.auth) != 1 || b.auth[0] != "Bearer engine-key-0" {
 		t.Errorf("the policy saw Authorization %q; want only its own key", b.auth)
+	}
+	b.auth = nil
+	b.mu.Unlock()
+
+	// By default the key is the policy's registered api_key, which no
+	// answer shows.
+	ts2 := newTestServer(t, Config{})
+	rec := ts2.do(t, "PUT", "/policies", `{"policies": [{"url": "`+b.URL+`", "index": 0, "api_key": "sk-engine-secret"}]}`)
+	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), "sk-engine-secret") {
+		t.Fatalf("register: %d %s", rec.Code, rec.Body)
+	}
+	req = ts2.request("POST", "/v1/chat/completions", `{"messages": []}`)
+	req.Header.Set("Authorization", "Bearer router-token")
+	if rec := ts2.doReq(t, req); rec.Code != http.StatusOK || strings.Contains(rec.Body.String()+fmt.Sprint(rec.Header()), "sk-engine-secret") {
+		t.Fatalf("status %d: %s %v", rec.Code, rec.Body, rec.Header())
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.auth) != 1 || b.auth[0] != "Bearer sk-engine-secret" {
+		t.Errorf("the policy saw Authorization %q; want its registered api_key", b.auth)
 	}
 }
 

@@ -126,6 +126,9 @@ func New(cfg Config) *Server {
 	if cfg.Proxy.MaxBody <= 0 {
 		cfg.Proxy.MaxBody = DefaultProxyMaxBody
 	}
+	if cfg.Proxy.APIKey == nil {
+		cfg.Proxy.APIKey = func(p routing.Policy) string { return p.BearerFor(false) }
+	}
 	s := &Server{
 		Config:    cfg,
 		logger:    cfg.Logger,

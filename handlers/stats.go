@@ -69,6 +69,8 @@ func (s *Server) buildStats() api.Stats {
 			ExpiredTotal:        p.Expired,
 			TasksExpiredTotal:   p.ExpiredTasks,
 			Version:             p.Version,
+			Engine:              p.Policy.EngineName(),
+			WeightVersion:       p.WeightVersion,
 		}
 		ps.LastPoll = utcOrNil(p.LastProbe)
 		ps.UnhealthySince = utcOrNil(p.UnhealthySince)

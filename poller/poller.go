@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,15 +155,21 @@ type member struct {
 	idleURL string // "" when url does not parse; err says why
 	errURL  string // idleURL without its password, for errors
 	err     error
+	pol     routing.Policy // as registered: engine, capacity, keys
+	eng     engine
+	base    *url.URL    // parsed url; nil when err is set
 	busy    atomic.Bool // a probe is in flight
 	gone    atomic.Bool // no longer registered: results are dropped
+	// What the engine learnt of the server: SGLang without /v1/loads (use
+	// the older /get_load), vLLM without /is_paused (not in dev mode).
+	legacyLoad, noPauseInfo atomic.Bool
 	// Owned by the Run goroutine: probed once dispatched; early while the
 	// current period probed it at once rather than at its offset.
 	probed, early bool
 }
 
 func newMember(p routing.Policy) *member {
-	m := &member{id: p.ID, index: p.Index, url: p.URL, shown: p.URL}
+	m := &member{id: p.ID, index: p.Index, url: p.URL, shown: p.URL, pol: p, eng: engineOf(p)}
 	u, err := url.Parse(p.URL)
 	if err != nil {
 		// url.Error repeats the URL, password included: keep the cause only.
@@ -179,9 +186,26 @@ func newMember(p routing.Policy) *member {
 		m.err = fmt.Errorf("policy %s: url %q: scheme must be http or https", p.ID, m.shown)
 		return m
 	}
+	m.base = u
 	idle := u.JoinPath("idle")
 	m.idleURL, m.errURL = idle.String(), idle.Redacted()
 	return m
+}
+
+// endpoint returns the URL of path (which may carry a query) on m's
+// server, and the same without its password, for errors.
+func (m *member) endpoint(path string) (full, shown string) {
+	rel, query, _ := strings.Cut(path, "?")
+	u := m.base.JoinPath(rel)
+	u.RawQuery = query
+	return u.String(), u.Redacted()
+}
+
+// sameProbe reports whether a policy registered as b is probed exactly as
+// one registered as a: same engine, capacity and credentials.
+func sameProbe(a, b routing.Policy) bool {
+	return a.EngineName() == b.EngineName() && a.Capacity == b.Capacity &&
+		a.APIKey == b.APIKey && a.AdminAPIKey == b.AdminAPIKey
 }
 
 // New returns a Poller of target. It starts nothing: call Run.
@@ -412,7 +436,7 @@ func (p *Poller) refresh() []*member {
 			continue // nothing to probe; routing keeps the policy as it is
 		}
 		m := p.byID[pol.ID]
-		if m == nil || m.url != pol.URL || m.index != pol.Index {
+		if m == nil || m.url != pol.URL || m.index != pol.Index || !sameProbe(m.pol, pol) {
 			m = newMember(pol)
 		}
 		members = append(members, m)

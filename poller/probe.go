@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,6 +29,9 @@ type answer struct {
 	hasLoad    bool
 	version    int64
 	hasVersion bool
+	// weightVersion is the version as the server wrote it, when
+	// hasVersion.
+	weightVersion string
 }
 
 // probeAndReport probes m once and reports the result to the target, unless
@@ -42,7 +46,7 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	}
 	if err == nil {
 		pr.Idle, pr.Load, pr.HasLoad = ans.idle, ans.load, ans.hasLoad
-		pr.Version, pr.HasVersion = ans.version, ans.hasVersion
+		pr.Version, pr.HasVersion, pr.WeightVersion = ans.version, ans.hasVersion, ans.weightVersion
 	}
 	p.probes.Add(1)
 	if err != nil {
@@ -67,23 +71,41 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	}
 }
 
-// probe sends one GET {url}/idle, bounded by the poller's timeout, and
-// parses the answer. Any error is a failed probe.
+// probe asks m's server once, in its engine's wire format, bounded by
+// the poller's timeout. Any error is a failed probe.
 func (p *Poller) probe(ctx context.Context, m *member) (answer, error) {
 	if m.err != nil {
 		return answer{}, m.err
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
+	a, err := m.eng.probe(ctx, p, m)
+	if err != nil {
+		return answer{}, fmt.Errorf("policy %s: %w", m.id, err)
+	}
+	return a, nil
+}
+
+// nativeEngine is the "policyrouter" engine: the server answers
+// policyrouter's own GET /idle contract (parseAnswer). It is the hot
+// path of the poller, so it reads into pooled buffers.
+type nativeEngine struct{}
+
+var _ engine = nativeEngine{}
+
+func (nativeEngine) probe(ctx context.Context, p *Poller, m *member) (answer, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.idleURL, nil)
 	if err != nil {
-		return answer{}, fmt.Errorf("policy %s: build request: %w", m.id, err)
+		return answer{}, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "policyrouter-poller")
+	if key := m.pol.BearerFor(false); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return answer{}, fmt.Errorf("policy %s: %w", m.id, err)
+		return answer{}, err
 	}
 	defer func() {
 		// Drain and close so that the connection goes back to the pool.
@@ -91,17 +113,20 @@ func (p *Poller) probe(ctx context.Context, m *member) (answer, error) {
 		_ = resp.Body.Close()
 	}()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return answer{}, fmt.Errorf("policy %s: GET %s: status %d", m.id, m.errURL, resp.StatusCode)
+		return answer{}, fmt.Errorf("GET %s: status %d", m.errURL, resp.StatusCode)
 	}
 	buf := bodyPool.Get().(*[]byte)
 	defer bodyPool.Put(buf)
 	n, err := readBody(resp.Body, *buf)
 	if err != nil {
-		return answer{}, fmt.Errorf("policy %s: GET %s: read body: %w", m.id, m.errURL, err)
+		return answer{}, fmt.Errorf("GET %s: read body: %w", m.errURL, err)
 	}
 	ans, err := parseAnswer((*buf)[:n])
 	if err != nil {
-		return answer{}, fmt.Errorf("policy %s: GET %s: %w", m.id, m.errURL, err)
+		return answer{}, fmt.Errorf("GET %s: %w", m.errURL, err)
+	}
+	if ans.hasVersion {
+		ans.weightVersion = strconv.FormatInt(ans.version, 10)
 	}
 	return ans, nil
 }

@@ -44,6 +44,15 @@ type Spec struct {
 	// AllowSharedURL registers the policy even when another index has the
 	// same URL (one server serving as two policies).
 	AllowSharedURL bool
+	// Engine is the kind of server: empty means the registry's default
+	// engine (SetDefaultEngine), resolved at registration and stored.
+	Engine string
+	// APIKey and AdminAPIKey are the policy's write-only credentials. Nil
+	// keeps the key of the policy already registered with the same id (a
+	// client that read the registration, which never shows keys, and sends
+	// it back loses none); "" removes it.
+	APIKey      *string
+	AdminAPIKey *string
 }
 
 // Registry serialises registration changes. It is safe for concurrent use.
@@ -52,8 +61,29 @@ type Registry struct {
 	state *routing.State
 	newID func() string
 
-	mu  sync.Mutex
-	cur store.Registration // what the store holds; guarded by mu
+	mu            sync.Mutex
+	cur           store.Registration // what the store holds; guarded by mu
+	defaultEngine string             // guarded by mu
+}
+
+// SetDefaultEngine sets the engine of registrations that name none
+// (--default-engine); the empty string means routing.EnginePolicyrouter.
+// Policies registered before keep theirs.
+func (r *Registry) SetDefaultEngine(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.defaultEngine = name
+}
+
+// engineOfLocked resolves spec's engine. Caller must hold mu.
+func (r *Registry) engineOfLocked(spec Spec) string {
+	switch {
+	case spec.Engine != "":
+		return spec.Engine
+	case r.defaultEngine != "":
+		return r.defaultEngine
+	}
+	return routing.EnginePolicyrouter
 }
 
 // Open loads the registration from st and publishes it to state.
@@ -139,7 +169,7 @@ func (r *Registry) sameAsLocked(spec Spec) (routing.Policy, bool, error) {
 		if !byIndex && !byID {
 			continue
 		}
-		diff := bodyDiff(p, spec)
+		diff := bodyDiff(p, spec, r.engineOfLocked(spec))
 		switch {
 		case spec.ID != "" && !byID:
 			diff = fmt.Sprintf("id (registered %q, sent %q)", p.ID, spec.ID)
@@ -159,9 +189,10 @@ func (r *Registry) sameAsLocked(spec Spec) (routing.Policy, bool, error) {
 	return routing.Policy{}, false, nil
 }
 
-// bodyDiff names the first field in which spec differs from the
-// registered p, with both values, or returns "" when it repeats it.
-func bodyDiff(p routing.Policy, spec Spec) string {
+// bodyDiff names the first field in which spec (whose engine resolves to
+// engine) differs from the registered p, with both values (but never a
+// key's), or returns "" when it repeats it. A nil key repeats any.
+func bodyDiff(p routing.Policy, spec Spec, engine string) string {
 	capacity := 1
 	if spec.Capacity != nil {
 		capacity = *spec.Capacity
@@ -175,6 +206,12 @@ func bodyDiff(p routing.Policy, spec Spec) string {
 		return fmt.Sprintf("capacity (registered %d, sent %d)", p.Capacity, capacity)
 	case !maps.Equal(p.Labels, spec.Labels):
 		return "labels"
+	case p.EngineName() != engine:
+		return fmt.Sprintf("engine (registered %q, sent %q)", p.EngineName(), engine)
+	case spec.APIKey != nil && p.APIKey.Reveal() != *spec.APIKey:
+		return "api_key"
+	case spec.AdminAPIKey != nil && p.AdminAPIKey.Reveal() != *spec.AdminAPIKey:
+		return "admin_api_key"
 	}
 	return ""
 }
@@ -192,6 +229,13 @@ func (r *Registry) fromSpec(spec Spec, freeIndex int) routing.Policy {
 	}
 	if spec.Version != nil {
 		p.Version = *spec.Version
+	}
+	p.Engine = r.engineOfLocked(spec)
+	if spec.APIKey != nil {
+		p.APIKey = routing.Secret(*spec.APIKey)
+	}
+	if spec.AdminAPIKey != nil {
+		p.AdminAPIKey = routing.Secret(*spec.AdminAPIKey)
 	}
 	return p
 }
@@ -350,6 +394,12 @@ func (r *Registry) fromSpecKeeping(s Spec, freeIndex int, old map[int]routing.Po
 			p.Draining = prev.Draining
 			if s.Version == nil {
 				p.Version = prev.Version
+			}
+			if s.APIKey == nil {
+				p.APIKey = prev.APIKey
+			}
+			if s.AdminAPIKey == nil {
+				p.AdminAPIKey = prev.AdminAPIKey
 			}
 		}
 	}

@@ -25,6 +25,10 @@ type Probe struct {
 	// Version, when HasVersion, is the policy's weight version.
 	Version    int64
 	HasVersion bool
+	// WeightVersion is the version as the policy's server wrote it (an
+	// engine's string such as "step-42"), shown beside Version; kept only
+	// when HasVersion.
+	WeightVersion string
 	// Err says why a failed probe failed (shown as the policy's last
 	// error); it must not hold secrets such as a URL's password.
 	Err string
@@ -85,6 +89,7 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	}
 	if p.HasVersion {
 		rt.reportsVersion.Store(true)
+		rt.weightVersion = p.WeightVersion
 		if old := rt.version.Swap(max(p.Version, 0)); p.Version > old && st.waiters.len > 0 {
 			// Waiters with a floor the old version missed may take its
 			// idle slots now.

@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"encoding/json"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -26,7 +28,72 @@ type Policy struct {
 	// Version is the weight version the policy was registered with; its
 	// /idle answers replace it with the version they report.
 	Version int64
+	// Engine names the kind of server the policy is, and so how it is
+	// probed and updated: "policyrouter" (GET /idle), "sglang" or "vllm".
+	// Empty means "policyrouter".
+	Engine string
+	// APIKey and AdminAPIKey are sent to the policy's server as
+	// "Authorization: Bearer" on every call the router makes to it: APIKey
+	// on probes and proxied requests, AdminAPIKey on the engine's update
+	// endpoints (each falls back on the other when empty). They are
+	// write-only: stored, never shown in an API answer or a log line (Secret
+	// prints as "[redacted]").
+	APIKey      Secret
+	AdminAPIKey Secret
 }
+
+// Secret is a credential held for a policy. Its String, GoString,
+// LogValue and MarshalJSON never show it, so that a policy printed with
+// %v, logged by slog or marshalled leaks nothing; Reveal returns it, for
+// the Authorization header and the store (which stores it as a string).
+type Secret string
+
+// Reveal returns the secret itself.
+func (s Secret) Reveal() string { return string(s) }
+
+// String returns "[redacted]", or "" for an empty secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString is String, for %#v.
+func (s Secret) GoString() string { return s.String() }
+
+// LogValue is String, for log/slog.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalJSON is String as a JSON string: a policy marshalled (by a JSON
+// log handler, say) shows no key.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// BearerFor returns the credential to send on a call of the given kind:
+// the admin key for admin calls, else the API key, each falling back on
+// the other; "" when the policy has neither.
+func (p Policy) BearerFor(admin bool) string {
+	first, second := p.APIKey, p.AdminAPIKey
+	if admin {
+		first, second = second, first
+	}
+	if first != "" {
+		return first.Reveal()
+	}
+	return second.Reveal()
+}
+
+// EngineName is the policy's engine, "policyrouter" when none was named.
+func (p Policy) EngineName() string {
+	if p.Engine == "" {
+		return EnginePolicyrouter
+	}
+	return p.Engine
+}
+
+// EnginePolicyrouter is the engine of policies that serve policyrouter's
+// own GET /idle contract, the default.
+const EnginePolicyrouter = "policyrouter"
 
 // Clone returns a copy of p that shares nothing with it.
 func (p Policy) Clone() Policy {

@@ -142,6 +142,9 @@ type policyRuntime struct {
 	version atomic.Int64
 	// reportsVersion is set once an /idle answer carried a version.
 	reportsVersion atomic.Bool
+	// weightVersion is the version string of the last answer that carried
+	// one. Guarded by State.mu.
+	weightVersion string
 
 	// stickyWaiters are /select callers waiting for this policy, their
 	// session's home: a freed slot goes to them before the FIFO waiters.

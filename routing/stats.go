@@ -52,10 +52,13 @@ type PolicyStats struct {
 	// ReportsVersion is set once the policy's /idle answers carried a
 	// version.
 	ReportsVersion bool
-	LastIdle       bool
-	Healthy        bool
-	Draining       bool
-	Heard          bool // a probe answered (always, without a poller)
+	// WeightVersion is the version string the policy's server last
+	// reported ("" before any): the engine's own form of Version.
+	WeightVersion string
+	LastIdle      bool
+	Healthy       bool
+	Draining      bool
+	Heard         bool // a probe answered (always, without a poller)
 	// Available is the availability filter every router applies: healthy,
 	// not draining, heard from. Callers outside routing ask it rather than
 	// derive it.
@@ -132,6 +135,7 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		LastOK:         rt.lastOK,
 		Version:        rt.version.Load(),
 		ReportsVersion: rt.reportsVersion.Load(),
+		WeightVersion:  rt.weightVersion,
 		LastIdle:       rt.lastIdle.Load(),
 		Healthy:        rt.healthy.Load(),
 		Draining:       rt.draining.Load(),

@@ -193,7 +193,7 @@ func (b *Bolt) Load(ctx context.Context) (Registration, error) {
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return fmt.Errorf("policy %q: %w", k, err)
 			}
-			reg.Policies = append(reg.Policies, routing.Policy(rec))
+			reg.Policies = append(reg.Policies, rec.policy())
 			return nil
 		})
 		if err != nil {
@@ -371,6 +371,25 @@ type policyRecord struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	Draining bool              `json:"draining,omitempty"`
 	Version  int64             `json:"version,omitempty"`
+	Engine   string            `json:"engine,omitempty"`
+	// The policy's credentials are stored as they were given (the store
+	// is the operator's; keep --data-dir and etcd private): the router
+	// needs them back after a restart to call the policy. They are plain
+	// strings here because routing.Secret marshals as "[redacted]".
+	APIKey      string `json:"api_key,omitempty"`
+	AdminAPIKey string `json:"admin_api_key,omitempty"`
+}
+
+// recordOf returns how p is stored.
+func recordOf(p routing.Policy) policyRecord {
+	return policyRecord{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: p.Labels,
+		Draining: p.Draining, Version: p.Version, Engine: p.Engine, APIKey: p.APIKey.Reveal(), AdminAPIKey: p.AdminAPIKey.Reveal()}
+}
+
+// policy returns the stored policy.
+func (r policyRecord) policy() routing.Policy {
+	return routing.Policy{Index: r.Index, ID: r.ID, URL: r.URL, NodeID: r.NodeID, Capacity: r.Capacity, Labels: r.Labels,
+		Draining: r.Draining, Version: r.Version, Engine: r.Engine, APIKey: routing.Secret(r.APIKey), AdminAPIKey: routing.Secret(r.AdminAPIKey)}
 }
 
 // encodePolicy returns p's key and stored value.
@@ -378,7 +397,7 @@ func encodePolicy(p routing.Policy) (key, val []byte, err error) {
 	if p.ID == "" {
 		return nil, nil, errors.New("empty id")
 	}
-	val, err = json.Marshal(policyRecord(p))
+	val, err = json.Marshal(recordOf(p))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -152,7 +152,7 @@ func encodeRegistration(reg Registration) ([]byte, error) {
 		if p.ID == "" {
 			return nil, fmt.Errorf("policy %d: empty id", p.Index)
 		}
-		rec.Policies[i] = policyRecord(p)
+		rec.Policies[i] = recordOf(p)
 	}
 	return json.Marshal(rec)
 }
@@ -164,7 +164,7 @@ func decodeRegistration(val []byte) (Registration, error) {
 	}
 	reg := Registration{Policies: make([]routing.Policy, len(rec.Policies)), Topology: rec.Topology, Weights: rec.Weights}
 	for i, p := range rec.Policies {
-		reg.Policies[i] = routing.Policy(p)
+		reg.Policies[i] = p.policy()
 	}
 	sortPolicies(reg.Policies)
 	return reg, nil

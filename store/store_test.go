@@ -103,6 +103,11 @@ func testPolicy(i int) routing.Policy {
 		Capacity: 1 + i%3,
 		Labels:   map[string]string{"gpu": "a100", "shard": fmt.Sprint(i % 2)},
 		Draining: i%5 == 0,
+		// Engine and the write-only keys are stored too: the router needs
+		// them back after a restart to probe and update the policy.
+		Engine:      []string{"policyrouter", "sglang", "vllm"}[i%3],
+		APIKey:      routing.Secret(fmt.Sprintf("key-%d", i)),
+		AdminAPIKey: routing.Secret(fmt.Sprintf("admin-%d", i)),
 	}
 }
 

@@ -309,8 +309,8 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 		case !m.inflight[p.ID]:
 			// Not sent yet, or lost in a restart: send it (again).
 			m.inflight[p.ID] = true
-			url := ps.Policy.URL
-			actions.Go(func() { m.act(ctx, u, p.ID, url) })
+			url, key := ps.Policy.URL, ps.Policy.BearerFor(true)
+			actions.Go(func() { m.act(ctx, u, p.ID, url, key) })
 			continue
 		default:
 			continue
@@ -386,9 +386,10 @@ func (m *Manager) settleLocked(ctx context.Context, u *Update, p *Policy, ps rou
 	return true
 }
 
-// act sends the update's action to the policy at url, and records the
+// act sends the update's action to the policy at url, with its admin key
+// (else its API key) as a bearer token when it has one, and records the
 // outcome.
-func (m *Manager) act(ctx context.Context, u *Update, id, url string) {
+func (m *Manager) act(ctx context.Context, u *Update, id, url, key string) {
 	a := u.Spec.Action
 	err := func() error {
 		ctx, cancel := context.WithTimeout(ctx, a.Timeout)
@@ -399,6 +400,9 @@ func (m *Manager) act(ctx context.Context, u *Update, id, url string) {
 		}
 		if len(a.Body) > 0 {
 			req.Header.Set("Content-Type", "application/json")
+		}
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
 		}
 		resp, err := m.cfg.Client.Do(req)
 		if err != nil {

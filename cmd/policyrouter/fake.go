@@ -28,6 +28,13 @@ type fakePolicyConfig struct {
 	Version     int64
 	// TokensPerSecond paces the simulated generations' tokens.
 	TokensPerSecond float64
+	// Engine is the engine whose wire formats the policies serve; APIKey
+	// its --api-key; MaxRunning how many requests run at once (the rest
+	// wait); WeightVersion the engine's version string at start.
+	Engine        string
+	APIKey        string
+	MaxRunning    int
+	WeightVersion string
 }
 
 func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
@@ -41,6 +48,10 @@ func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.FailUpdates, "fail-updates", false, "make POST /update_weights_from_disk answer 500")
 	fs.Int64Var(&c.Version, "version", 0, "weight version the policies report in /idle at start (0: none)")
 	fs.Float64Var(&c.TokensPerSecond, "tokens-per-second", 0, "pace of the tokens of /v1/completions, /v1/chat/completions and /generate (n tokens take n / this); 0: a generation takes one work item's duration")
+	fs.StringVar(&c.Engine, "engine", "policyrouter", "wire formats the policies serve: policyrouter (GET /idle), sglang or vllm")
+	fs.StringVar(&c.APIKey, "api-key", "", "with --engine sglang or vllm: answer 401 to requests without Authorization: Bearer KEY")
+	fs.IntVar(&c.MaxRunning, "max-running", 0, "with --engine sglang or vllm: requests run at once, the rest wait (0: all run)")
+	fs.StringVar(&c.WeightVersion, "weight-version", "default", "with --engine sglang: the weight version string reported at start")
 }
 
 // fakePolicyCommand serves simulated policies' /idle, /work, /generate and
@@ -66,6 +77,7 @@ func fakePolicyCommand(ctx context.Context, args []string) error {
 		Addr: cfg.Addr, MinWork: cfg.MinWork, MaxWork: cfg.MaxWork,
 		PrefixCache: cfg.Prefix, PrefixSpeedup: cfg.Speedup, UpdateTime: cfg.UpdateTime,
 		TokensPerSecond: cfg.TokensPerSecond,
+		Engine:          cfg.Engine, APIKey: cfg.APIKey, MaxRunning: cfg.MaxRunning,
 	})
 	if err != nil {
 		return err
@@ -73,6 +85,7 @@ func fakePolicyCommand(ctx context.Context, args []string) error {
 	for i := range fleet.Len() {
 		fleet.Policy(i).SetVersion(cfg.Version)
 		fleet.Policy(i).SetFailUpdates(cfg.FailUpdates)
+		fleet.Policy(i).SetWeightVersion(cfg.WeightVersion)
 	}
 	for _, u := range fleet.URLs() {
 		fmt.Fprintln(os.Stdout, u)

@@ -1,0 +1,81 @@
+package fakepolicy
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// vllmRoutes are the endpoints of a simulated vLLM server, in the wire
+// formats of vllm-project/vllm: GET /metrics with the gauges of
+// vllm/v1/metrics/loggers.py; GET /health and GET /load of
+// vllm/entrypoints/openai/api_server.py; POST /pause?mode=, POST /resume
+// and GET /is_paused of vllm/entrypoints/serve/rlhf/api_router.py
+// (commit 1ace43ed7b3c, served in dev mode).
+var vllmRoutes = []route{
+	{"GET", "/metrics", (*Policy).serveVLLMMetrics},
+	{"GET", "/load", (*Policy).serveVLLMLoad},
+	{"GET", "/health", (*Policy).serveHealth},
+	{"GET", "/is_paused", (*Policy).serveVLLMIsPaused},
+	{"POST", "/pause", (*Policy).serveVLLMPause},
+	{"POST", "/resume", (*Policy).serveVLLMResume},
+}
+
+// serveVLLMMetrics answers GET /metrics in the Prometheus text format,
+// with the two scheduler gauges of one engine core (label engine="0").
+func (p *Policy) serveVLLMMetrics(w http.ResponseWriter, r *http.Request) {
+	if !p.probed(w, r) {
+		return
+	}
+	running, waiting := p.runningWaiting()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_, _ = fmt.Fprintf(w, `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="fake/model"} %d.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="fake/model"} %d.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="fake/model"} 0.0
+`, running, waiting)
+}
+
+// serveVLLMLoad answers GET /load: {"server_load": n}.
+func (p *Policy) serveVLLMLoad(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"server_load": p.Load()})
+}
+
+func (p *Policy) serveVLLMIsPaused(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"is_paused": p.Paused()})
+}
+
+// serveVLLMPause takes mode as a query parameter: "abort" (default),
+// "wait" or "keep"; another is a 400 {"error": ...}.
+func (p *Policy) serveVLLMPause(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) {
+		return
+	}
+	mode := r.URL.Query().Get("mode")
+	switch mode {
+	case "", "abort", "wait", "keep":
+	default:
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid pause mode " + mode})
+		return
+	}
+	p.engine.paused.Store(true)
+	writeJSON(w, http.StatusOK, map[string]string{"status": "paused"})
+}
+
+func (p *Policy) serveVLLMResume(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) {
+		return
+	}
+	p.engine.paused.Store(false)
+	writeJSON(w, http.StatusOK, map[string]string{"status": "resumed"})
+}

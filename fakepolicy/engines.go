@@ -1,0 +1,135 @@
+package fakepolicy
+
+import (
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// Engines a Fleet can simulate (Options.Engine), beside the default
+// "policyrouter", which serves GET /idle.
+const (
+	EngineSGLang = "sglang"
+	EngineVLLM   = "vllm"
+)
+
+// route is one endpoint of a simulated policy: method, path and handler.
+type route struct {
+	method, path string
+	h            func(*Policy, http.ResponseWriter, *http.Request)
+}
+
+// routes returns the endpoints a policy of the given engine serves: the
+// work endpoints every policy has, and its engine's own.
+func routes(engine string) []route {
+	rs := []route{
+		{"POST", "/work", (*Policy).serveWork},
+		{"POST", "/generate", (*Policy).serveGenerate},
+		{"POST", "/v1/completions", (*Policy).serveCompletions},
+		{"POST", "/v1/chat/completions", (*Policy).serveChat},
+		{"GET", "/v1/models", (*Policy).serveModels},
+		{"GET", "/cache", (*Policy).serveCache},
+	}
+	switch engine {
+	case EngineSGLang:
+		return append(rs, sglangRoutes...)
+	case EngineVLLM:
+		return append(rs, vllmRoutes...)
+	}
+	return append(rs,
+		route{"GET", "/idle", (*Policy).serveIdle},
+		route{"POST", "/update_weights_from_disk", (*Policy).serveUpdate})
+}
+
+// engineState is what a simulated engine adds to a policy.
+type engineState struct {
+	// weightVersion is the engine's version string; nil reads "default",
+	// SGLang's own default.
+	weightVersion atomic.Pointer[string]
+	paused        atomic.Bool
+	// noLoads makes SGLang's GET /v1/loads answer 404, as on servers older
+	// than it, so that GET /get_load is used.
+	noLoads atomic.Bool
+	// calls counts engine calls by "METHOD /path", for tests.
+	calls callLog
+}
+
+// SetWeightVersion sets the version string the simulated engine reports.
+func (p *Policy) SetWeightVersion(v string) { p.engine.weightVersion.Store(&v) }
+
+// WeightVersion returns the version string the simulated engine reports.
+func (p *Policy) WeightVersion() string {
+	if v := p.engine.weightVersion.Load(); v != nil {
+		return *v
+	}
+	return "default"
+}
+
+// SetLegacySGLang makes a simulated SGLang answer GET /v1/loads with 404,
+// like a server from before that endpoint.
+func (p *Policy) SetLegacySGLang(legacy bool) { p.engine.noLoads.Store(legacy) }
+
+// Paused reports whether the simulated engine's generation is paused.
+func (p *Policy) Paused() bool { return p.engine.paused.Load() }
+
+// Calls returns the engine calls the policy received, in order, as
+// "METHOD /path" (without the fleet's /p/{n} prefix).
+func (p *Policy) Calls() []string { return p.engine.calls.list() }
+
+// runningWaiting splits the policy's unfinished work into running and
+// waiting requests: Options.MaxRunning run at once (all of them when 0),
+// the rest wait.
+func (p *Policy) runningWaiting() (running, waiting int) {
+	load := p.Load()
+	if n := p.fleet.opts.MaxRunning; n > 0 && load > n {
+		return n, load - n
+	}
+	return load, 0
+}
+
+// authorized checks the engine's --api-key, as SGLang's and vLLM's
+// API-key middlewares do: with Options.APIKey set, a request without
+// "Authorization: Bearer <key>" is answered 401 {"error": "Unauthorized"}.
+func (p *Policy) authorized(w http.ResponseWriter, r *http.Request) bool {
+	key := p.fleet.opts.APIKey
+	if key == "" || r.Header.Get("Authorization") == "Bearer "+key {
+		return true
+	}
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
+	return false
+}
+
+// probed handles what every load endpoint of a simulated engine shares:
+// the probe count, the delay, the key, and the failure modes (ModeFail
+// 500, ModeGarbage an HTML page, ModeHang no answer). It reports whether
+// the caller should answer normally.
+func (p *Policy) probed(w http.ResponseWriter, r *http.Request) bool {
+	p.probes.Add(1)
+	p.engine.calls.add(r.Method + " " + r.URL.Path)
+	if !p.wait(r, time.Duration(p.delay.Load())) || !p.authorized(w, r) {
+		return false
+	}
+	switch p.Mode() {
+	case ModeHang:
+		select {
+		case <-r.Context().Done():
+		case <-p.fleet.closed:
+		}
+		return false
+	case ModeFail:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "simulated failure"})
+		return false
+	case ModeGarbage:
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<html>not an engine answer</html>\n"))
+		return false
+	}
+	return true
+}
+
+// called is probed for the engine's control endpoints: counted, keyed,
+// but not subject to the failure modes.
+func (p *Policy) called(w http.ResponseWriter, r *http.Request) bool {
+	p.engine.calls.add(r.Method + " " + r.URL.Path)
+	return p.authorized(w, r)
+}

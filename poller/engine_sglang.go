@@ -1,0 +1,143 @@
+package poller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// sglangEngine probes an SGLang server (python -m sglang.launch_server)
+// through its native endpoints:
+//
+//   - load: GET /v1/loads?include=core, running + waiting summed over the
+//     data-parallel ranks; on a server too old to have it (404), the older
+//     GET /get_load, remembered per policy;
+//   - version: GET /get_model_info's weight_version (a string, "default"
+//     unless --weight-version or an update set another);
+//   - health: when the load endpoints fail, GET /health says whether the
+//     server itself is up, and the error says so.
+//
+// The issue that asked for this engine named GET /model_info for the
+// version; the SGLang sources read (below) serve it as /get_model_info
+// (and /get_weight_version), so that is what is probed.
+type sglangEngine struct{}
+
+var _ engine = sglangEngine{}
+
+// sglangLoads is the answer of GET /v1/loads, as built by get_loads in
+// python/sglang/srt/entrypoints/v1_loads.py (sgl-project/sglang, commit
+// 0564b5215b33): {"timestamp", "version" (SGLang's own release, not the
+// weights'), "accelerator", "num_accelerators", "loads": [...]}, one load
+// per DP rank from LoadSnapshot.to_dict in
+// python/sglang/srt/managers/load_snapshot.py: {"dp_rank",
+// "num_running_reqs", "num_waiting_reqs", "num_used_tokens", ...}.
+// include=core keeps only those core fields.
+type sglangLoads struct {
+	Loads *[]struct {
+		NumRunningReqs *int64 `json:"num_running_reqs"`
+		NumWaitingReqs *int64 `json:"num_waiting_reqs"`
+	} `json:"loads"`
+}
+
+// sglangLegacyLoad is one DP rank of GET /get_load, the list of
+// GetLoadReqOutput in python/sglang/srt/managers/io_struct.py
+// (sgl-project/sglang, read at the versions that serve
+// python/sglang/srt/entrypoints/http_server.py commit 0025436eab05):
+// {"dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens"}. num_reqs
+// counts running and waiting requests together (the scheduler's
+// load projection: num_reqs = running + waiting), so it is the load.
+type sglangLegacyLoad struct {
+	NumReqs        *int64 `json:"num_reqs"`
+	NumWaitingReqs *int64 `json:"num_waiting_reqs"`
+}
+
+// sglangModelInfo is the answer of GET /get_model_info in
+// python/sglang/srt/entrypoints/http_server.py (sgl-project/sglang commit
+// 0025436eab05): {"model_path", "tokenizer_path", "is_generation",
+// "preferred_sampling_params", "weight_version"}. weight_version is
+// server_args.weight_version, a string that /update_weights_from_disk
+// and /update_weight_version set; null on servers older than weight
+// versions.
+type sglangModelInfo struct {
+	WeightVersion *string `json:"weight_version"`
+}
+
+func (sglangEngine) probe(ctx context.Context, p *Poller, m *member) (answer, error) {
+	load, err := sglangLoad(ctx, p, m)
+	if err != nil {
+		if _, herr := p.get(ctx, m, "/health", maxJSONBytes); herr == nil {
+			return answer{}, fmt.Errorf("%w (GET /health answers: the server is up but its load is unknown)", err)
+		}
+		return answer{}, err
+	}
+	var a answer
+	idleBelow(&a, load, m.pol.Capacity)
+	body, err := p.get(ctx, m, "/get_model_info", maxJSONBytes)
+	if err != nil {
+		return answer{}, err
+	}
+	var info sglangModelInfo
+	if err := json.Unmarshal(body, &info); err != nil {
+		return answer{}, endpointError(m, "/get_model_info", fmt.Errorf("decode: %w", err))
+	}
+	if info.WeightVersion != nil {
+		if err := versionAnswer(&a, *info.WeightVersion); err != nil {
+			return answer{}, endpointError(m, "/get_model_info", err)
+		}
+	}
+	return a, nil
+}
+
+// sglangLoad returns the server's running + waiting requests over all DP
+// ranks.
+func sglangLoad(ctx context.Context, p *Poller, m *member) (int64, error) {
+	if !m.legacyLoad.Load() {
+		body, err := p.get(ctx, m, "/v1/loads?include=core", maxJSONBytes)
+		switch {
+		case err == nil:
+			var v sglangLoads
+			if err := json.Unmarshal(body, &v); err != nil {
+				return 0, endpointError(m, "/v1/loads?include=core", fmt.Errorf("decode: %w", err))
+			}
+			if v.Loads == nil {
+				return 0, endpointError(m, "/v1/loads?include=core", errors.New(`answer has no "loads"`))
+			}
+			var n int64
+			for i, l := range *v.Loads {
+				if l.NumRunningReqs == nil || l.NumWaitingReqs == nil {
+					return 0, endpointError(m, "/v1/loads?include=core", fmt.Errorf(`loads[%d] lacks "num_running_reqs" or "num_waiting_reqs"`, i))
+				}
+				n += *l.NumRunningReqs + *l.NumWaitingReqs
+			}
+			return n, nil
+		case isStatus(err, http.StatusNotFound):
+			m.legacyLoad.Store(true) // an SGLang older than /v1/loads
+		default:
+			return 0, err
+		}
+	}
+	body, err := p.get(ctx, m, "/get_load", maxJSONBytes)
+	if err != nil {
+		return 0, err
+	}
+	var ranks []sglangLegacyLoad
+	if err := json.Unmarshal(body, &ranks); err != nil {
+		return 0, endpointError(m, "/get_load", fmt.Errorf("decode: %w", err))
+	}
+	var n int64
+	for i, r := range ranks {
+		if r.NumReqs == nil {
+			return 0, endpointError(m, "/get_load", fmt.Errorf(`[%d] lacks "num_reqs"`, i))
+		}
+		n += *r.NumReqs
+	}
+	return n, nil
+}
+
+// endpointError names the endpoint whose answer could not be used.
+func endpointError(m *member, path string, err error) error {
+	_, shown := m.endpoint(path)
+	return fmt.Errorf("GET %s: %w", shown, err)
+}

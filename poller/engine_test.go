@@ -1,0 +1,276 @@
+package poller
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// newEngineFleet starts one simulated server of the engine, requiring
+// the API key key, with maxRunning requests running at once.
+func newEngineFleet(tb testing.TB, engine, key string, maxRunning int) *fakepolicy.Fleet {
+	tb.Helper()
+	f, err := fakepolicy.New(1, nil, fakepolicy.Options{Engine: engine, APIKey: key, MaxRunning: maxRunning})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// An engine policy is idle while running + waiting is below its
+// capacity, its load is that sum, and SGLang's version string is kept
+// with its integer.
+func TestEngineProbeLoadAndVersion(t *testing.T) {
+	for _, engine := range []string{EngineSGLang, EngineVLLM} {
+		t.Run(engine, func(t *testing.T) {
+			f := newEngineFleet(t, engine, "sk-key", 1)
+			fp := f.Policy(0)
+			fp.SetWeightVersion("step-42")
+			p := New(nil, Config{Logger: discard()})
+			defer p.closeIdle()
+			m := newMember(routing.Policy{ID: "p", URL: f.URL(0), Capacity: 2, Engine: engine, APIKey: "sk-key"})
+			for load := range 4 {
+				a, err := p.probe(context.Background(), m)
+				if err != nil {
+					t.Fatalf("load %d: %v", load, err)
+				}
+				if !a.hasLoad || a.load != int64(load) || a.idle != (load < 2) {
+					t.Errorf("load %d: got load %d (has %t) idle %t; want load %d idle %t", load, a.load, a.hasLoad, a.idle, load, load < 2)
+				}
+				switch engine {
+				case EngineSGLang:
+					if !a.hasVersion || a.version != 42 || a.weightVersion != "step-42" {
+						t.Errorf("version %d %q (has %t); want 42 \"step-42\"", a.version, a.weightVersion, a.hasVersion)
+					}
+				case EngineVLLM:
+					if a.hasVersion {
+						t.Errorf("vLLM reported version %d %q; it has no version endpoint", a.version, a.weightVersion)
+					}
+				}
+				fp.StartWorkFor(time.Minute) // one more request: running up to 1, the rest waiting
+			}
+		})
+	}
+}
+
+// An SGLang without /v1/loads is probed on /get_load, and asked for
+// /v1/loads only once.
+func TestSGLangLegacyLoad(t *testing.T) {
+	f := newEngineFleet(t, EngineSGLang, "", 0)
+	fp := f.Policy(0)
+	fp.SetLegacySGLang(true)
+	fp.StartWorkFor(time.Minute)
+	p := New(nil, Config{Logger: discard()})
+	defer p.closeIdle()
+	m := newMember(routing.Policy{ID: "p", URL: f.URL(0), Engine: EngineSGLang})
+	for range 3 {
+		a, err := p.probe(context.Background(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.load != 1 || a.idle || a.weightVersion != "default" || a.version != 0 {
+			t.Errorf("got %+v; want load 1, busy, version \"default\" = 0", a)
+		}
+	}
+	var loads int
+	for _, c := range fp.Calls() {
+		if c == "GET /p/0/v1/loads" || c == "GET /v1/loads" {
+			loads++
+		}
+	}
+	if loads != 1 {
+		t.Errorf("GET /v1/loads asked %d times; want once (calls %v)", loads, fp.Calls())
+	}
+}
+
+// A paused vLLM (dev mode's /is_paused) is busy whatever its load.
+func TestVLLMPausedIsBusy(t *testing.T) {
+	f := newEngineFleet(t, EngineVLLM, "", 0)
+	p := New(nil, Config{Logger: discard()})
+	defer p.closeIdle()
+	m := newMember(routing.Policy{ID: "p", URL: f.URL(0), Engine: EngineVLLM})
+	a, err := p.probe(context.Background(), m)
+	if err != nil || !a.idle {
+		t.Fatalf("got %+v, %v; want idle", a, err)
+	}
+	resp, err := p.client.Post(f.URL(0)+"/pause?mode=keep", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if a, err := p.probe(context.Background(), m); err != nil || a.idle {
+		t.Errorf("paused: got %+v, %v; want busy", a, err)
+	}
+}
+
+// An engine endpoint that answers 500, garbage or 401 (a wrong key) makes
+// the error name that endpoint.
+func TestEngineProbeErrorsNameTheEndpoint(t *testing.T) {
+	tests := []struct {
+		engine, key string
+		mode        fakepolicy.Mode
+		want        []string
+	}{
+		{EngineSGLang, "", fakepolicy.ModeFail, []string{"GET ", "/v1/loads?include=core", "status 500"}},
+		{EngineSGLang, "", fakepolicy.ModeGarbage, []string{"/v1/loads?include=core", "decode"}},
+		{EngineSGLang, "wrong", fakepolicy.ModeNormal, []string{"/v1/loads?include=core", "status 401"}},
+		{EngineVLLM, "", fakepolicy.ModeFail, []string{"/metrics", "status 500"}},
+		{EngineVLLM, "", fakepolicy.ModeGarbage, []string{"/metrics", "parse metrics"}},
+		{EngineVLLM, "wrong", fakepolicy.ModeNormal, []string{"/metrics", "status 401"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.engine+"/"+tt.mode.String()+"/"+tt.key, func(t *testing.T) {
+			f := newEngineFleet(t, tt.engine, "right", 0)
+			f.Policy(0).SetMode(tt.mode)
+			p := New(nil, Config{Logger: discard()})
+			defer p.closeIdle()
+			key := routing.Secret(tt.key)
+			if key == "" {
+				key = "right"
+			}
+			_, err := p.probe(context.Background(), newMember(routing.Policy{ID: "p", URL: f.URL(0), Engine: tt.engine, APIKey: key}))
+			if err == nil {
+				t.Fatal("probe succeeded; want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "right") || strings.Contains(err.Error(), "wrong") {
+				t.Errorf("error %q shows a key", err)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A policy's API key reaches the engine on every probe (the simulated
+// engine answers 401 without it), and no log line or last_error shows
+// it, even at debug level with failing probes.
+func TestEngineKeySentNeverLogged(t *testing.T) {
+	const key = "sk-SECRET-123"
+	for _, engine := range []string{routing.EnginePolicyrouter, EngineSGLang, EngineVLLM} {
+		t.Run(engine, func(t *testing.T) {
+			var logs syncBuffer
+			logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			st := routing.New(routing.Options{Polled: true, FailThreshold: 1, PassThreshold: 1})
+			var good, bad *fakepolicy.Fleet
+			if engine == routing.EnginePolicyrouter {
+				// The native fake checks no key: a server that does is
+				// below, with a handler that demands it.
+				good = newEngineFleet(t, "", "", 0)
+				bad = newEngineFleet(t, "", "", 0)
+			} else {
+				good = newEngineFleet(t, engine, key, 0)
+				bad = newEngineFleet(t, engine, key, 0)
+			}
+			bad.Policy(0).SetMode(fakepolicy.ModeFail)
+			ps := []routing.Policy{
+				{Index: 0, ID: "good", URL: good.URL(0), Engine: engine, APIKey: key, AdminAPIKey: key + "-admin"},
+				{Index: 1, ID: "bad", URL: bad.URL(0), Engine: engine, APIKey: key},
+			}
+			if err := st.Update(ps, routing.Topology{}); err != nil {
+				t.Fatal(err)
+			}
+			logger.Info("policies", "policy", ps[0], "policies", ps)
+			start(t, st, Config{Interval: 10 * time.Millisecond, Logger: logger})
+			eventually(t, "the good policy to be idle", func() bool { return policyStats(st, 0).State == routing.StateIdle })
+			eventually(t, "the bad policy to be unhealthy", func() bool { return policyStats(st, 1).State == routing.StateUnhealthy })
+			if got := logs.String(); strings.Contains(got, "SECRET") || !strings.Contains(got, "probe failed") {
+				t.Errorf("logs show a key, or no failed probe:\n%s", got)
+			}
+			if le := policyStats(st, 1).LastError; le == "" || strings.Contains(le, "SECRET") {
+				t.Errorf("last_error %q: empty, or shows a key", le)
+			}
+		})
+	}
+}
+
+// The native engine sends the key too.
+func TestNativeEngineSendsKey(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	srv := newFake(t, answerWith(200, `{"idle": true}`))
+	srv.Config.Handler = wrapAuth(srv.Config.Handler, &mu, &got)
+	p := New(nil, Config{Logger: discard()})
+	defer p.closeIdle()
+	if _, err := p.probe(context.Background(), newMember(routing.Policy{ID: "p", URL: srv.URL, APIKey: "k1", AdminAPIKey: "k2"})); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, []string{"Bearer k1"}) {
+		t.Errorf("Authorization %v; want the API key", got)
+	}
+}
+
+func TestParseWeightVersion(t *testing.T) {
+	for _, tt := range []struct {
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{"42", 42, false}, {" 7 ", 7, false}, {"step-42", 42, false}, {"v0.43", 43, false},
+		{"default", 0, false}, {"", 0, false}, {"step-", 0, false}, {"9223372036854775808", 0, true},
+	} {
+		got, err := ParseWeightVersion(tt.in)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("ParseWeightVersion(%q) = %d, %v; want %d, error %t", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// vLLM with several engine cores: every series counts.
+func TestVLLMLoadSumsEngines(t *testing.T) {
+	body := `# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 0.0
+`
+	if got, err := vllmLoad([]byte(body)); err != nil || got != 9 {
+		t.Errorf("vllmLoad = %d, %v; want 9", got, err)
+	}
+	if _, err := vllmLoad([]byte("# TYPE other gauge\nother 1\n")); err == nil || !strings.Contains(err.Error(), vllmRunning) {
+		t.Errorf("without the gauges: %v; want an error naming %s", err, vllmRunning)
+	}
+}
+
+// wrapAuth records each request's Authorization header before h.
+func wrapAuth(h http.Handler, mu *sync.Mutex, got *[]string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		*got = append(*got, r.Header.Get("Authorization"))
+		mu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+}
