@@ -98,6 +98,7 @@ func New(state *routing.State) *Metrics {
 	m.reg.MustRegister(m.updates.collectors()...)
 	m.proxy = newProxyMetrics(state)
 	m.reg.MustRegister(m.proxy.collectors()...)
+	m.reg.MustRegister(&hangCollector{state: state, updates: m.updates, now: time.Now})
 	m.reg.MustRegister(m.leader, m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
 		&stateCollector{state: state},
 		collectors.NewGoCollector(),

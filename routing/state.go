@@ -660,6 +660,10 @@ func (st *State) SetVersion(id string, v int64) error {
 	return nil
 }
 
+// LeaseTTL returns the lifetime of leases whose Select names none
+// (Options.LeaseTTL); 0 means they do not expire.
+func (st *State) LeaseTTL() time.Duration { return st.opts.LeaseTTL }
+
 // MinVersion returns the floor SetMinVersion set.
 func (st *State) MinVersion() int64 { return st.floor.Load() }
 
