@@ -384,10 +384,17 @@ class SelectTest(ServerTestCase):
         self.assertIn("load_factor", cm.exception.fields)
 
     def test_assign_session_ids(self):
-        self.register_n(4)
-        got = self.client.assign(3, current_loads=[5, 5, 5, 5], session_ids=["g", None, "g"])["assignments"]
-        self.assertEqual(got[0], got[2])  # one group, one home while under the bound
+        # A group lands on its home as a unit when the home's capacity
+        # takes it all; with capacity 1 its second task would move on.
+        self.register_n(4, capacity=2)
+        got = self.client.assign(3, current_loads=[5, 5, 5, 5], session_ids=["g", None, "g"])
+        self.assertEqual(got["assignments"][0], got["assignments"][2])
+        self.assertEqual(got["sticky"], ["home", None, "home"])
         self.assertEqual(self.client.stats()["sticky"]["hits"], 2)
+        self.client.replace_policies([{"url": f"http://127.0.0.1:9/p{i}", "index": i} for i in range(4)])
+        got = self.client.assign(2, current_loads=[5, 5, 5, 5], session_ids=["g", "g"])
+        self.assertEqual(got["sticky"], ["home", "moved"])
+        self.assertNotEqual(got["assignments"][0], got["assignments"][1])
         with self.assertRaises(ValidationError) as cm:
             self.client.assign(2, session_ids=["g"])
         self.assertIn("session_ids", cm.exception.fields)
