@@ -5,7 +5,7 @@ import random
 import threading
 import time
 
-import requests
+import httpx
 
 from policyrouter import Client, RemoteRouter, RemoteSyncRouter, Unavailable, ValidationError
 
@@ -153,7 +153,9 @@ class RemoteSyncRouterTest(ServerTestCase):
         holder = RemoteSyncRouter(self.client)
         self.assertEqual(holder.select_policy(), 0)
         router = RemoteSyncRouter(self.client, timeout_ms=100)  # no max_wait_s: wait as long as it takes
-        threading.Timer(0.35, holder.release, args=(0,)).start()
+        timer = threading.Timer(0.35, holder.release, args=(0,))
+        timer.start()
+        self.addCleanup(timer.join)  # before the client closes
         start = time.monotonic()
         with self.assertLogs("policyrouter", "WARNING") as logs:
             self.assertEqual(router.select_policy(), 0)
@@ -174,12 +176,8 @@ class RemoteSyncRouterTest(ServerTestCase):
     def test_no_policies_is_not_a_busy_loop(self):
         calls = []
 
-        class Counting(requests.Session):
-            def request(self, method, url, **kw):
-                calls.append(url)
-                return super().request(method, url, **kw)
-
-        client = Client(self.server.url, session=Counting())
+        counting = httpx.Client(event_hooks={"request": [lambda req: calls.append(req.url)]})
+        client = Client(self.server.url, session=counting)
         self.addCleanup(client.session.close)
         for timeout_ms in (0, 1000):
             calls.clear()
