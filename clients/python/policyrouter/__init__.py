@@ -6,9 +6,11 @@ rollout requests to policy servers.
     >>> c.assign(4, current_loads=[3, 1, 2])["assignments"]
     [1, 1, 2, 0]
 
-:class:`Client` speaks the HTTP API, on httpx around a sans-I/O core.
-:class:`RemoteRouter` and :class:`RemoteSyncRouter` have the interface of
-the seed framework's in-process routers. Errors are :class:`PolicyRouterError` subclasses; the
+:class:`Client` speaks the HTTP API and :class:`AsyncClient` does the same
+for asyncio (``await c.assign(...)``), both on httpx around one sans-I/O
+core. :class:`RemoteRouter`, :class:`RemoteSyncRouter` and
+:class:`AsyncRemoteSyncRouter` have the interface of the seed framework's
+in-process routers. Errors are :class:`PolicyRouterError` subclasses; the
 result types are in :mod:`policyrouter.types`.
 """
 
@@ -23,13 +25,16 @@ from .errors import (
     ValidationError,
 )
 from .client import Client, RegisteredPolicy
-from .adapter import RemoteRouter, RemoteSyncRouter
+from .async_client import AsyncClient
+from .adapter import AsyncRemoteSyncRouter, RemoteRouter, RemoteSyncRouter
 
 __all__ = [
     "Client",
+    "AsyncClient",
     "RegisteredPolicy",
     "RemoteRouter",
     "RemoteSyncRouter",
+    "AsyncRemoteSyncRouter",
     "PolicyRouterError",
     "ValidationError",
     "AuthError",

@@ -471,7 +471,7 @@ class ClientCore:
             self._headers["Authorization"] = f"Bearer {token}"
 
     @property
-    def retry_url(self) -> Optional[str]:
+    def _retry_url(self) -> Optional[str]:
         """The router whose connects the transport retries: the one router
         of a client given one; none for several, where a refused
         connection goes to the next router at once."""
@@ -483,7 +483,7 @@ class ClientCore:
             return f"{name}({self.base_urls!r}, base_url={self.base_url!r})"
         return f"{name}({self.base_url!r})"
 
-    def exchange(self, call: Call[T]) -> "Exchange[T]":
+    def _exchange(self, call: Call[T]) -> "Exchange[T]":
         """Start one call."""
         return Exchange(self, call)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import socket
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import httpx
 
@@ -60,6 +60,7 @@ def _mounts(make: Any, retry_url: Optional[str], retries: int) -> Dict[str, Any]
 def sync_session(retry_url: Optional[str], retries: int, verify: Any, cert: Any, pool_maxsize: int) -> httpx.Client:
     """The blocking client's session: connect retries for ``retry_url``."""
     limits = transport_limits(pool_maxsize)
+    verify = _ssl_context(verify, cert)
 
     def make(n: int) -> httpx.HTTPTransport:
         return sync_transport(verify, cert, limits, n)
@@ -71,11 +72,73 @@ def async_session(retry_url: Optional[str], retries: int, verify: Any, cert: Any
                   pool_maxsize: int) -> httpx.AsyncClient:
     """The asyncio client's session: connect retries for ``retry_url``."""
     limits = transport_limits(pool_maxsize)
+    verify = _ssl_context(verify, cert)
 
-    def make(n: int) -> httpx.AsyncHTTPTransport:
-        return httpx.AsyncHTTPTransport(verify=verify, cert=cert, limits=limits, retries=n)
+    def make(n: int) -> "_Shards":
+        return _Shards(lambda: httpx.AsyncHTTPTransport(verify=verify, cert=cert, limits=limits, retries=n))
 
     return httpx.AsyncClient(transport=make(0), mounts=_mounts(make, retry_url, retries))
+
+
+# Calls in flight per connection pool of the asyncio client.
+CALLS_PER_POOL = 32
+
+
+class _Shards(httpx.AsyncBaseTransport):
+    """Connection pools of at most :data:`CALLS_PER_POOL` calls in flight
+    each, made as needed; a call goes to the least busy one.
+
+    httpcore 0.16 (under httpx 0.23) scans every connection of its pool,
+    under a lock, twice per request; with hundreds of coroutines each
+    holding a connection (a waiting ``/select`` does), one pool spent
+    most of the client's time in that scan. Small pools keep a call's
+    cost flat in the number of calls in flight."""
+
+    def __init__(self, make: Any) -> None:
+        self._make = make
+        self._pools: List[List[Any]] = []  # [transport, calls in flight]
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        pool = min(self._pools, key=lambda p: p[1], default=None)
+        if pool is None or pool[1] >= CALLS_PER_POOL:
+            pool = [self._make(), 0]
+            self._pools.append(pool)
+        pool[1] += 1
+        try:
+            resp = await pool[0].handle_async_request(request)
+        except BaseException:
+            pool[1] -= 1
+            raise
+        return httpx.Response(resp.status_code, headers=resp.headers, stream=_Counted(resp.stream, pool),
+                              extensions=resp.extensions)
+
+    async def aclose(self) -> None:
+        for transport, _ in self._pools:
+            await transport.aclose()
+
+
+class _Counted(httpx.AsyncByteStream):
+    """A response body that counts its call out of its pool once closed."""
+
+    def __init__(self, stream: Any, pool: List[Any]) -> None:
+        self._stream = stream
+        self._pool: Optional[List[Any]] = pool
+
+    async def __aiter__(self) -> Any:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            self._pool[1] -= 1
+            self._pool = None
+        await self._stream.aclose()
+
+
+def _ssl_context(verify: Any, cert: Any) -> Any:
+    """One TLS context for a session's transports (loading the CA roots
+    takes a while)."""
+    return httpx.create_ssl_context(verify=verify, cert=cert)
 
 
 def transport_limits(pool_maxsize: int) -> httpx.Limits:

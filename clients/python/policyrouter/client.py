@@ -102,7 +102,7 @@ class Client(_core.ClientCore):
                          f"httpx/{httpx.__version__}")
         self._owns_session = session is None
         if session is None:
-            session = sync_session(self.retry_url, self.retries, True if verify is None else verify, cert,
+            session = sync_session(self._retry_url, self.retries, True if verify is None else verify, cert,
                                    pool_maxsize)
         else:
             _core.check_session_settings(session, httpx.Client, verify, cert)
@@ -415,7 +415,7 @@ class Client(_core.ClientCore):
 
     def _send(self, call: Call[T]) -> T:
         """Send one call, attempt after attempt, as the core says."""
-        ex = self.exchange(call)
+        ex = self._exchange(call)
         while True:
             req = ex.request
             try:

@@ -336,6 +336,20 @@ class SelectTest(ServerTestCase):
             self.client.release()
         self.assertTrue({"lease_id", "index"} & set(cm.exception.fields))
 
+    def test_lease_releases_on_exit_and_on_error(self):
+        self.register_n(2)
+        with self.client.lease(env_id="env-0") as sel:
+            self.assertEqual((sel["index"], self.client.stats()["leases"]), (0, 1))
+        self.assertEqual(self.client.stats()["leases"], 0)
+        with self.assertRaises(KeyError):
+            with self.client.lease():
+                raise KeyError("rollout failed")
+        self.assertEqual(self.client.stats()["leases"], 0)
+        with self.client.lease() as sel:
+            self.client.release(lease_id=sel["lease_id"])  # ended early: nothing to do on exit
+        with self.client.lease(router="node_affinity") as sel:  # the round robin issues no lease
+            self.assertNotIn("lease_id", sel)
+
     def test_select_timeout_is_unavailable_with_retry_after(self):
         self.register_n(1)
         self.client.select()
