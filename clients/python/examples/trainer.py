@@ -2,11 +2,13 @@
 """What a trainer does with policyrouter, start to finish.
 
     policyrouter serve &                       # in another terminal
-    python3 trainer.py [BASE_URL]              # default $POLICYROUTER_URL or http://127.0.0.1:8080
+    python3 trainer.py [BASE_URL] [--replace]  # default $POLICYROUTER_URL or http://127.0.0.1:8080
 
 1. registers 4 policies on two nodes and the topology (the seed's
-   component_distribution) in one atomic call (PUT /registration replaces
-   the router's whole registration: run this against a router of your own),
+   component_distribution) in one atomic call. PUT /registration replaces
+   the router's whole registration, so the script stops if the router
+   already has one (``--replace`` takes it over), and at the end it removes
+   only what it registered, if nobody changed the registration since,
 2. waits until the router has heard from them (GET /readyz),
 3. assigns a batch of 8 rollout tasks with node affinity (async mode) and
    reports them finished,
@@ -71,9 +73,17 @@ def wait_until_heard(client, n, timeout_s=10.0):
 
 
 def main(argv):
-    base_url = argv[1] if len(argv) > 1 else os.environ.get("POLICYROUTER_URL", "http://127.0.0.1:8080")
+    args = [a for a in argv[1:] if a != "--replace"]
+    replace = "--replace" in argv[1:]
+    base_url = args[0] if args else os.environ.get("POLICYROUTER_URL", "http://127.0.0.1:8080")
     client = Client(base_url, token=os.environ.get("POLICYROUTER_TOKEN"))
     print("policyrouter at", base_url, client.healthz())
+    current = client.get_registration()
+    if (current["policies"] or current["topology"]) and not replace:
+        client.close()
+        sys.exit("the router at %s already has a registration (%d policies); this script replaces the whole "
+                 "registration: run it against a router of your own, or pass --replace"
+                 % (base_url, len(current["policies"])))
 
     stubs = []
     urls = [u for u in os.environ.get("POLICYROUTER_POLICY_URLS", "").split(",") if u]
@@ -83,6 +93,7 @@ def main(argv):
     if len(urls) != 4:
         sys.exit("POLICYROUTER_POLICY_URLS must name 4 policy servers")
 
+    ours = None
     try:
         # Policies and the seed's component_distribution in one call: env
         # workers 0-1 and policies (eval workers) 0-1 on node-a, env workers
@@ -96,6 +107,7 @@ def main(argv):
             },
         )
         policies = reg["policies"]
+        ours = {p["id"] for p in policies}
         # A polling router hands a policy out only once it has answered its
         # first /idle probe; that takes one probe round trip.
         wait_until_heard(client, len(policies))
@@ -128,11 +140,15 @@ def main(argv):
         print("router totals: %d policies, %d idle, %d assigned, %d selected"
               % (totals["policies"], totals["idle"], totals["assigned_total"], totals["selected_total"]))
     finally:
-        if stubs:
-            # The stand-ins go away with this process: unregister them.
-            client.replace_registration([], {})
-            for s in stubs:
-                s.shutdown()
+        if stubs and ours is not None:
+            # The stand-ins go away with this process: unregister them, if
+            # the registration is still the one this script made.
+            if {p["id"] for p in client.get_registration()["policies"]} == ours:
+                client.replace_registration([], {})
+            else:
+                print("the registration changed during the run: left as it is")
+        for s in stubs:
+            s.shutdown()
         client.close()
 
 

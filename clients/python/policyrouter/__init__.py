@@ -6,14 +6,16 @@ rollout requests to policy servers.
     >>> c.assign(4, current_loads=[3, 1, 2])["assignments"]
     [1, 1, 2, 0]
 
-:class:`Client` speaks the HTTP API; :class:`RemoteRouter` and
-:class:`RemoteSyncRouter` have the interface of the seed framework's
-in-process routers. Errors are :class:`PolicyRouterError` subclasses.
+:class:`Client` speaks the HTTP API and :class:`AsyncClient` does the same
+for asyncio (``await c.assign(...)``), both on httpx around one sans-I/O
+core. :class:`RemoteRouter`, :class:`RemoteSyncRouter` and
+:class:`AsyncRemoteSyncRouter` have the interface of the seed framework's
+in-process routers. Errors are :class:`PolicyRouterError` subclasses; the
+result types are in :mod:`policyrouter.types`.
 """
 
-__version__ = "0.1.0"
-
-from .errors import (  # noqa: E402
+from ._version import __version__
+from .errors import (
     AuthError,
     Conflict,
     NotFound,
@@ -22,14 +24,17 @@ from .errors import (  # noqa: E402
     Unavailable,
     ValidationError,
 )
-from .client import Client, RegisteredPolicy  # noqa: E402
-from .adapter import RemoteRouter, RemoteSyncRouter  # noqa: E402
+from .client import Client, RegisteredPolicy
+from .async_client import AsyncClient
+from .adapter import AsyncRemoteSyncRouter, RemoteRouter, RemoteSyncRouter
 
 __all__ = [
     "Client",
+    "AsyncClient",
     "RegisteredPolicy",
     "RemoteRouter",
     "RemoteSyncRouter",
+    "AsyncRemoteSyncRouter",
     "PolicyRouterError",
     "ValidationError",
     "AuthError",

@@ -11,7 +11,8 @@ to the service by changing one constructor::
 
 :class:`RemoteRouter` has the seed's ``assign(current_loads, num_tasks,
 env_ids=None) -> List[int]`` and :class:`RemoteSyncRouter` its
-``select_policy(env_id=None)``. The policies and, for node affinity, the
+``select_policy(env_id=None)``; :class:`AsyncRemoteSyncRouter` is the
+latter for asyncio frameworks (``await router.select_policy(env_id)``). The policies and, for node affinity, the
 ``component_distribution`` must be registered with the server first
 (:meth:`Client.replace_registration`, in one call); policy
 ``index`` values are positions in the seed's ``eval_policies`` list.
@@ -44,17 +45,21 @@ release.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import numbers
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional, Sequence
+import weakref
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .async_client import AsyncClient
 from .client import Client
 from .errors import NotFound, Unavailable
+from .types import SelectResult
 
-__all__ = ["RemoteRouter", "RemoteSyncRouter"]
+__all__ = ["RemoteRouter", "RemoteSyncRouter", "AsyncRemoteSyncRouter"]
 
 log = logging.getLogger("policyrouter")
 
@@ -105,7 +110,156 @@ class RemoteRouter:
         return f"RemoteRouter({self.client!r}, router={self.router!r})"
 
 
-class RemoteSyncRouter:
+class _SelectWait:
+    """The waiting rules of ``select_policy``, without I/O: how long the
+    next ``/select`` may wait, and what to do after an ``Unavailable``
+    answer (ask again at once, pause, or give up). One per
+    ``select_policy`` call; both adapters follow it."""
+
+    def __init__(self, timeout_ms: int, max_wait_s: Optional[float], unavailable_after_s: Optional[float]) -> None:
+        self.timeout_ms = timeout_ms
+        self.unavailable_after_s = unavailable_after_s
+        self.start = time.monotonic()
+        self.deadline = None if max_wait_s is None else self.start + max_wait_s
+        self.nothing_since: Optional[float] = None  # first of a run of no_policies / all_unavailable
+        self.wait_ms = timeout_ms
+        self.asked = self.start
+
+    def next_wait_ms(self) -> int:
+        """The ``timeout_ms`` of the next ``/select``, sent now."""
+        self.wait_ms = self.timeout_ms
+        if self.deadline is not None:
+            self.wait_ms = max(0, min(self.wait_ms, int((self.deadline - time.monotonic()) * 1000)))
+        self.asked = time.monotonic()
+        return self.wait_ms
+
+    def after(self, exc: Unavailable) -> Optional[float]:
+        """The pause before asking again (0: at once), or None: give up and
+        raise ``exc``."""
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            return None
+        if exc.code in ("no_policies", "all_unavailable"):
+            if self.nothing_since is None:
+                self.nothing_since = self.asked
+            if self.unavailable_after_s is not None and now - self.nothing_since >= self.unavailable_after_s:
+                return None
+        else:
+            self.nothing_since = None
+        log.warning("policyrouter: %s; waited %.1fs, still waiting", exc.message, now - self.start)
+        # An answer well before the wait ended means there was nothing to
+        # wait for (no policies, shutting down), and with timeout_ms=0 the
+        # server does not wait at all: pause.
+        if self.wait_ms == 0 or now - self.asked < self.wait_ms / 2000.0:
+            pause = exc.retry_after if exc.retry_after is not None else 1.0
+            if self.deadline is not None:
+                pause = min(pause, max(0.0, self.deadline - now))
+            return pause
+        return 0.0
+
+
+class _SyncRouterBase:
+    """What the blocking and the asyncio seed sync routers share: their
+    settings, the leases they hold per policy, and the mapping of
+    ``eval_policies`` objects to indices. No I/O."""
+
+    def __init__(
+        self,
+        client: Any,
+        router: Optional[str] = None,
+        timeout_ms: int = 30000,
+        *,
+        eval_policies: Optional[Sequence[Any]] = None,
+        max_wait_s: Optional[float] = None,
+        release_previous: bool = False,
+        keep_leases: int = 64,
+        lease_ttl_ms: Optional[int] = None,
+        unavailable_after_s: Optional[float] = 30.0,
+        sticky_wait_ms: Optional[int] = None,
+    ) -> None:
+        self.client = client
+        self.router = router
+        self.timeout_ms = int(timeout_ms)
+        self.eval_policies = None if eval_policies is None else list(eval_policies)
+        self.max_wait_s = max_wait_s
+        self.release_previous = release_previous
+        self._keep = max(1, int(keep_leases))
+        self.lease_ttl_ms = lease_ttl_ms
+        self.unavailable_after_s = unavailable_after_s
+        self.sticky_wait_ms = sticky_wait_ms
+        self._lock = threading.Lock()
+        self._held: Dict[int, Deque[str]] = {}
+        # release_previous: the last lease of each thread (blocking) or
+        # task (asyncio).
+        self._local = threading.local()
+        self._last: "weakref.WeakKeyDictionary[asyncio.Task[Any], Tuple[int, str]]" = weakref.WeakKeyDictionary()
+
+    def held_leases(self) -> Dict[int, List[str]]:
+        """The leases this adapter holds, oldest first, by policy index."""
+        with self._lock:
+            return {i: list(h) for i, h in self._held.items() if h}
+
+    def _wait(self) -> _SelectWait:
+        return _SelectWait(self.timeout_ms, self.max_wait_s, self.unavailable_after_s)
+
+    def _select_args(self, env_id: Optional[str], session_id: Optional[str], wait_ms: int) -> Dict[str, Any]:
+        return dict(env_id=env_id, router=self.router, timeout_ms=wait_ms, lease_ttl_ms=self.lease_ttl_ms,
+                    session_id=session_id, sticky_wait_ms=self.sticky_wait_ms if session_id else None)
+
+    def _policy(self, sel: Mapping[str, Any]) -> Any:
+        index = sel["index"]
+        return index if self.eval_policies is None else self.eval_policies[index]
+
+    def _hold(self, sel: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
+        """Keep the answer's lease; return (index, lease), or None when the
+        router issued none."""
+        lease = sel.get("lease_id")
+        if not lease:
+            return None
+        index = int(sel["index"])
+        with self._lock:
+            held = self._held.get(index)
+            if held is None:
+                held = self._held[index] = collections.deque(maxlen=self._keep)
+            held.append(lease)
+        return index, lease
+
+    def _take_oldest(self, index: int) -> Optional[str]:
+        with self._lock:
+            held = self._held.get(index)
+            return held.popleft() if held else None
+
+    def _take(self, index: int, lease: str) -> bool:
+        """Stop holding one lease; False if it was released meanwhile."""
+        with self._lock:
+            held = self._held.get(index)
+            if held is None or lease not in held:
+                return False
+            held.remove(lease)
+            return True
+
+    def _take_all(self) -> List[str]:
+        with self._lock:
+            leases = [lease for held in self._held.values() for lease in held]
+            self._held.clear()
+        return leases
+
+    def _index_of(self, policy: Any) -> int:
+        if self.eval_policies is not None and not isinstance(policy, numbers.Integral):
+            for i, p in enumerate(self.eval_policies):
+                if p is policy:
+                    return i
+            for i, p in enumerate(self.eval_policies):
+                if p == policy:
+                    return i
+            raise ValueError(f"{policy!r} is not one of eval_policies")
+        return int(policy)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.client!r}, router={self.router!r}, timeout_ms={self.timeout_ms})"
+
+
+class RemoteSyncRouter(_SyncRouterBase):
     """The seed's sync routers (``SyncSimpleRouter``,
     ``SyncNodeAffinityRouter``) answered by the service's ``POST /select``.
 
@@ -143,33 +297,7 @@ class RemoteSyncRouter:
             another policy; ``None`` is the server's default, 0.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        router: Optional[str] = None,
-        timeout_ms: int = 30000,
-        *,
-        eval_policies: Optional[Sequence[Any]] = None,
-        max_wait_s: Optional[float] = None,
-        release_previous: bool = False,
-        keep_leases: int = 64,
-        lease_ttl_ms: Optional[int] = None,
-        unavailable_after_s: Optional[float] = 30.0,
-        sticky_wait_ms: Optional[int] = None,
-    ) -> None:
-        self.client = client
-        self.router = router
-        self.timeout_ms = int(timeout_ms)
-        self.eval_policies = None if eval_policies is None else list(eval_policies)
-        self.max_wait_s = max_wait_s
-        self.release_previous = release_previous
-        self._keep = max(1, int(keep_leases))
-        self.lease_ttl_ms = lease_ttl_ms
-        self.unavailable_after_s = unavailable_after_s
-        self.sticky_wait_ms = sticky_wait_ms
-        self._lock = threading.Lock()
-        self._held: Dict[int, Deque[str]] = {}
-        self._local = threading.local()
+    client: Client
 
     # -- the seed's interface ---------------------------------------------
 
@@ -179,32 +307,32 @@ class RemoteSyncRouter:
         ``session_id`` (a trajectory or GRPO group id) asks for the
         session's home policy, waiting for it up to the router's
         ``sticky_wait_ms``."""
-        index = self.select(env_id, session_id=session_id)["index"]
-        if self.eval_policies is not None:
-            return self.eval_policies[index]
-        return index
+        return self._policy(self.select(env_id, session_id=session_id))
 
     # -- beyond the seed ----------------------------------------------------
 
-    def select(self, env_id: Optional[str] = None, session_id: Optional[str] = None) -> Dict[str, Any]:
+    def select(self, env_id: Optional[str] = None, session_id: Optional[str] = None) -> SelectResult:
         """Like :meth:`select_policy`, returning the server's whole answer
-        (``index``, ``id``, ``url``, ``node_id``, ``lease_id``)."""
+        (``index``, ``id``, ``url``, ``node_id``, ``lease_id``, ...)."""
         if self.release_previous:
             prev = getattr(self._local, "last", None)
             self._local.last = None
-            if prev is not None:
-                self._release_lease(*prev)
-        sel = self._select_waiting(env_id, session_id)
-        lease = sel.get("lease_id")
-        if lease:
-            index = int(sel["index"])
-            with self._lock:
-                held = self._held.get(index)
-                if held is None:
-                    held = self._held[index] = collections.deque(maxlen=self._keep)
-                held.append(lease)
-            if self.release_previous:
-                self._local.last = (index, lease)
+            if prev is not None and self._take(*prev):
+                self._release_remote(prev[1])
+        wait = self._wait()
+        while True:
+            try:
+                sel = self.client.select(**self._select_args(env_id, session_id, wait.next_wait_ms()))
+                break
+            except Unavailable as exc:
+                pause = wait.after(exc)
+                if pause is None:
+                    raise
+            if pause:
+                time.sleep(pause)
+        held = self._hold(sel)
+        if held is not None and self.release_previous:
+            self._local.last = held
         return sel
 
     def release(self, policy: Any) -> bool:
@@ -214,46 +342,15 @@ class RemoteSyncRouter:
         round-robin router, or already freed by the server's poller)."""
         index = self._index_of(policy)
         while True:
-            with self._lock:
-                held = self._held.get(index)
-                if not held:
-                    return False
-                lease = held.popleft()
+            lease = self._take_oldest(index)
+            if lease is None:
+                return False
             if self._release_remote(lease):
                 return True
 
     def release_all(self) -> int:
         """Free every lease this adapter holds; return how many were out."""
-        with self._lock:
-            leases = [lease for held in self._held.values() for lease in held]
-            self._held.clear()
-        return sum(1 for lease in leases if self._release_remote(lease))
-
-    def held_leases(self) -> Dict[int, List[str]]:
-        """The leases this adapter holds, oldest first, by policy index."""
-        with self._lock:
-            return {i: list(h) for i, h in self._held.items() if h}
-
-    # -- plumbing -------------------------------------------------------------
-
-    def _index_of(self, policy: Any) -> int:
-        if self.eval_policies is not None and not isinstance(policy, numbers.Integral):
-            for i, p in enumerate(self.eval_policies):
-                if p is policy:
-                    return i
-            for i, p in enumerate(self.eval_policies):
-                if p == policy:
-                    return i
-            raise ValueError(f"{policy!r} is not one of eval_policies")
-        return int(policy)
-
-    def _release_lease(self, index: int, lease: str) -> None:
-        with self._lock:
-            held = self._held.get(index)
-            if held is None or lease not in held:
-                return  # released meanwhile
-            held.remove(lease)
-        self._release_remote(lease)
+        return sum(1 for lease in self._take_all() if self._release_remote(lease))
 
     def _release_remote(self, lease: str) -> bool:
         try:
@@ -262,39 +359,66 @@ class RemoteSyncRouter:
         except NotFound:
             return False  # issued by an earlier server process
 
-    def _select_waiting(self, env_id: Optional[str], session_id: Optional[str] = None) -> Dict[str, Any]:
-        start = time.monotonic()
-        deadline = None if self.max_wait_s is None else start + self.max_wait_s
-        nothing_since: Optional[float] = None  # first of a run of no_policies / all_unavailable
-        while True:
-            wait_ms = self.timeout_ms
-            if deadline is not None:
-                wait_ms = max(0, min(wait_ms, int((deadline - time.monotonic()) * 1000)))
-            asked = time.monotonic()
-            try:
-                return self.client.select(env_id=env_id, router=self.router, timeout_ms=wait_ms,
-                                          lease_ttl_ms=self.lease_ttl_ms, session_id=session_id,
-                                          sticky_wait_ms=self.sticky_wait_ms if session_id else None)
-            except Unavailable as exc:
-                now = time.monotonic()
-                if deadline is not None and now >= deadline:
-                    raise
-                if exc.code in ("no_policies", "all_unavailable"):
-                    if nothing_since is None:
-                        nothing_since = asked
-                    if self.unavailable_after_s is not None and now - nothing_since >= self.unavailable_after_s:
-                        raise
-                else:
-                    nothing_since = None
-                log.warning("policyrouter: %s; waited %.1fs, still waiting", exc.message, now - start)
-                # An answer well before the wait ended means there was
-                # nothing to wait for (no policies, shutting down), and with
-                # timeout_ms=0 the server does not wait at all: pause.
-                if wait_ms == 0 or now - asked < wait_ms / 2000.0:
-                    pause = exc.retry_after if exc.retry_after is not None else 1.0
-                    if deadline is not None:
-                        pause = min(pause, max(0.0, deadline - now))
-                    time.sleep(pause)
 
-    def __repr__(self) -> str:
-        return f"RemoteSyncRouter({self.client!r}, router={self.router!r}, timeout_ms={self.timeout_ms})"
+class AsyncRemoteSyncRouter(_SyncRouterBase):
+    """:class:`RemoteSyncRouter` for asyncio frameworks: the same
+    constructor (on an :class:`~policyrouter.AsyncClient`) and rules, with
+    ``async select_policy(env_id)``; while a ``select_policy`` waits for an
+    idle policy, the event loop runs on. ``release_previous`` frees the
+    previous lease of the same *task* (not thread) at its next
+    ``select_policy``: right when each task sends one request at a time.
+    Cancelling a waiting ``select_policy`` takes no policy (the router drops
+    its request)."""
+
+    client: AsyncClient
+
+    async def select_policy(self, env_id: Optional[str] = None, session_id: Optional[str] = None) -> Any:
+        """Return the index of an idle policy (or ``eval_policies[index]``),
+        waiting for one to become idle; keep its lease for :meth:`release`."""
+        return self._policy(await self.select(env_id, session_id=session_id))
+
+    async def select(self, env_id: Optional[str] = None, session_id: Optional[str] = None) -> SelectResult:
+        """Like :meth:`select_policy`, returning the server's whole answer."""
+        task = asyncio.current_task()
+        if self.release_previous and task is not None:
+            prev = self._last.pop(task, None)
+            if prev is not None and self._take(*prev):
+                await self._release_remote(prev[1])
+        wait = self._wait()
+        while True:
+            try:
+                sel = await self.client.select(**self._select_args(env_id, session_id, wait.next_wait_ms()))
+                break
+            except Unavailable as exc:
+                pause = wait.after(exc)
+                if pause is None:
+                    raise
+            if pause:
+                await asyncio.sleep(pause)
+        held = self._hold(sel)
+        if held is not None and self.release_previous and task is not None:
+            self._last[task] = held
+        return sel
+
+    async def release(self, policy: Any) -> bool:
+        """Free the oldest lease this adapter holds for ``policy``; see
+        :meth:`RemoteSyncRouter.release`."""
+        index = self._index_of(policy)
+        while True:
+            lease = self._take_oldest(index)
+            if lease is None:
+                return False
+            if await self._release_remote(lease):
+                return True
+
+    async def release_all(self) -> int:
+        """Free every lease this adapter holds; return how many were out."""
+        leases = self._take_all()
+        done = await asyncio.gather(*(self._release_remote(lease) for lease in leases))
+        return sum(1 for ok in done if ok)
+
+    async def _release_remote(self, lease: str) -> bool:
+        try:
+            return bool((await self.client.release(lease_id=lease)).get("released"))
+        except NotFound:
+            return False

@@ -1,137 +1,31 @@
-"""HTTP client of the policyrouter API, on ``requests``.
+"""The blocking client of the policyrouter API, on ``httpx.Client``.
 
-Retries are limited to what is safe to repeat:
-
-* GET, the idempotent PUTs (``PUT /policies``, ``PUT /topology``), DELETE,
-  drain and resume (which set a state) are retried up to ``retries`` times
-  on connection errors and on 502/503/504 answers, with a short
-  exponential backoff (honouring a short ``Retry-After``). Read timeouts
-  are not retried: a slow server would only be asked again.
-* ``POST /assign``, ``/select``, ``/release``, ``/complete`` and
-  ``POST /policies`` change routing state each time they run, so they are
-  retried only when ``requests`` failed to *open the connection* (refused,
-  DNS failure, connect timeout): the request was then never sent. Once a
-  request may have reached the server (connection reset mid-request, read
-  timeout, any HTTP answer) the error is raised to the caller.
-  ``register_policy`` with an explicit ``index`` or ``id`` is the
-  exception: the server treats an identical re-registration of an index or
-  id as a no-op (200), so it is retried like a PUT.
-
-With several routers (replicas sharing one etcd, one of them the elected
-leader), a call also fails over, whatever its method, in the two cases
-where the router it went to certainly did nothing:
-
-* a ``503 not_leader`` answer (a follower got a leader-only call: no lease
-  was issued, no load counted). The call is sent to the leader the
-  follower names (``X-Policyrouter-Leader``, or the envelope's
-  ``leader``), or, when it names none (an election is on) or one that
-  already failed this call, to the next router after ``Retry-After``;
-* a connection that could not be opened (refused: a dead router): the
-  call goes to the next router at once, and after a short backoff once
-  every router failed.
-
-This lasts at most ``failover_timeout`` seconds and a few passes over the
-routers; then the last error is raised (:class:`~policyrouter.errors.NotLeader`
-or the ``requests`` exception). Errors after a request may have reached a
-router (reset, read timeout) follow the rules above: a ``/select`` whose
-answer was lost is never sent again, since a lease may have been issued.
+It is a thin shell around the sans-I/O core (:mod:`policyrouter._core`),
+which builds every request, decodes every answer and decides every retry
+and fail-over; this module only sends and sleeps. :class:`AsyncClient`
+(:mod:`policyrouter.async_client`) is the same on ``httpx.AsyncClient``.
+The core's module docs state the retry and fail-over rules.
 """
 
 from __future__ import annotations
 
-import json
-import numbers
-import random
-import threading
+import contextlib
 import time
-import uuid
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-import requests
-from requests.adapters import HTTPAdapter
+import httpx
 
-from . import __version__
-from .errors import NotLeader, Unavailable, error_from_response
+from . import _core
+from ._core import DEFAULT_FAILOVER_TIMEOUT, Answer, Call, RegisteredPolicy, T, Timeout, request_was_not_sent
+from ._transport import sync_session
+from .errors import NotFound
+from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
+                    Update, Weights)
 
 __all__ = ["Client", "RegisteredPolicy", "request_was_not_sent"]
 
-# Statuses after which a safe (idempotent) request is repeated.
-RETRY_STATUSES = frozenset({502, 503, 504})
 
-# Default bound, in seconds, on following not_leader answers and refused
-# connections across routers: an election takes the leader TTL (2 s by
-# default) plus one probe round, with room for a slow one.
-DEFAULT_FAILOVER_TIMEOUT = 15.0
-
-# Passes over the routers one call makes at most while failing over (each
-# pass may also follow one named leader per router).
-FAILOVER_PASSES = 4
-
-# The server's wait of a /select without timeout_ms (its default).
-DEFAULT_SELECT_WAIT_MS = 30000
-
-Timeout = Union[float, Tuple[float, float]]
-
-
-class RegisteredPolicy(dict):
-    """A registered policy as the server returned it (a plain ``dict`` of
-    the wire fields), plus ``created``: ``True`` when the call registered it
-    (201), ``False`` when an identical registration already existed (200)."""
-
-    created: bool
-
-    def __init__(self, body: Mapping[str, Any], created: bool) -> None:
-        super().__init__(body)
-        self.created = created
-
-    def __repr__(self) -> str:
-        return f"RegisteredPolicy({dict.__repr__(self)}, created={self.created!r})"
-
-    def __reduce__(self):
-        return (RegisteredPolicy, (dict(self), self.created))
-
-
-def request_was_not_sent(exc: BaseException) -> bool:
-    """Report whether a ``requests`` exception guarantees that the request
-    never reached the server: the connection could not be opened (refused,
-    unreachable, DNS failure, connect timeout). Any other failure (reset or
-    closed connection, read timeout) may come after the server got the
-    request."""
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return True
-    if not isinstance(exc, requests.exceptions.ConnectionError):
-        return False
-    if isinstance(exc, (requests.exceptions.ProxyError, requests.exceptions.SSLError)):
-        return False
-    # requests wraps urllib3's MaxRetryError, whose reason is the cause.
-    # NewConnectionError (refused, unreachable; NameResolutionError is a
-    # subclass) and ConnectTimeoutError are raised before anything is sent.
-    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
-
-    cause = exc.args[0] if exc.args else None
-    if isinstance(cause, MaxRetryError):
-        cause = cause.reason
-    return isinstance(cause, (NewConnectionError, ConnectTimeoutError))
-
-
-def _to_json_value(obj: Any) -> Any:
-    """json.dumps fallback: numpy scalars and arrays, other int-likes, sets."""
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if hasattr(obj, "__index__"):
-        return obj.__index__()
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
-
-
-def _omit_none(**kw: Any) -> Dict[str, Any]:
-    return {k: v for k, v in kw.items() if v is not None}
-
-
-class Client:
+class Client(_core.ClientCore):
     """A client of one policyrouter server, or of several replicas of it.
 
     Args:
@@ -145,24 +39,28 @@ class Client:
         timeout: seconds to connect and to wait for an answer; a
             ``(connect, read)`` tuple sets them apart. ``select`` waits
             ``timeout_ms`` longer.
-        session: a ``requests.Session`` to use (its adapters, proxies and
-            certificates are kept). By default the client makes its own and
+        session: an ``httpx.Client`` to use (its transport, proxies,
+            certificates and connect retries are kept). By default the
+            client makes its own, with ``retries`` connect retries, and
             closes it in :meth:`close`.
-        retries: how many times a safe request is repeated (see the module
-            docs); 0 disables retries.
+        retries: how many times a safe request is repeated, and how many
+            times the client's own transport retries a connection that
+            could not be opened (see the module docs); 0 disables both.
         backoff: first retry delay in seconds, doubled per attempt, with
             jitter, at most ``max_backoff``.
-        pool_maxsize: connections kept open per host by the client's own
-            session; raise it when many threads share one client.
-        verify: for an ``https://`` server, what ``requests`` verifies its
-            certificate with: ``True`` (the default: the system's or
+        pool_maxsize: connections kept alive between calls (the client
+            opens as many as there are calls at once).
+        verify: for an ``https://`` server, what its certificate is
+            verified with: ``True`` (the default: the system's or
             certifi's roots), the path of a PEM file of CA certificates
             (a private CA, e.g. the router's self-signed certificate), or
             ``False`` (no verification; for experiments only).
         cert: a client certificate, for a server that requires one
             (``--tls-client-ca``): the path of a PEM file holding the
             certificate and its key, or a ``(cert_file, key_file)`` tuple.
-            Bearer tokens still apply on top of it.
+            Bearer tokens still apply on top of it. ``verify`` and
+            ``cert`` configure the client's own session; with a given
+            ``session``, configure them there.
         failover_timeout: the most seconds one call spends following
             ``not_leader`` answers and refused connections from router to
             router (default 15: an election takes the leader TTL, 2 s by
@@ -177,16 +75,12 @@ class Client:
             one that last answered (after a fail-over, the leader found;
             it may be outside ``base_urls`` when a follower named it).
 
-    ``verify`` and ``cert``, when given, are passed to every ``requests``
-    call, so they win over a given ``session``'s settings (and a CA file or
-    ``False`` over the ``REQUESTS_CA_BUNDLE`` environment variable).
-
-    One client can be shared by threads (``requests`` sessions are used that
-    way in practice; the switch of ``base_url`` is locked); every method is
-    one HTTP request, plus retries and fail-over.
-    Methods return the server's JSON as plain dicts and lists, and raise
+    One client can be shared by threads (the switch of ``base_url`` is
+    locked); every method is one HTTP request, plus retries and fail-over.
+    Methods return the server's JSON as plain dicts and lists (typed in
+    :mod:`policyrouter.types`), and raise
     :class:`~policyrouter.errors.PolicyRouterError` subclasses for error
-    answers and ``requests`` exceptions for transport failures.
+    answers and ``httpx.TransportError`` subclasses for transport failures.
     """
 
     def __init__(
@@ -194,7 +88,7 @@ class Client:
         base_url: Union[str, Sequence[str]],
         token: Optional[str] = None,
         timeout: Timeout = 10.0,
-        session: Optional[requests.Session] = None,
+        session: Optional[httpx.Client] = None,
         retries: int = 2,
         *,
         backoff: float = 0.1,
@@ -204,52 +98,15 @@ class Client:
         cert: Union[str, Tuple[str, str], None] = None,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
     ) -> None:
-        urls = [base_url] if isinstance(base_url, str) else list(base_url)
-        if not urls:
-            raise ValueError("base_url must be a URL or a non-empty list of URLs")
-        base_urls: List[str] = []
-        for u in urls:
-            if not isinstance(u, str) or not u or "://" not in u:
-                raise ValueError(f"base_url must be an absolute URL like http://127.0.0.1:8080, not {u!r}")
-            u = u.rstrip("/")
-            if u not in base_urls:
-                base_urls.append(u)
-        if retries < 0:
-            raise ValueError("retries must be >= 0")
-        if not failover_timeout >= 0:
-            raise ValueError("failover_timeout must be >= 0")
-        self.base_urls = base_urls
-        # The URL in use: the first one, then the one that last answered.
-        # Read without the lock (one attribute read), switched under it.
-        self.base_url = base_urls[0]
-        # Position in base_urls of the last listed URL used; rotation on
-        # fail-over goes on from there (also while base_url is a leader
-        # named by a follower that is not in the list).
-        self._pos = 0
-        self._lock = threading.Lock()
-        self.failover_timeout = float(failover_timeout)
-        self.token = token
-        self.timeout = timeout
-        self.retries = int(retries)
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
-        # Only what was given: requests' defaults (and a given session's)
-        # hold otherwise.
-        self._tls: Dict[str, Any] = _omit_none(verify=verify, cert=cert)
+        super().__init__(base_url, token, timeout, retries, backoff, max_backoff, failover_timeout,
+                         f"httpx/{httpx.__version__}")
         self._owns_session = session is None
         if session is None:
-            session = requests.Session()
-            adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_maxsize)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
+            session = sync_session(self._retry_url, self.retries, True if verify is None else verify, cert,
+                                   pool_maxsize)
+        else:
+            _core.check_session_settings(session, httpx.Client, verify, cert)
         self.session = session
-        self._headers = {
-            "Accept": "application/json",
-            "Content-Type": "application/json",
-            "User-Agent": f"policyrouter-python/{__version__} requests/{requests.__version__}",
-        }
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
 
     # -- lifecycle -------------------------------------------------------
 
@@ -263,11 +120,6 @@ class Client:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        if len(self.base_urls) > 1:
-            return f"Client({self.base_urls!r}, base_url={self.base_url!r})"
-        return f"Client({self.base_url!r})"
 
     # -- registration ----------------------------------------------------
 
@@ -289,55 +141,40 @@ class Client:
         answer's ``created`` is then ``False``. A different body for a
         taken index or id raises :class:`~policyrouter.errors.Conflict`
         naming the field that differs, and so does a ``url`` another index
-        already has, unless ``allow_shared_url`` is set. Retried like a PUT when ``index`` or ``id`` is given, else only
-        when the request was never sent.
+        already has, unless ``allow_shared_url`` is set. Retried like a PUT
+        when ``index`` or ``id`` is given, else only when the request was
+        never sent.
         """
-        body = _omit_none(
-            url=url, node_id=node_id, index=None if index is None else int(index), id=id,
-            capacity=None if capacity is None else int(capacity),
-            labels=None if labels is None else dict(labels),
-            allow_shared_url=True if allow_shared_url else None,
-            version=None if version is None else int(version),
-        )
-        # With an index or id the call is idempotent (same body -> 200), so
-        # it may be repeated; without either a repeat would register a
-        # second policy.
-        resp = self._request("POST", "/policies", body, idempotent=index is not None or id is not None)
-        return RegisteredPolicy(resp.json(), created=resp.status_code == 201)
+        return self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url, version))
 
-    def replace_policies(self, policies: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    def replace_policies(self, policies: Iterable[Mapping[str, Any]]) -> List[Policy]:
         """``PUT /policies``: replace the whole set at once (what a trainer
         does at start-up); each entry has the fields of
         :meth:`register_policy`. Returns the stored policies in index order."""
-        body = {"policies": [dict(p) for p in policies]}
-        return self._request("PUT", "/policies", body, idempotent=True).json()["policies"]
+        return self._send(_core.replace_policies(policies))
 
-    def replace_registration(
-        self, policies: Iterable[Mapping[str, Any]], topology: Mapping[str, Any]
-    ) -> Dict[str, Any]:
+    def replace_registration(self, policies: Iterable[Mapping[str, Any]], topology: Mapping[str, Any]) -> Registration:
         """``PUT /registration``: replace every policy and the topology (the
         seed's ``component_distribution``) in one atomic call, checked as a
         whole: what a trainer does at start-up, and how to shrink or
         reshape a fleet. Returns ``{"policies": [...], "topology": {...}}``."""
-        body = {"policies": [dict(p) for p in policies], "topology": dict(topology)}
-        return self._request("PUT", "/registration", body, idempotent=True).json()
+        return self._send(_core.replace_registration(policies, topology))
 
-    def get_registration(self) -> Dict[str, Any]:
+    def get_registration(self) -> Registration:
         """``GET /registration``: every policy and the topology."""
-        return self._request("GET", "/registration").json()
+        return self._send(_core.get_registration())
 
-    def set_weights(self, version: int, max_staleness: Optional[int] = None) -> Dict[str, Any]:
+    def set_weights(self, version: int, max_staleness: Optional[int] = None) -> Weights:
         """``PUT /weights``: record the trainer's current weight version; with
         ``max_staleness``, no router hands work to a policy whose version
         (reported in its ``/idle`` answer) is below ``version -
         max_staleness``. Returns ``{"version", "max_staleness",
         "min_version"}``."""
-        body = _omit_none(version=int(version), max_staleness=None if max_staleness is None else int(max_staleness))
-        return self._request("PUT", "/weights", body, idempotent=True).json()
+        return self._send(_core.set_weights(version, max_staleness))
 
-    def get_weights(self) -> Dict[str, Any]:
+    def get_weights(self) -> Weights:
         """``GET /weights``."""
-        return self._request("GET", "/weights").json()
+        return self._send(_core.get_weights())
 
     def rolling_update(
         self,
@@ -347,7 +184,7 @@ class Client:
         min_available_per_node: Optional[int] = None,
         drain_timeout_ms: Optional[int] = None,
         max_failures: Optional[int] = None,
-    ) -> Dict[str, Any]:
+    ) -> Update:
         """``POST /updates``: roll weight ``version`` through the fleet in
         waves of at most ``max_unavailable`` policies (a count, or a
         percentage string such as ``"25%"``; ``"100%"`` pauses everything).
@@ -356,37 +193,34 @@ class Client:
         listed in the update's ``ready`` and confirms with
         :meth:`update_done`. Returns the update (``state`` ``running``).
         Not retried once sent: a repeat would be a second update (409)."""
-        body = _omit_none(version=int(version), action=None if action is None else dict(action),
-                          max_unavailable=max_unavailable, min_available_per_node=min_available_per_node,
-                          drain_timeout_ms=drain_timeout_ms, max_failures=max_failures)
-        return self._request("POST", "/updates", body).json()
+        return self._send(_core.rolling_update(version, action, max_unavailable, min_available_per_node,
+                                               drain_timeout_ms, max_failures))
 
-    def get_update(self, update_id: str) -> Dict[str, Any]:
+    def get_update(self, update_id: str) -> Update:
         """``GET /updates/{id}``: the update's state, waves and policies."""
-        return self._request("GET", "/updates/" + requests.utils.quote(update_id, safe="")).json()
+        return self._send(_core.get_update(update_id))
 
-    def list_updates(self) -> List[Dict[str, Any]]:
+    def list_updates(self) -> List[Update]:
         """``GET /updates``: every update, newest first."""
-        return self._request("GET", "/updates").json()["updates"]
+        return self._send(_core.list_updates())
 
-    def update_done(self, update_id: str, policies: Iterable[str]) -> Dict[str, Any]:
+    def update_done(self, update_id: str, policies: Iterable[str]) -> Update:
         """``POST /updates/{id}/done``: the trainer has updated these
         policies of the running wave (external mode)."""
-        path = "/updates/" + requests.utils.quote(update_id, safe="") + "/done"
-        return self._request("POST", path, {"policies": list(policies)}, idempotent=True).json()
+        return self._send(_core.update_done(update_id, policies))
 
-    def abort_update(self, update_id: str) -> Dict[str, Any]:
+    def abort_update(self, update_id: str) -> Update:
         """``POST /updates/{id}/abort``: end the update and resume every
         policy it drained."""
-        return self._request("POST", "/updates/" + requests.utils.quote(update_id, safe="") + "/abort").json()
+        return self._send(_core.abort_update(update_id))
 
     def wait_update(
         self,
         update_id: str,
         timeout: Optional[float] = None,
-        on_progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+        on_progress: Optional[Callable[[Update], Any]] = None,
         poll_s: float = 0.2,
-    ) -> Dict[str, Any]:
+    ) -> Update:
         """Poll the update until it ends (``succeeded``, ``failed`` or
         ``aborted``) and return it; ``on_progress`` gets each state seen
         (for external mode, it may update the ``ready`` policies and call
@@ -397,48 +231,48 @@ class Client:
             update = self.get_update(update_id)
             if on_progress is not None:
                 on_progress(update)
-            if update["state"] != "running":
+            if _core.update_ended(update):
                 return update
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"update {update_id} still running after {timeout}s")
             time.sleep(poll_s)
 
-    def list_policies(self) -> List[Dict[str, Any]]:
+    def list_policies(self) -> List[Policy]:
         """``GET /policies``: every policy, in index order."""
-        return self._request("GET", "/policies").json()["policies"]
+        return self._send(_core.list_policies())
 
-    def get_policy(self, id: Union[str, int]) -> Dict[str, Any]:  # noqa: A002
+    def get_policy(self, id: Union[str, int]) -> Policy:  # noqa: A002
         """``GET /policies/{id}``, with the policy's live ``state`` and
         health (``last_error``, ``unhealthy_since``, ``last_ok``). An
         ``int`` names the policy by its index (``/policies/by-index/3``), a
         ``str`` by its id. Raises NotFound for an unknown one."""
-        return self._request("GET", self._policy_path(id)).json()
+        return self._send(_core.get_policy(id))
 
     def delete_policy(self, id: Union[str, int]) -> None:  # noqa: A002
         """``DELETE /policies/{id}``; raises NotFound for an unknown id,
         except when an earlier attempt of this same call may have deleted
         it (then the 404 of the retry is the expected answer)."""
-        self._request("DELETE", self._policy_path(id), idempotent=True, missing_ok_on_retry=True)
+        return self._send(_core.delete_policy(id))
 
-    def drain(self, id: Union[str, int]) -> Dict[str, Any]:  # noqa: A002
+    def drain(self, id: Union[str, int]) -> Policy:  # noqa: A002
         """``POST /policies/{id}/drain``: stop new work to the policy without
         deleting it. Returns the policy (``draining`` true). An ``int``
         names the policy by its index, a ``str`` by its id."""
-        return self._request("POST", self._policy_path(id) + "/drain", idempotent=True).json()
+        return self._send(_core.drain(id))
 
-    def resume(self, id: Union[str, int]) -> Dict[str, Any]:  # noqa: A002
+    def resume(self, id: Union[str, int]) -> Policy:  # noqa: A002
         """``POST /policies/{id}/resume``: undo :meth:`drain`."""
-        return self._request("POST", self._policy_path(id) + "/resume", idempotent=True).json()
+        return self._send(_core.resume(id))
 
     def set_topology(self, component_distribution: Mapping[str, Any]) -> Dict[str, Any]:
         """``PUT /topology`` with the seed's ``component_distribution`` as is:
         ``{"node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0]}}, ...}``.
         Returns the stored topology."""
-        return self._request("PUT", "/topology", dict(component_distribution), idempotent=True).json()
+        return self._send(_core.set_topology(component_distribution))
 
     def get_topology(self) -> Dict[str, Any]:
         """``GET /topology``."""
-        return self._request("GET", "/topology").json()
+        return self._send(_core.get_topology())
 
     # -- routing ---------------------------------------------------------
 
@@ -451,7 +285,7 @@ class Client:
         min_version: Optional[int] = None,
         session_ids: Optional[Sequence[Optional[str]]] = None,
         load_factor: Optional[float] = None,
-    ) -> Dict[str, Any]:
+    ) -> AssignResult:
         """``POST /assign``: spread ``num_tasks`` tasks over the policies.
 
         ``current_loads`` (one load per policy index) is the seed's
@@ -460,23 +294,17 @@ class Client:
         an ``/assign`` router of the server, such as ``"simple"`` or
         ``"node_affinity"`` (its ``openapi.yaml`` lists them; default: the
         server's). ``session_ids`` (``num_tasks`` entries, ``None`` or
-        ``""`` for no key) sends each task of a session (a trajectory, or a
+        ``""`` for no key) sends the tasks of a session (a trajectory, or a
         GRPO group id for group stickiness) to the session's home on the
-        server's consistent-hashing ring, under the load bound whose factor
-        ``load_factor`` sets (default: the server's ``--sticky-load-factor``).
-        Returns ``{"assignments": [...], "policies": {"<index>": {...}}}``.
-        Not retried once sent (tracked loads would be raised twice).
+        server's consistent-hashing ring, as a unit, under the load bound
+        whose factor ``load_factor`` sets (default: the server's
+        ``--sticky-load-factor``). Returns ``{"assignments": [...],
+        "policies": {"<index>": {...}}}``, and ``sticky`` per task when
+        ``session_ids`` were given. Not retried once sent (tracked loads
+        would be raised twice).
         """
-        body = _omit_none(
-            num_tasks=int(num_tasks),
-            current_loads=None if current_loads is None else [int(x) for x in current_loads],
-            env_ids=None if env_ids is None else list(env_ids),
-            router=router,
-            min_version=None if min_version is None else int(min_version),
-            session_ids=None if session_ids is None else [None if s is None else str(s) for s in session_ids],
-            load_factor=None if load_factor is None else float(load_factor),
-        )
-        return self._request("POST", "/assign", body).json()
+        return self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
+                                       load_factor))
 
     def select(
         self,
@@ -488,7 +316,7 @@ class Client:
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
-    ) -> Dict[str, Any]:
+    ) -> SelectResult:
         """``POST /select``: take one idle policy for a sync request,
         waiting up to ``timeout_ms`` (server default 30000, capped by the
         server's ``--max-select-wait``) for one to become idle.
@@ -508,214 +336,100 @@ class Client:
         takes what the router would pick. ``load_factor`` is the factor of
         the home's load bound (default: the server's ``--sticky-load-factor``).
 
-        Returns ``{"index", "id", "url", "node_id", "lease_id"}``; the
+        Returns ``{"index", "id", "url", "node_id", "lease_id", "version"}``
+        (and ``sticky``, where a session landed, when one was named); the
         ``node_affinity`` (round-robin) router issues no ``lease_id``.
         Raises :class:`~policyrouter.errors.Unavailable` (with
         ``retry_after``) when no policy became idle in time. The HTTP read
         timeout is the wait plus the client's timeout. Not retried once
         sent: a lost answer may have taken a policy.
         """
-        body = _omit_none(env_id=env_id, router=router,
-                          timeout_ms=None if timeout_ms is None else int(timeout_ms),
-                          lease_ttl_ms=None if lease_ttl_ms is None else int(lease_ttl_ms),
-                          min_version=None if min_version is None else int(min_version),
-                          session_id=session_id,
-                          sticky_wait_ms=None if sticky_wait_ms is None else int(sticky_wait_ms),
-                          load_factor=None if load_factor is None else float(load_factor))
-        wait_s = (DEFAULT_SELECT_WAIT_MS if timeout_ms is None else max(0, int(timeout_ms))) / 1000.0
-        return self._request("POST", "/select", body, extra_read_s=wait_s).json()
+        return self._send(_core.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id,
+                                       sticky_wait_ms, load_factor))
 
-    def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> Dict[str, Any]:
+    @contextlib.contextmanager
+    def lease(
+        self,
+        env_id: Optional[str] = None,
+        router: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        lease_ttl_ms: Optional[int] = None,
+        min_version: Optional[int] = None,
+        session_id: Optional[str] = None,
+        sticky_wait_ms: Optional[int] = None,
+        load_factor: Optional[float] = None,
+    ) -> Iterator[SelectResult]:
+        """:meth:`select` a policy for the ``with`` block, and release it when
+        the block ends, also on an error::
+
+            with client.lease(env_id="env-3", session_id=traj) as sel:
+                send_rollout_request(sel["url"])
+
+        Yields the :meth:`select` answer. A lease the router already ended
+        (released, expired, freed by its poller, or issued by a router that
+        has since restarted) needs no release and raises nothing."""
+        sel = self.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id, sticky_wait_ms,
+                          load_factor)
+        try:
+            yield sel
+        finally:
+            if sel.get("lease_id"):
+                try:
+                    self.release(lease_id=sel["lease_id"])
+                except NotFound:
+                    pass
+
+    def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> ReleaseResult:
         """``POST /release``: return a selected policy to idle at once, by
         ``lease_id`` or (releasing that policy's oldest lease) by ``index``.
         Idempotent: a lease that already ended (released before, or freed
         when the server saw the policy idle) answers ``{"released": False}``.
         Raises NotFound for a lease the server never issued, or an index
         with no lease out."""
-        body = _omit_none(lease_id=lease_id, index=None if index is None else int(index))
-        return self._request("POST", "/release", body).json()
+        return self._send(_core.release(lease_id, index))
 
-    def complete(self, index: int, count: int = 1) -> Dict[str, Any]:
+    def complete(self, index: int, count: int = 1) -> CompleteResult:
         """``POST /complete``: ``count`` tasks of policy ``index`` finished;
         lowers its tracked load. Returns ``{"index", "load"}``."""
-        return self._request("POST", "/complete", {"index": int(index), "count": int(count)}).json()
+        return self._send(_core.complete(index, count))
 
     # -- reading ---------------------------------------------------------
 
-    def stats(self) -> Dict[str, Any]:
-        """``GET /stats``: per policy, per node and total figures."""
-        return self._request("GET", "/stats").json()
+    def stats(self) -> Stats:
+        """``GET /stats``: per policy, per node and total figures, the
+        ``/select`` calls waiting (``waiters``) and the leases out."""
+        return self._send(_core.stats())
 
-    def healthz(self) -> Dict[str, Any]:
+    def healthz(self) -> Health:
         """``GET /healthz``: ``{"status": "ok"}`` while the process serves."""
-        return self._request("GET", "/healthz").json()
+        return self._send(_core.healthz())
 
-    def readyz(self) -> Dict[str, Any]:
+    def readyz(self) -> Health:
         """``GET /readyz``: ``{"status": "ok"}``; raises Unavailable when the
         server is not ready (after the usual retries), and NotLeader at once
         from a follower replica: only the leader is ready, and following it
         would report another router's readiness."""
-        return self._request("GET", "/readyz", follow_leader=False).json()
+        return self._send(_core.readyz())
 
     # -- plumbing --------------------------------------------------------
 
-    @staticmethod
-    def _policy_path(id: Union[str, int]) -> str:  # noqa: A002
-        if isinstance(id, numbers.Integral) and not isinstance(id, bool) and int(id) >= 0:
-            return "/policies/by-index/" + str(int(id))
-        if not isinstance(id, str) or not id:
-            raise ValueError(f"policy must be an id (a non-empty string) or an index (an int >= 0), not {id!r}")
-        # Escape exactly as Go does for a path (RFC 3986 sub-delims, ':' and
-        # '@' stay literal). Any other escaping makes Go keep the raw path,
-        # which the server's router matches undecoded, and the id is not found.
-        return "/policies/" + requests.utils.quote(id, safe="$&+,:;=@")
-
-    def _timeouts(self, extra_read_s: float) -> Tuple[float, float]:
-        if isinstance(self.timeout, tuple):
-            connect, read = self.timeout
-        else:
-            connect = read = float(self.timeout)
-        return connect, read + extra_read_s
-
-    def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
-        delay = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        return min(delay, self.max_backoff)
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        idempotent: Optional[bool] = None,
-        extra_read_s: float = 0.0,
-        missing_ok_on_retry: bool = False,
-        follow_leader: bool = True,
-    ) -> requests.Response:
-        """Send one API call, with the retries and fail-over the module docs
-        describe; return the 2xx response or raise."""
-        if idempotent is None:
-            idempotent = method in ("GET", "HEAD", "OPTIONS")
-        data = None if body is None else json.dumps(body, default=_to_json_value).encode()
-        headers = dict(self._headers)
-        # One id for every attempt of this call, so server logs tie them up.
-        headers["X-Request-ID"] = uuid.uuid4().hex
-        timeout = self._timeouts(extra_read_s)
-        with self._lock:
-            started_on, pos = self.base_url, self._pos
-        base = started_on
-        attempt = 0  # retries on one router (the module docs' rules)
-        maybe_done = False  # an earlier attempt may have reached the server
-        # Fail-over state: hops to another router (or resends after
-        # not_leader), pauses taken, routers that failed since the last
-        # pause, and the time bound (set at the first hop).
-        hops = pauses = 0
-        max_hops = FAILOVER_PASSES * 2 * (len(self.base_urls) + 1)
-        failed: set = set()
-        deadline: Optional[float] = None
-
-        def next_listed() -> Tuple[str, int]:
-            p = self.base_urls.index(base) if base in self.base_urls else pos
-            p = (p + 1) % len(self.base_urls)
-            return self.base_urls[p], p
-
-        def may_hop(delay: float) -> bool:
-            nonlocal deadline, hops
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + self.failover_timeout
-            if hops >= max_hops or now + delay >= deadline:
-                return False
-            hops += 1
-            if delay > 0:
-                time.sleep(delay)
-            return True
-
+    def _send(self, call: Call[T]) -> T:
+        """Send one call, attempt after attempt, as the core says."""
+        ex = self._exchange(call)
         while True:
+            req = ex.request
             try:
-                resp = self.session.request(method, base + path, data=data, headers=headers,
-                                            timeout=timeout, allow_redirects=False, **self._tls)
-            except requests.exceptions.RequestException as exc:
-                not_sent = request_was_not_sent(exc)
-                if not_sent and (len(self.base_urls) > 1 or base not in self.base_urls):
-                    # Nothing reached this router: any request may go to
-                    # the next one. Pause only once every router failed.
-                    failed.add(base)
-                    nxt, nxt_pos = next_listed()
-                    pause = nxt in failed
-                    if not may_hop(self._delay(pauses, None) if pause else 0.0):
-                        raise
-                    if pause:
-                        pauses += 1
-                        failed.clear()
-                    base, pos = nxt, nxt_pos
-                    continue
-                retryable = not_sent or (
-                    idempotent
-                    and isinstance(exc, requests.exceptions.ConnectionError)
-                    and not isinstance(exc, requests.exceptions.SSLError)
-                )
-                if attempt >= self.retries or not retryable:
+                resp = self.session.request(req.method, req.url, content=req.content, headers=req.headers,
+                                            timeout=req.timeout)
+            except httpx.TransportError as exc:
+                step = ex.failed(exc)
+                if step.error is exc:
                     raise
-                maybe_done = maybe_done or not not_sent
-                time.sleep(self._delay(attempt, None))
-                attempt += 1
-                continue
-            if resp.status_code < 300:
-                self._settle(started_on, base, pos)
-                return resp
-            err = error_from_response(resp)
-            if isinstance(err, NotLeader) and follow_leader:
-                # A follower made no lease and no change: resend anywhere.
-                resp.close()
-                failed.add(base)
-                leader = _leader_url(err.leader)
-                pause = leader is None or leader == base or leader in failed
-                if not pause:
-                    nxt = leader
-                    nxt_pos = self.base_urls.index(leader) if leader in self.base_urls else pos
-                else:
-                    # No leader known (an election), or a stale one: the
-                    # next router, after the follower's Retry-After.
-                    nxt, nxt_pos = next_listed()
-                if not may_hop(self._delay(pauses, err.retry_after) if pause else 0.0):
-                    raise err
-                if pause:
-                    pauses += 1
-                    failed.clear()  # after a pause, what followers say is news
-                base, pos = nxt, nxt_pos
-                continue
-            self._settle(started_on, base, pos)
-            if missing_ok_on_retry and maybe_done and resp.status_code == 404:
-                return resp
-            if idempotent and resp.status_code in RETRY_STATUSES and attempt < self.retries:
-                retry_after = err.retry_after if isinstance(err, Unavailable) else None
-                maybe_done = True
-                resp.close()
-                time.sleep(self._delay(attempt, retry_after))
-                attempt += 1
-                continue
-            raise err
-
-    def _settle(self, started_on: str, base: str, pos: int) -> None:
-        """Make ``base``, a router that answered, the one in use, unless
-        another thread switched while this call was failing over (its news
-        is as fresh)."""
-        if base == started_on:
-            return
-        with self._lock:
-            if self.base_url == started_on:
-                self.base_url, self._pos = base, pos
-
-
-def _leader_url(named: Optional[str]) -> Optional[str]:
-    """The leader URL a not_leader answer named, normalised like base URLs;
-    ``None`` when none (or not an http(s) URL) was named."""
-    if not named:
-        return None
-    named = named.strip().rstrip("/")
-    if not named.lower().startswith(("http://", "https://")) or len(named.split("://", 1)[1]) == 0:
-        return None
-    return named
+            else:
+                step = ex.answered(Answer(resp.status_code, resp.headers, resp.content, resp.reason_phrase))
+            if step.error is not None:
+                raise step.error
+            if step.done:
+                return step.value
+            if step.delay > 0:
+                time.sleep(step.delay)

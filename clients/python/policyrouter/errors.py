@@ -10,8 +10,7 @@ including non-JSON bodies from a proxy) into an instance of
 :class:`PolicyRouterError` or one of its subclasses, chosen by HTTP status.
 
 Transport failures (connection refused, read timeouts) are not wrapped: they
-surface as the ``requests.exceptions.RequestException`` that ``requests``
-raised.
+surface as the ``httpx.TransportError`` that httpx raised.
 """
 
 from __future__ import annotations
@@ -212,7 +211,8 @@ def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Opti
 
 
 def error_from_response(response: Any) -> PolicyRouterError:
-    """Build the error for a non-2xx ``requests.Response``.
+    """Build the error for a non-2xx answer: an ``httpx.Response``, or
+    anything with its ``status_code``, ``headers`` and ``text``.
 
     The class is chosen by status; statuses without a subclass (405, 413,
     415, 500, 502, 504, ...) give a plain :class:`PolicyRouterError`. A body
@@ -242,7 +242,7 @@ def error_from_response(response: Any) -> PolicyRouterError:
         # /readyz answers 503 {"status": "not ready"}, outside the envelope.
         message = body["status"]
     if not message:
-        message = getattr(response, "reason", None) or f"HTTP {status}"
+        message = getattr(response, "reason_phrase", None) or getattr(response, "reason", None) or f"HTTP {status}"
     cls = _BY_STATUS.get(status, PolicyRouterError)
     if cls is Unavailable and code == "not_leader":
         leader = (response.headers.get(LEADER_HEADER) or "").strip()

@@ -176,3 +176,52 @@ def wait_until(cond, timeout: float = 5.0, interval: float = 0.02) -> bool:
             return True
         time.sleep(interval)
     return cond()
+
+
+class AsyncServerTestCase(unittest.IsolatedAsyncioTestCase):
+    """:class:`ServerTestCase` for asyncio tests: a fresh server per test
+    (``self.server``) and an :class:`~policyrouter.AsyncClient` on it
+    (``self.client``); the server must exit 0 on SIGTERM."""
+
+    server_args: tuple = ()
+    client_kw: dict = {}
+
+    def setUp(self) -> None:
+        self.server = Server(*self.server_args)
+        self.addCleanup(self._stop_server)
+
+    async def asyncSetUp(self) -> None:
+        import asyncio
+
+        from policyrouter import AsyncClient
+
+        # IsolatedAsyncioTestCase runs the loop in debug mode, which slows
+        # every task down severalfold and logs each slow step; the tests
+        # measure the client as trainers run it.
+        asyncio.get_running_loop().set_debug(False)
+        self.client = AsyncClient(self.server.url, timeout=5.0, **self.client_kw)
+        self.addAsyncCleanup(self.client.aclose)
+
+    def _stop_server(self) -> None:
+        rc = self.server.stop()
+        self.assertEqual(rc, 0, "policyrouter exited %d after SIGTERM; log:\n%s" % (rc, "".join(self.server.log[-20:])))
+
+    async def register_n(self, n: int, nodes: Optional[List[str]] = None, **kw) -> list:
+        """Register policies 0..n-1 at dummy URLs (node ``nodes[i]``)."""
+        return [await self.client.register_policy(f"http://127.0.0.1:9/p{i}", node_id=None if nodes is None else nodes[i],
+                                                  index=i, **kw) for i in range(n)]
+
+    async def wait_stats(self, cond, timeout: float = 10.0, interval: float = 0.002) -> dict:
+        """Poll GET /stats until cond(stats) holds; return those stats."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            st = await self.client.stats()
+            if cond(st):
+                return st
+            if loop.time() > end:
+                raise AssertionError(f"stats never matched within {timeout}s: waiters={st.get('waiters')} "
+                                     f"leases={st.get('leases')}")
+            await asyncio.sleep(interval)

@@ -1,16 +1,17 @@
 """Adapter tests against the real binary: RemoteRouter and RemoteSyncRouter
 must answer like the seed's routers (tests/seed_reference.py)."""
 
+import asyncio
 import random
 import threading
 import time
 
-import requests
+import httpx
 
-from policyrouter import Client, RemoteRouter, RemoteSyncRouter, Unavailable, ValidationError
+from policyrouter import AsyncRemoteSyncRouter, Client, RemoteRouter, RemoteSyncRouter, Unavailable, ValidationError
 
 from tests import seed_reference as seed
-from tests._server import ServerTestCase
+from tests._server import AsyncServerTestCase, ServerTestCase
 
 CD = {
     "n0": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}},
@@ -153,7 +154,9 @@ class RemoteSyncRouterTest(ServerTestCase):
         holder = RemoteSyncRouter(self.client)
         self.assertEqual(holder.select_policy(), 0)
         router = RemoteSyncRouter(self.client, timeout_ms=100)  # no max_wait_s: wait as long as it takes
-        threading.Timer(0.35, holder.release, args=(0,)).start()
+        timer = threading.Timer(0.35, holder.release, args=(0,))
+        timer.start()
+        self.addCleanup(timer.join)  # before the client closes
         start = time.monotonic()
         with self.assertLogs("policyrouter", "WARNING") as logs:
             self.assertEqual(router.select_policy(), 0)
@@ -174,12 +177,8 @@ class RemoteSyncRouterTest(ServerTestCase):
     def test_no_policies_is_not_a_busy_loop(self):
         calls = []
 
-        class Counting(requests.Session):
-            def request(self, method, url, **kw):
-                calls.append(url)
-                return super().request(method, url, **kw)
-
-        client = Client(self.server.url, session=Counting())
+        counting = httpx.Client(event_hooks={"request": [lambda req: calls.append(req.url)]})
+        client = Client(self.server.url, session=counting)
         self.addCleanup(client.session.close)
         for timeout_ms in (0, 1000):
             calls.clear()
@@ -189,3 +188,71 @@ class RemoteSyncRouterTest(ServerTestCase):
                 router.select_policy()
             self.assertGreaterEqual(time.monotonic() - start, 0.25)
             self.assertLessEqual(len(calls), 3, "re-asks pause for Retry-After when the server answers at once")
+
+
+class AsyncRemoteSyncRouterTest(AsyncServerTestCase):
+    async def test_node_affinity_round_robin_matches_seed(self):
+        await self.register_n(3, nodes=NODES)
+        await self.client.set_topology(CD)
+        router = AsyncRemoteSyncRouter(self.client, router="node_affinity")
+        oracle = seed.SyncNodeAffinityRouter([0, 1, 2], CD)
+        rng = random.Random(5)
+        env_ids = [rng.choice(["env-0", "env-1", "env-2", "env-9", "env-x"]) for _ in range(40)]
+        self.assertEqual([await router.select_policy(e) for e in env_ids], [oracle.select_policy(e) for e in env_ids])
+        self.assertEqual(router.held_leases(), {})
+
+    async def test_simple_matches_seed_fifo(self):
+        # The seed's SyncSimpleRouter: FIFO of idle policies in index order,
+        # a freed policy joins the back.
+        await self.register_n(3)
+        router = AsyncRemoteSyncRouter(self.client, router="simple", max_wait_s=0.1)
+        oracle = seed.SyncSimpleRouter([0, 1, 2], idle=lambda p: p in freed)
+        freed = set()
+        got, want = [], []
+        for step in range(3):
+            got.append(await router.select_policy())
+            want.append(oracle.select_policy())
+        self.assertEqual(got, want)
+        self.assertTrue(await router.release(1))
+        freed.add(1)
+        self.assertEqual(await router.select_policy(), oracle.select_policy())
+        with self.assertRaises(Unavailable):
+            await router.select_policy()
+        self.assertEqual(await router.release_all(), 3)
+        self.assertEqual((await self.client.stats())["leases"], 0)
+
+    async def test_release_previous_is_per_task(self):
+        await self.register_n(2)
+        router = AsyncRemoteSyncRouter(self.client, release_previous=True, max_wait_s=0.2)
+        self.assertEqual([await router.select_policy("env-0") for _ in range(4)], [0, 1, 0, 1])
+        self.assertEqual((await self.client.stats())["leases"], 1)
+        # another task's select does not free this task's lease
+        self.assertEqual(await asyncio.create_task(router.select_policy()), 0)
+        self.assertEqual((await self.client.stats())["leases"], 2)
+
+    async def test_waits_like_the_seed_and_a_cancelled_wait_takes_nothing(self):
+        await self.register_n(1)
+        holder = AsyncRemoteSyncRouter(self.client)
+        self.assertEqual(await holder.select_policy(), 0)
+        router = AsyncRemoteSyncRouter(self.client, timeout_ms=100)  # no max_wait_s: wait as long as it takes
+
+        async def free_later():
+            await asyncio.sleep(0.35)
+            await holder.release(0)
+
+        with self.assertLogs("policyrouter", "WARNING") as logs:
+            freeing = asyncio.create_task(free_later())
+            self.assertEqual(await router.select_policy(), 0)
+            await freeing
+        self.assertGreaterEqual(len(logs.records), 2)  # asked again every 100ms
+
+        waiting = asyncio.create_task(holder.select_policy())
+        await self.wait_stats(lambda s: s["waiters"] == 1)
+        waiting.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await waiting
+        await self.wait_stats(lambda s: s["waiters"] == 0)
+        self.assertTrue(await router.release(0))
+        st = await self.client.stats()
+        self.assertEqual((st["leases"], st["totals"]["idle"]), (0, 1))
+        self.assertEqual(holder.held_leases(), {})

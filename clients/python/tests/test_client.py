@@ -12,7 +12,7 @@ import time
 import unittest
 from email.utils import formatdate
 
-import requests
+import httpx
 
 from policyrouter import (
     AuthError,
@@ -336,6 +336,20 @@ class SelectTest(ServerTestCase):
             self.client.release()
         self.assertTrue({"lease_id", "index"} & set(cm.exception.fields))
 
+    def test_lease_releases_on_exit_and_on_error(self):
+        self.register_n(2)
+        with self.client.lease(env_id="env-0") as sel:
+            self.assertEqual((sel["index"], self.client.stats()["leases"]), (0, 1))
+        self.assertEqual(self.client.stats()["leases"], 0)
+        with self.assertRaises(KeyError):
+            with self.client.lease():
+                raise KeyError("rollout failed")
+        self.assertEqual(self.client.stats()["leases"], 0)
+        with self.client.lease() as sel:
+            self.client.release(lease_id=sel["lease_id"])  # ended early: nothing to do on exit
+        with self.client.lease(router="node_affinity") as sel:  # the round robin issues no lease
+            self.assertNotIn("lease_id", sel)
+
     def test_select_timeout_is_unavailable_with_retry_after(self):
         self.register_n(1)
         self.client.select()
@@ -352,7 +366,9 @@ class SelectTest(ServerTestCase):
         lease = self.client.select()["lease_id"]
         slow = Client(self.server.url, timeout=0.3)
         self.addCleanup(slow.close)
-        threading.Timer(0.6, self.client.release, kwargs={"lease_id": lease}).start()
+        timer = threading.Timer(0.6, self.client.release, kwargs={"lease_id": lease})
+        timer.start()
+        self.addCleanup(timer.join)  # before the client closes
         start = time.monotonic()
         got = slow.select(timeout_ms=3000)  # read timeout 0.3s + 3s
         self.assertGreaterEqual(time.monotonic() - start, 0.5)
@@ -384,12 +400,17 @@ class SelectTest(ServerTestCase):
         self.assertIn("load_factor", cm.exception.fields)
 
     def test_assign_session_ids(self):
-        self.register_n(4, capacity=4)
-        ans = self.client.assign(3, current_loads=[5, 5, 5, 5], session_ids=["g", None, "g"])
-        got = ans["assignments"]
-        self.assertEqual(got[0], got[2])  # one group, one home: its capacity takes it
-        self.assertEqual(ans["sticky"], ["home", None, "home"])
+        # A group lands on its home as a unit when the home's capacity
+        # takes it all; with capacity 1 its second task would move on.
+        self.register_n(4, capacity=2)
+        got = self.client.assign(3, current_loads=[5, 5, 5, 5], session_ids=["g", None, "g"])
+        self.assertEqual(got["assignments"][0], got["assignments"][2])
+        self.assertEqual(got["sticky"], ["home", None, "home"])
         self.assertEqual(self.client.stats()["sticky"]["hits"], 2)
+        self.client.replace_policies([{"url": f"http://127.0.0.1:9/p{i}", "index": i} for i in range(4)])
+        got = self.client.assign(2, current_loads=[5, 5, 5, 5], session_ids=["g", "g"])
+        self.assertEqual(got["sticky"], ["home", "moved"])
+        self.assertNotEqual(got["assignments"][0], got["assignments"][1])
         with self.assertRaises(ValidationError) as cm:
             self.client.assign(2, session_ids=["g"])
         self.assertIn("session_ids", cm.exception.fields)
@@ -513,7 +534,7 @@ class FakeServerTest(unittest.TestCase):
             with self.subTest(path=path, answer="dropped"):
                 self.fake.script[(method, path)] = ["drop"]
                 before = self.fake.count(method, path)
-                with self.assertRaises(requests.ConnectionError):
+                with self.assertRaises(httpx.RemoteProtocolError):
                     call()
                 self.assertEqual(self.fake.count(method, path) - before, 1)
 
@@ -548,29 +569,57 @@ class FakeServerTest(unittest.TestCase):
             self.client.delete_policy("p")
 
     def test_connect_errors_are_retried_for_posts(self):
+        # A port that refuses connections for 0.2 s, then answers once. The
+        # transport's connect retries (after 0 s, then 0.5 s) get the POST
+        # through: a refused connection sent nothing.
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.addCleanup(sock.close)
+        url = "http://127.0.0.1:%d" % sock.getsockname()[1]
+        got = []
+
+        def serve_once():
+            time.sleep(0.2)
+            sock.listen(1)
+            conn, _ = sock.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, body = data.split(b"\r\n\r\n", 1)
+                n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
+                while len(body) < n:
+                    body += conn.recv(65536)
+                got.append(head.split(b"\r\n")[0])
+                payload = b'{"assignments": [0], "policies": {}}'
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+
+        t = threading.Thread(target=serve_once, daemon=True)
+        t.start()
+        c = Client(url, retries=2, backoff=0.001)
+        self.addCleanup(c.close)
+        self.assertEqual(c.assign(1, current_loads=[0])["assignments"], [0])
+        t.join(5)
+        self.assertEqual(got, [b"POST /assign HTTP/1.1"])
+
+        # Without retries the refusal is raised at once, and says so.
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]  # closed once the block ends: connection refused
-
-        calls = []
-
-        class CountingSession(requests.Session):
-            def request(self, *a, **kw):
-                calls.append(a[:2])
-                return super().request(*a, **kw)
-
-        c = Client("http://127.0.0.1:%d" % port, session=CountingSession(), retries=2, backoff=0.001)
-        with self.assertRaises(requests.ConnectionError) as cm:
-            c.assign(1, current_loads=[0])
+            refused = "http://127.0.0.1:%d" % s.getsockname()[1]
+            c = Client(refused, retries=0)
+            self.addCleanup(c.close)
+            with self.assertRaises(httpx.ConnectError) as cm:
+                c.assign(1, current_loads=[0])
         self.assertTrue(request_was_not_sent(cm.exception))
-        self.assertEqual(len(calls), 3)
-        c.close()
-        c.session.close()
 
     def test_request_was_not_sent(self):
-        self.assertTrue(request_was_not_sent(requests.exceptions.ConnectTimeout()))
-        self.assertFalse(request_was_not_sent(requests.exceptions.ReadTimeout()))
-        self.assertFalse(request_was_not_sent(requests.exceptions.ConnectionError("reset")))
+        req = httpx.Request("POST", "http://127.0.0.1:1/select")
+        self.assertTrue(request_was_not_sent(httpx.ConnectTimeout("t", request=req)))
+        self.assertTrue(request_was_not_sent(httpx.ConnectError("refused", request=req)))
+        self.assertFalse(request_was_not_sent(httpx.ReadTimeout("t", request=req)))
+        self.assertFalse(request_was_not_sent(httpx.RemoteProtocolError("closed", request=req)))
+        self.assertFalse(request_was_not_sent(httpx.ReadError("reset", request=req)))
         self.assertFalse(request_was_not_sent(ValueError()))
 
     def test_error_envelope(self):
@@ -619,17 +668,17 @@ class FakeServerTest(unittest.TestCase):
     def test_select_read_timeout_covers_the_wait(self):
         seen = []
 
-        class Recording(requests.Session):
-            def request(self, method, url, **kw):
-                seen.append(kw["timeout"])
-                return super().request(method, url, **kw)
+        def record(request):
+            t = request.extensions["timeout"]
+            seen.append((t["connect"], t["read"]))
 
-        c = Client(self.fake.url, session=Recording(), timeout=2.0)
+        session = httpx.Client(event_hooks={"request": [record]})
+        self.addCleanup(session.close)
+        c = Client(self.fake.url, session=session, timeout=2.0)
         c.select(timeout_ms=5000)
         c.select()
         c.stats()
         self.assertEqual(seen, [(2.0, 7.0), (2.0, 32.0), (2.0, 2.0)])
-        c.session.close()
 
 
 class RetryAfterTest(unittest.TestCase):

@@ -7,12 +7,45 @@ import sys
 from tests._server import CLIENT_ROOT, Server, ServerTestCase
 
 EXAMPLE = os.path.join(CLIENT_ROOT, "examples", "trainer.py")
+ASYNC_EXAMPLE = os.path.join(CLIENT_ROOT, "examples", "async_rollout.py")
 
 
 class ExampleTest(ServerTestCase):
-    def run_example(self, *args, env=None):
-        return subprocess.run([sys.executable, EXAMPLE, *args], capture_output=True, text=True, timeout=60,
+    def run_example(self, *args, env=None, example=EXAMPLE):
+        return subprocess.run([sys.executable, example, *args], capture_output=True, text=True, timeout=120,
                               env=env, cwd=CLIENT_ROOT)
+
+    def test_trainer_leaves_a_registration_it_did_not_make(self):
+        mine = self.client.register_policy("http://127.0.0.1:9/mine", index=0)
+        proc = self.run_example(self.server.url)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("already has a registration", proc.stderr)
+        self.assertEqual(self.client.list_policies(), [dict(mine)])
+        # Asked to, it takes the router over, and cleans up after itself.
+        proc = self.run_example(self.server.url, "--replace")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(self.client.list_policies(), [])
+
+    def test_async_rollout_example(self):
+        # Its stand-ins report weight versions in /idle: the poller runs.
+        server = Server("--poll-interval", "50ms")
+        try:
+            proc = self.run_example(server.url, "--coroutines", "16", "--episodes", "32", "--turns", "3",
+                                    "--step-s", "0.2", example=ASYNC_EXAMPLE)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            self.assertIn("32 episodes done: 96 turns by 16 coroutines", proc.stdout)
+            self.assertIn("turns dispatched below the floor: 0", proc.stdout)
+            self.assertIn("router: 0 waiters, 0 leases out", proc.stdout)
+            from policyrouter import Client
+
+            with Client(server.url) as c:
+                self.assertEqual(c.get_registration()["policies"], [])
+            # A second run refuses nothing: the first one cleaned up.
+            again = self.run_example(server.url, "--coroutines", "4", "--episodes", "4", "--turns", "2",
+                                     example=ASYNC_EXAMPLE)
+            self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
+        finally:
+            self.assertEqual(server.stop(), 0)
 
     def test_trainer_example(self):
         proc = self.run_example(self.server.url)

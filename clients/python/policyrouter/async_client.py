@@ -1,0 +1,311 @@
+"""The asyncio client of the policyrouter API, on ``httpx.AsyncClient``.
+
+:class:`AsyncClient` has every method of :class:`~policyrouter.Client`, with
+the same names, arguments and returned JSON, as coroutines. Both are thin
+shells around the sans-I/O core (:mod:`policyrouter._core`), which builds
+every request, decodes every answer and decides every retry and fail-over;
+this module only sends and sleeps, on the event loop, without threads.
+
+Cancelling a call (``task.cancel()``, ``asyncio.wait_for``,
+``asyncio.timeout``) closes its HTTP connection: a ``select`` waiting on the
+router leaves the router's waiters at once and takes no policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from typing import Any, AsyncIterator, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+import httpx
+
+from . import _core
+from ._core import DEFAULT_FAILOVER_TIMEOUT, Answer, Call, RegisteredPolicy, T, Timeout
+from ._transport import async_session
+from .client import Client
+from .errors import NotFound
+from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
+                    Update, Weights)
+
+__all__ = ["AsyncClient"]
+
+
+class AsyncClient(_core.ClientCore):
+    """The asyncio form of :class:`~policyrouter.Client`: the same
+    constructor, attributes and methods, each a coroutine, on an
+    ``httpx.AsyncClient`` (``session``, when given, must be one).
+
+    One client serves any number of tasks of one event loop: each call
+    opens a connection of its own while others are under way (a waiting
+    ``select`` holds one), and ``pool_maxsize`` of them are kept alive
+    between calls; raise it to the number of calls usually in flight.
+    Close it with ``await client.aclose()`` or ``async with``.
+    """
+
+    def __init__(
+        self,
+        base_url: Union[str, Sequence[str]],
+        token: Optional[str] = None,
+        timeout: Timeout = 10.0,
+        session: Optional[httpx.AsyncClient] = None,
+        retries: int = 2,
+        *,
+        backoff: float = 0.1,
+        max_backoff: float = 2.0,
+        pool_maxsize: int = 32,
+        verify: Union[bool, str, None] = None,
+        cert: Union[str, Tuple[str, str], None] = None,
+        failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
+    ) -> None:
+        super().__init__(base_url, token, timeout, retries, backoff, max_backoff, failover_timeout,
+                         f"httpx/{httpx.__version__} asyncio")
+        self._owns_session = session is None
+        if session is None:
+            session = async_session(self._retry_url, self.retries, True if verify is None else verify, cert,
+                                    pool_maxsize)
+        else:
+            _core.check_session_settings(session, httpx.AsyncClient, verify, cert)
+        self.session = session
+        # Releases that outlive a cancelled lease() block (see there).
+        self._releases: Set["asyncio.Task[Any]"] = set()
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the session if the client made it, after the releases
+        still under way."""
+        if self._releases:
+            await asyncio.gather(*self._releases, return_exceptions=True)
+        if self._owns_session:
+            await self.session.aclose()
+
+    close = aclose
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # -- registration ----------------------------------------------------
+
+    async def register_policy(
+        self,
+        url: str,
+        node_id: Optional[str] = None,
+        index: Optional[int] = None,
+        id: Optional[str] = None,  # noqa: A002 - the wire field's name
+        capacity: Optional[int] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        allow_shared_url: bool = False,
+        version: Optional[int] = None,
+    ) -> RegisteredPolicy:
+        return await self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url,
+                                                      version))
+
+    async def replace_policies(self, policies: Iterable[Mapping[str, Any]]) -> List[Policy]:
+        return await self._send(_core.replace_policies(policies))
+
+    async def replace_registration(self, policies: Iterable[Mapping[str, Any]],
+                                   topology: Mapping[str, Any]) -> Registration:
+        return await self._send(_core.replace_registration(policies, topology))
+
+    async def get_registration(self) -> Registration:
+        return await self._send(_core.get_registration())
+
+    async def set_weights(self, version: int, max_staleness: Optional[int] = None) -> Weights:
+        return await self._send(_core.set_weights(version, max_staleness))
+
+    async def get_weights(self) -> Weights:
+        return await self._send(_core.get_weights())
+
+    async def rolling_update(
+        self,
+        version: int,
+        action: Optional[Mapping[str, Any]] = None,
+        max_unavailable: Union[int, str, None] = None,
+        min_available_per_node: Optional[int] = None,
+        drain_timeout_ms: Optional[int] = None,
+        max_failures: Optional[int] = None,
+    ) -> Update:
+        return await self._send(_core.rolling_update(version, action, max_unavailable, min_available_per_node,
+                                                     drain_timeout_ms, max_failures))
+
+    async def get_update(self, update_id: str) -> Update:
+        return await self._send(_core.get_update(update_id))
+
+    async def list_updates(self) -> List[Update]:
+        return await self._send(_core.list_updates())
+
+    async def update_done(self, update_id: str, policies: Iterable[str]) -> Update:
+        return await self._send(_core.update_done(update_id, policies))
+
+    async def abort_update(self, update_id: str) -> Update:
+        return await self._send(_core.abort_update(update_id))
+
+    async def wait_update(
+        self,
+        update_id: str,
+        timeout: Optional[float] = None,
+        on_progress: Optional[Callable[[Update], Any]] = None,
+        poll_s: float = 0.2,
+    ) -> Update:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            update = await self.get_update(update_id)
+            if on_progress is not None:
+                got = on_progress(update)
+                if inspect.isawaitable(got):  # an async callback may await update_done
+                    await got
+            if _core.update_ended(update):
+                return update
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"update {update_id} still running after {timeout}s")
+            await asyncio.sleep(poll_s)
+
+    async def list_policies(self) -> List[Policy]:
+        return await self._send(_core.list_policies())
+
+    async def get_policy(self, id: Union[str, int]) -> Policy:  # noqa: A002
+        return await self._send(_core.get_policy(id))
+
+    async def delete_policy(self, id: Union[str, int]) -> None:  # noqa: A002
+        return await self._send(_core.delete_policy(id))
+
+    async def drain(self, id: Union[str, int]) -> Policy:  # noqa: A002
+        return await self._send(_core.drain(id))
+
+    async def resume(self, id: Union[str, int]) -> Policy:  # noqa: A002
+        return await self._send(_core.resume(id))
+
+    async def set_topology(self, component_distribution: Mapping[str, Any]) -> Dict[str, Any]:
+        return await self._send(_core.set_topology(component_distribution))
+
+    async def get_topology(self) -> Dict[str, Any]:
+        return await self._send(_core.get_topology())
+
+    # -- routing ---------------------------------------------------------
+
+    async def assign(
+        self,
+        num_tasks: int,
+        current_loads: Optional[Sequence[int]] = None,
+        env_ids: Optional[Sequence[str]] = None,
+        router: Optional[str] = None,
+        min_version: Optional[int] = None,
+        session_ids: Optional[Sequence[Optional[str]]] = None,
+        load_factor: Optional[float] = None,
+    ) -> AssignResult:
+        return await self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
+                                             load_factor))
+
+    async def select(
+        self,
+        env_id: Optional[str] = None,
+        router: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        lease_ttl_ms: Optional[int] = None,
+        min_version: Optional[int] = None,
+        session_id: Optional[str] = None,
+        sticky_wait_ms: Optional[int] = None,
+        load_factor: Optional[float] = None,
+    ) -> SelectResult:
+        return await self._send(_core.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id,
+                                             sticky_wait_ms, load_factor))
+
+    @contextlib.asynccontextmanager
+    async def lease(
+        self,
+        env_id: Optional[str] = None,
+        router: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        lease_ttl_ms: Optional[int] = None,
+        min_version: Optional[int] = None,
+        session_id: Optional[str] = None,
+        sticky_wait_ms: Optional[int] = None,
+        load_factor: Optional[float] = None,
+    ) -> AsyncIterator[SelectResult]:
+        """:meth:`select` a policy for the ``async with`` block, and release
+        it when the block ends, also on an error or a cancellation::
+
+            async with client.lease(env_id="env-3", session_id=traj) as sel:
+                await send_rollout_request(sel["url"])
+
+        Yields the :meth:`select` answer. The release runs in a task of its
+        own, shielded: a block cancelled twice (say by ``asyncio.timeout``
+        and then its task group) still frees the policy; :meth:`aclose`
+        waits for such releases. Cancelling the ``select`` itself, while it
+        waits, closes its request: the router takes no policy for it. A
+        lease the router already ended needs no release and raises
+        nothing."""
+        sel = await self.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id, sticky_wait_ms,
+                                load_factor)
+        try:
+            yield sel
+        finally:
+            if sel.get("lease_id"):
+                task = asyncio.ensure_future(self._release_quietly(sel["lease_id"]))
+                self._releases.add(task)
+                task.add_done_callback(self._releases.discard)
+                await asyncio.shield(task)
+
+    async def _release_quietly(self, lease_id: str) -> None:
+        try:
+            await self.release(lease_id=lease_id)
+        except NotFound:
+            pass  # issued by an earlier server process
+
+    async def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> ReleaseResult:
+        return await self._send(_core.release(lease_id, index))
+
+    async def complete(self, index: int, count: int = 1) -> CompleteResult:
+        return await self._send(_core.complete(index, count))
+
+    # -- reading ---------------------------------------------------------
+
+    async def stats(self) -> Stats:
+        return await self._send(_core.stats())
+
+    async def healthz(self) -> Health:
+        return await self._send(_core.healthz())
+
+    async def readyz(self) -> Health:
+        return await self._send(_core.readyz())
+
+    # -- plumbing --------------------------------------------------------
+
+    async def _send(self, call: Call[T]) -> T:
+        """Send one call, attempt after attempt, as the core says."""
+        ex = self._exchange(call)
+        while True:
+            req = ex.request
+            try:
+                resp = await self.session.request(req.method, req.url, content=req.content, headers=req.headers,
+                                                  timeout=req.timeout)
+            except httpx.TransportError as exc:
+                step = ex.failed(exc)
+                if step.error is exc:
+                    raise
+            else:
+                step = ex.answered(Answer(resp.status_code, resp.headers, resp.content, resp.reason_phrase))
+            if step.error is not None:
+                raise step.error
+            if step.done:
+                return step.value
+            if step.delay > 0:
+                await asyncio.sleep(step.delay)
+
+
+def _share_docs() -> None:
+    """The sync client's docstrings describe both: each coroutine takes its
+    twin's, so that help() shows the same text."""
+    for name, member in vars(AsyncClient).items():
+        twin = getattr(Client, name, None)
+        if name.startswith("_") or twin is None or not callable(member) or member.__doc__:
+            continue
+        member.__doc__ = twin.__doc__
+
+
+_share_docs()
