@@ -63,12 +63,7 @@ func TestHAPythonClientFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three router processes, a Python client and two leader kills")
 	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
-	if err := exec.Command("python3", "-c", "import requests").Run(); err != nil {
-		t.Skip("python3 has no requests module")
-	}
+	python := pythonWithHTTPX(t)
 	const (
 		kills     = 2
 		nPolicies = 4
@@ -101,7 +96,7 @@ func TestHAPythonClientFailover(t *testing.T) {
 	root, _ := filepath.Abs("../..")
 	ctx, cancel := context.WithTimeout(context.Background(), scriptMax)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "python3", append([]string{filepath.Join("testdata", "ha_python_client.py"),
+	cmd := exec.CommandContext(ctx, python, append([]string{filepath.Join("testdata", "ha_python_client.py"),
 		strconv.Itoa(threads), strconv.Itoa(timeoutMS), strconv.Itoa(int(scriptMax/time.Second) - 10)}, allURLs...)...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients/python"))
 	var stdout, stderr bytes.Buffer

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-import requests
+import httpx
 
 from policyrouter import Client, NotLeader, PolicyRouterError, Unavailable
 
@@ -64,7 +64,7 @@ def main() -> int:
         return None then."""
         try:
             return fn()
-        except (PolicyRouterError, requests.exceptions.RequestException) as exc:
+        except (PolicyRouterError, httpx.HTTPError) as exc:
             if isinstance(exc, NotLeader):
                 kind = "not_leader"
             elif isinstance(exc, Unavailable):
