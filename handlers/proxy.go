@@ -65,6 +65,7 @@ const (
 	HeaderEnvID            = "X-Env-ID"
 	HeaderMinWeightVersion = "X-Min-Weight-Version"
 	HeaderRouter           = "X-Router"
+	HeaderStickyWaitMS     = "X-Sticky-Wait-MS"
 	HeaderPolicyIndex      = "X-Policy-Index"
 	HeaderPolicyID         = "X-Policy-ID"
 	HeaderWeightVersion    = "X-Weight-Version"
@@ -277,6 +278,15 @@ func (s *Server) proxySelectRequest(r *http.Request) (routing.SelectRequest, str
 	}
 	if err := routing.CheckSession(HeaderSessionID, req.Session); err != nil {
 		return req, "", err
+	}
+	// X-Sticky-Wait-MS: how long a session waits for its busy home (its
+	// cache), as /select's sticky_wait_ms; none spills at once.
+	if v := h.Get(HeaderStickyWaitMS); v != "" {
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms < 0 || ms > 3600000 {
+			return req, "", fieldError(HeaderStickyWaitMS, "must be an integer between 0 and 3600000, not "+strconv.Quote(v))
+		}
+		req.StickyWait = min(time.Duration(ms)*time.Millisecond, req.Wait)
 	}
 	if v := h.Get(HeaderMinWeightVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)

@@ -423,6 +423,7 @@ func TestProxyBadInput(t *testing.T) {
 		{HeaderRouter, "node_affinity"}, // round robin issues no lease
 		{HeaderRouter, "fifo"},
 		{HeaderSessionID, strings.Repeat("s", 300)},
+		{HeaderStickyWaitMS, "-5"},
 	} {
 		req := ts.request("POST", "/generate", `{}`)
 		req.Header.Set(tt.header, tt.value)

@@ -8,6 +8,7 @@ from tests._server import CLIENT_ROOT, Server, ServerTestCase
 
 EXAMPLE = os.path.join(CLIENT_ROOT, "examples", "trainer.py")
 ASYNC_EXAMPLE = os.path.join(CLIENT_ROOT, "examples", "async_rollout.py")
+PROXY_EXAMPLE = os.path.join(CLIENT_ROOT, "examples", "proxy_stream.py")
 
 
 class ExampleTest(ServerTestCase):
@@ -46,6 +47,26 @@ class ExampleTest(ServerTestCase):
             self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
         finally:
             self.assertEqual(server.stop(), 0)
+
+    def test_proxy_stream_example(self):
+        # Simulated policies that serve /generate and /v1/chat/completions,
+        # streaming 8 tokens in 4 ms.
+        from tests._server import binary
+
+        fake = subprocess.Popen([binary(), "fake-policy", "--n", "4", "--tokens-per-second", "2000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            urls = [fake.stdout.readline().strip() for _ in range(4)]
+            self.client.replace_policies([{"url": u, "index": i, "capacity": 2} for i, u in enumerate(urls)])
+            proc = self.run_example(self.server.url, "--episodes", "4", "--turns", "4", example=PROXY_EXAMPLE)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            # Each episode waits for its home: every turn lands there.
+            self.assertIn("4 of 4 episodes kept one policy for all their turns", proc.stdout)
+            self.assertEqual(self.client.stats()["leases"], 0)
+        finally:
+            fake.terminate()
+            fake.wait(timeout=10)
+            fake.stdout.close()
 
     def test_trainer_example(self):
         proc = self.run_example(self.server.url)
