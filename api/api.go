@@ -213,7 +213,15 @@ type ReleaseResponse struct {
 	LeaseID  string `json:"lease_id"`
 	Index    *int   `json:"index,omitempty"`
 	ID       string `json:"id,omitempty"`
+	// Reason says why a lease that had already ended ended, when the
+	// router knows: "aborted" for one a rolling update in pause mode abort
+	// ended (its engine aborted the work: resubmit elsewhere).
+	Reason string `json:"reason,omitempty"`
 }
+
+// ReleaseReasonAborted is ReleaseResponse.Reason for a lease ended by an
+// update's abort.
+const ReleaseReasonAborted = "aborted"
 
 // CompleteRequest is the body of POST /complete.
 type CompleteRequest struct {
@@ -276,19 +284,30 @@ type PolicyStats struct {
 	// engine's string such as "step-42"; "" before any); Version is its
 	// integer, which orders versions.
 	WeightVersion string `json:"weight_version"`
+	// UpdateError is why the latest rolling update failed this policy (the
+	// engine's message), while it stays drained: State is then
+	// "update_failed".
+	UpdateError string `json:"update_error,omitempty"`
 }
+
+// StateUpdateFailed is the /stats state of a policy a rolling update
+// failed and left drained (quarantined) until an operator resumes it.
+const StateUpdateFailed = "update_failed"
 
 // StateCounts counts policies by state.
 type StateCounts struct {
-	Policies  int   `json:"policies"`
-	Idle      int   `json:"idle"`
-	Busy      int   `json:"busy"`
-	Unhealthy int   `json:"unhealthy"`
-	Draining  int   `json:"draining"`
-	Unknown   int   `json:"unknown"`
-	Load      int64 `json:"load"`
-	Inflight  int   `json:"inflight"`
-	Capacity  int   `json:"capacity"`
+	Policies  int `json:"policies"`
+	Idle      int `json:"idle"`
+	Busy      int `json:"busy"`
+	Unhealthy int `json:"unhealthy"`
+	Draining  int `json:"draining"`
+	Unknown   int `json:"unknown"`
+	// UpdateFailed counts the policies quarantined by a failed update
+	// (state update_failed), not counted as draining.
+	UpdateFailed int   `json:"update_failed"`
+	Load         int64 `json:"load"`
+	Inflight     int   `json:"inflight"`
+	Capacity     int   `json:"capacity"`
 	// SelectedTotal and AssignedTotal add up the policies' counters.
 	SelectedTotal uint64 `json:"selected_total"`
 	AssignedTotal uint64 `json:"assigned_total"`
@@ -472,6 +491,22 @@ type UpdateRequest struct {
 	MinAvailablePerNode *int            `json:"min_available_per_node,omitempty" validate:"omitempty,min=0,max=100000"`
 	DrainTimeoutMS      *int            `json:"drain_timeout_ms,omitempty" validate:"omitempty,min=0,max=86400000"`
 	MaxFailures         *int            `json:"max_failures,omitempty" validate:"omitempty,min=0,max=100000"`
+	// ModelPath is the checkpoint engines load from disk (SGLang:
+	// /update_weights_from_disk); absent with no action is external mode.
+	ModelPath string `json:"model_path,omitempty" validate:"omitempty,max=4096"`
+	// PauseMode is how work in flight is handled: "wait" (default: drain
+	// the policy's leases, then pause), "abort" (the engine aborts it and
+	// the leases end at once, reading "aborted"), "retract" or "in_place"
+	// (SGLang) or "keep" (vLLM), passed to the engine. A mode a registered
+	// policy's engine has not got is refused.
+	PauseMode string `json:"pause_mode,omitempty"`
+	// SetFloor moves the /weights floor to version when the update
+	// succeeds.
+	SetFloor bool `json:"set_floor,omitempty"`
+	// PhaseTimeoutMS fails a policy that stays longer in one step of its
+	// update, saying why; absent: only the confirmation of the version is
+	// bounded (30 s).
+	PhaseTimeoutMS *int `json:"phase_timeout_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
 }
 
 // UpdateAction is the HTTP request that makes a policy load the weights.
@@ -504,6 +539,35 @@ type UpdatePolicy struct {
 	// drain_timeout_ms.
 	DrainTimedOut bool   `json:"drain_timed_out"`
 	Error         string `json:"error,omitempty"`
+	// Engine is the policy's engine; Step its step while updating (pause,
+	// load, ready, version, resume, confirm), empty otherwise.
+	Engine string `json:"engine"`
+	Step   string `json:"step,omitempty"`
+	// InPhaseMS is how long the policy has been in its phase, InStepMS in
+	// its step.
+	InPhaseMS float64 `json:"in_phase_ms"`
+	InStepMS  float64 `json:"in_step_ms"`
+	// ExpectedVersion is the update's version; ReportedVersion and
+	// WeightVersion what the policy last reported.
+	ExpectedVersion int64  `json:"expected_version"`
+	ReportedVersion int64  `json:"reported_version"`
+	WeightVersion   string `json:"weight_version"`
+	// LastCall is the last call the update made to the policy; null
+	// before any.
+	LastCall *UpdateCall `json:"last_call"`
+	// AbortedLeases counts the leases pause mode abort ended.
+	AbortedLeases int `json:"aborted_leases"`
+}
+
+// UpdateCall is a call a rolling update made to a policy: Status 0 while
+// it is in flight or when it got no answer (Error says why).
+type UpdateCall struct {
+	Method     string    `json:"method"`
+	Path       string    `json:"path"`
+	Status     int       `json:"status"`
+	Error      string    `json:"error,omitempty"`
+	Time       time.Time `json:"time"`
+	DurationMS float64   `json:"duration_ms"`
 }
 
 // Update is a rolling update and its progress.
@@ -512,15 +576,22 @@ type Update struct {
 	State   string `json:"state"` // running, succeeded, failed, aborted
 	Version int64  `json:"version"`
 	// External is true without an action: the trainer updates each wave.
-	External            bool       `json:"external"`
-	MaxUnavailable      int        `json:"max_unavailable"`
-	MinAvailablePerNode int        `json:"min_available_per_node"`
-	DrainTimeoutMS      int64      `json:"drain_timeout_ms"`
-	MaxFailures         int        `json:"max_failures"`
-	Created             time.Time  `json:"created"`
-	Ended               *time.Time `json:"ended"`
-	Waves               int        `json:"waves"`
-	Failures            int        `json:"failures"`
+	External            bool   `json:"external"`
+	MaxUnavailable      int    `json:"max_unavailable"`
+	MinAvailablePerNode int    `json:"min_available_per_node"`
+	DrainTimeoutMS      int64  `json:"drain_timeout_ms"`
+	MaxFailures         int    `json:"max_failures"`
+	ModelPath           string `json:"model_path,omitempty"`
+	PauseMode           string `json:"pause_mode"`
+	SetFloor            bool   `json:"set_floor"`
+	PhaseTimeoutMS      int64  `json:"phase_timeout_ms"`
+	// Floor is the /weights floor the update set on success (set_floor); 0
+	// when none.
+	Floor    int64      `json:"floor"`
+	Created  time.Time  `json:"created"`
+	Ended    *time.Time `json:"ended"`
+	Waves    int        `json:"waves"`
+	Failures int        `json:"failures"`
 	// CapacityHeld is how many policies the update keeps out of routing
 	// now: draining, updating, or failed (failed ones stay drained).
 	CapacityHeld int `json:"capacity_held"`

@@ -116,6 +116,10 @@ func (p *Policy) serveSGLangPause(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"object": "error", "message": "Invalid mode: " + req.Mode, "code": 400})
 		return
 	}
+	if req.Mode == "abort" {
+		p.abortWork()
+	}
+	p.engine.pauseMode.Store(&req.Mode)
 	p.engine.paused.Store(true)
 	writeJSON(w, http.StatusOK, map[string]string{"message": "Generation paused successfully.", "status": "ok"})
 }

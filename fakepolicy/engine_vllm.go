@@ -68,6 +68,13 @@ func (p *Policy) serveVLLMPause(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid pause mode " + mode})
 		return
 	}
+	if mode == "" {
+		mode = "abort"
+	}
+	if mode == "abort" {
+		p.abortWork()
+	}
+	p.engine.pauseMode.Store(&mode)
 	p.engine.paused.Store(true)
 	writeJSON(w, http.StatusOK, map[string]string{"status": "paused"})
 }

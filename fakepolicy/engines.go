@@ -52,6 +52,17 @@ type engineState struct {
 	noLoads atomic.Bool
 	// calls counts engine calls by "METHOD /path", for tests.
 	calls callLog
+	// pauseMode is the mode of the last pause.
+	pauseMode atomic.Pointer[string]
+}
+
+// PauseMode returns the mode the simulated engine was last paused in ("" if
+// never): SGLang's body "mode", vLLM's query "mode" ("abort" when absent).
+func (p *Policy) PauseMode() string {
+	if m := p.engine.pauseMode.Load(); m != nil {
+		return *m
+	}
+	return ""
 }
 
 // SetWeightVersion sets the version string the simulated engine reports.
@@ -127,9 +138,24 @@ func (p *Policy) probed(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// called is probed for the engine's control endpoints: counted, keyed,
-// but not subject to the failure modes.
+// called is probed for the engine's control endpoints: counted (with
+// the query, if any: "POST /pause?mode=keep"), keyed, but not subject to
+// the failure modes.
 func (p *Policy) called(w http.ResponseWriter, r *http.Request) bool {
-	p.engine.calls.add(r.Method + " " + r.URL.Path)
+	call := r.Method + " " + r.URL.Path
+	if r.URL.RawQuery != "" {
+		call += "?" + r.URL.RawQuery
+	}
+	p.engine.calls.add(call)
 	return p.authorized(w, r)
+}
+
+// abortWork drops the policy's unfinished work items, as an engine paused
+// in abort mode aborts its requests in flight: its load reads 0 at once.
+// (A POST /generate already waiting still answers when its time is up.)
+func (p *Policy) abortWork() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.jobs)
+	p.jobs = p.jobs[:0]
 }

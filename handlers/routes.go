@@ -167,7 +167,11 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		}
 		sel, err = s.State.Release(lease)
 		if errors.Is(err, routing.ErrLeaseEnded) {
-			writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: false, LeaseID: req.LeaseID})
+			out := api.ReleaseResponse{Released: false, LeaseID: req.LeaseID}
+			if errors.Is(err, routing.ErrLeaseAborted) {
+				out.Reason = api.ReleaseReasonAborted
+			}
+			writeJSON(w, http.StatusOK, out)
 			return
 		}
 	} else {

@@ -37,7 +37,7 @@ func (s *Server) buildStats() api.Stats {
 	}
 	if s.Updates != nil {
 		if u, ok := s.Updates.Latest(); ok {
-			a := updateToAPI(u)
+			a := updateToAPI(u, now)
 			sum := &api.UpdateSummary{ID: a.ID, State: a.State, Version: a.Version, Waves: a.Waves, Failures: a.Failures,
 				CapacityHeld: a.CapacityHeld, Phases: map[string]int{}}
 			for _, p := range a.Policies {
@@ -49,7 +49,17 @@ func (s *Server) buildStats() api.Stats {
 	if s.Poller != nil {
 		out.Poller = pollerStats(s.Poller.Stats())
 	}
+	var quarantined map[string]string
+	if s.Updates != nil {
+		quarantined = s.Updates.Quarantined()
+	}
 	for i, p := range st.Policies {
+		updateError, failed := quarantined[p.Policy.ID]
+		if failed && p.Draining && p.State == routing.StateDraining {
+			p.State = api.StateUpdateFailed // drained by the update that failed it
+		} else {
+			updateError = ""
+		}
 		ps := api.PolicyStats{
 			Index:               p.Policy.Index,
 			ID:                  p.Policy.ID,
@@ -76,6 +86,7 @@ func (s *Server) buildStats() api.Stats {
 		ps.UnhealthySince = utcOrNil(p.UnhealthySince)
 		ps.LastOK = utcOrNil(p.LastOK)
 		ps.LastError = p.LastError
+		ps.UpdateError = updateError
 		out.Policies[i] = ps
 		node := out.Nodes[p.Node]
 		count(&node, p)
@@ -122,6 +133,8 @@ func count(c *api.StateCounts, p routing.PolicyStats) {
 		c.Draining++
 	case routing.StateUnknown:
 		c.Unknown++
+	case api.StateUpdateFailed:
+		c.UpdateFailed++
 	}
 	c.Load += p.Load
 	c.Inflight += p.Inflight

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/updates"
 )
 
@@ -39,7 +42,7 @@ func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/updates/"+u.ID)
-	writeJSON(w, http.StatusAccepted, updateToAPI(u))
+	writeJSON(w, http.StatusAccepted, updateToAPI(u, s.Now()))
 }
 
 // updateSpec checks a POST /updates body and fills in the defaults.
@@ -74,7 +77,46 @@ func (s *Server) updateSpec(req api.UpdateRequest) (updates.Spec, error) {
 		}
 		spec.Action = act
 	}
+	spec.ModelPath, spec.SetFloor = req.ModelPath, req.SetFloor
+	if req.PhaseTimeoutMS != nil {
+		spec.PhaseTimeout = time.Duration(*req.PhaseTimeoutMS) * time.Millisecond
+	}
+	if err := s.checkEngines(&spec, req.PauseMode); err != nil {
+		return spec, err
+	}
 	return spec, nil
+}
+
+// checkEngines sets the spec's pause mode and refuses what an engine of a
+// registered policy cannot do: a pause mode it has not got, or a
+// model_path it cannot load (without an action to fall back on).
+func (s *Server) checkEngines(spec *updates.Spec, mode string) error {
+	if mode == "" {
+		mode = poller.PauseWait
+	}
+	if !slices.Contains(poller.PauseModes, mode) {
+		return fieldError("pause_mode", "must be one of "+strings.Join(poller.PauseModes, ", "))
+	}
+	spec.PauseMode = mode
+	seen := map[string]bool{}
+	for _, p := range s.State.Snapshot().Policies() {
+		name := p.EngineName()
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		steps, ok := poller.Steps(name)
+		if !ok {
+			continue
+		}
+		if modes := steps.PauseModes(); !slices.Contains(modes, mode) {
+			return fieldError("pause_mode", fmt.Sprintf("engine %s (policy %d) has no pause mode %q; it takes %s", name, p.Index, mode, strings.Join(modes, ", ")))
+		}
+		if _, disk := steps.LoadFromDisk(spec.ModelPath, ""); spec.ModelPath != "" && !disk && spec.Action == nil {
+			return fieldError("model_path", fmt.Sprintf("engine %s (policy %d) cannot load weights from disk: leave model_path out and move the weights yourself (external mode), or give an action", name, p.Index))
+		}
+	}
+	return nil
 }
 
 // maxUnavailable reads max_unavailable: a count >= 1, or a percentage of
@@ -102,7 +144,7 @@ func maxUnavailable(raw json.RawMessage, policies int) (int, error) {
 func (s *Server) listUpdates(w http.ResponseWriter, r *http.Request) {
 	out := api.UpdateList{Updates: []api.Update{}}
 	for _, u := range s.Updates.List() {
-		out.Updates = append(out.Updates, updateToAPI(u))
+		out.Updates = append(out.Updates, updateToAPI(u, s.Now()))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -113,7 +155,7 @@ func (s *Server) getUpdate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, updateToAPI(u))
+	writeJSON(w, http.StatusOK, updateToAPI(u, s.Now()))
 }
 
 func (s *Server) updateDone(w http.ResponseWriter, r *http.Request) {
@@ -127,7 +169,7 @@ func (s *Server) updateDone(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, updateToAPI(u))
+	writeJSON(w, http.StatusOK, updateToAPI(u, s.Now()))
 }
 
 func (s *Server) abortUpdate(w http.ResponseWriter, r *http.Request) {
@@ -136,7 +178,7 @@ func (s *Server) abortUpdate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, updateToAPI(u))
+	writeJSON(w, http.StatusOK, updateToAPI(u, s.Now()))
 }
 
 // updateError maps the update manager's errors.
@@ -150,24 +192,51 @@ func updateError(err error) (*Error, bool) {
 	return nil, false
 }
 
-func updateToAPI(u updates.Update) api.Update {
+func updateToAPI(u updates.Update, now time.Time) api.Update {
+	mode := u.Spec.PauseMode
+	if mode == "" {
+		mode = poller.PauseWait
+	}
 	out := api.Update{
-		ID: u.ID, State: u.State, Version: u.Spec.Version, External: u.Spec.Action == nil,
+		ID: u.ID, State: u.State, Version: u.Spec.Version, External: u.Spec.External(),
 		MaxUnavailable: u.Spec.MaxUnavailable, MinAvailablePerNode: u.Spec.MinAvailablePerNode,
 		DrainTimeoutMS: u.Spec.DrainTimeout.Milliseconds(), MaxFailures: u.Spec.MaxFailures,
+		ModelPath: u.Spec.ModelPath, PauseMode: mode, SetFloor: u.Spec.SetFloor,
+		PhaseTimeoutMS: u.Spec.PhaseTimeout.Milliseconds(), Floor: u.Floor,
 		Created: u.Created, Ended: utcOrNil(u.Ended), Waves: u.Waves, Failures: u.Failures, Error: u.Error,
 		Ready: []string{}, Policies: make([]api.UpdatePolicy, len(u.Policies)),
 	}
+	if !u.Ended.IsZero() {
+		now = u.Ended
+	}
 	for i, p := range u.Policies {
-		out.Policies[i] = api.UpdatePolicy{ID: p.ID, Index: p.Index, NodeID: p.Node, Phase: p.Phase, Wave: p.Wave,
-			Since: p.Since, Drained: utcOrNil(p.Drained), Ended: utcOrNil(p.Ended), DrainTimedOut: p.DrainTimedOut, Error: p.Error}
+		ap := api.UpdatePolicy{ID: p.ID, Index: p.Index, NodeID: p.Node, Phase: p.Phase, Wave: p.Wave,
+			Since: p.Since, Drained: utcOrNil(p.Drained), Ended: utcOrNil(p.Ended), DrainTimedOut: p.DrainTimedOut, Error: p.Error,
+			Engine: p.Engine, Step: p.Step, ExpectedVersion: u.Spec.Version, ReportedVersion: p.ReportedVersion,
+			WeightVersion: p.WeightVersion, AbortedLeases: p.AbortedLeases, InPhaseMS: msSince(now, p.Since)}
+		if p.Phase == updates.PhaseUpdating {
+			ap.InStepMS = msSince(now, p.StepSince)
+		}
+		if c := p.LastCall; c != nil {
+			ap.LastCall = &api.UpdateCall{Method: c.Method, Path: c.Path, Status: c.Status, Error: c.Error,
+				Time: c.Time.UTC(), DurationMS: float64(c.Duration) / float64(time.Millisecond)}
+		}
+		out.Policies[i] = ap
 		switch p.Phase {
 		case updates.PhaseDraining, updates.PhaseUpdating, updates.PhaseFailed:
 			out.CapacityHeld++
 		}
-		if out.External && u.State == updates.StateRunning && p.Phase == updates.PhaseUpdating && !p.Confirmed {
+		if u.State == updates.StateRunning && p.Phase == updates.PhaseUpdating && p.Step == updates.StepReady && !p.Confirmed {
 			out.Ready = append(out.Ready, p.ID)
 		}
 	}
 	return out
+}
+
+// msSince is the milliseconds from t to now; 0 for a zero t.
+func msSince(now, t time.Time) float64 {
+	if t.IsZero() || now.Before(t) {
+		return 0
+	}
+	return float64(now.Sub(t)) / float64(time.Millisecond)
 }

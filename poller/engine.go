@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,67 @@ type engine interface {
 	// (its URL without a password) and why: a status, a transport error,
 	// or an answer it could not read.
 	probe(ctx context.Context, p *Poller, m *member) (answer, error)
+	// UpdateSteps are the engine's steps of a rolling weight update.
+	UpdateSteps
+}
+
+// Call is one HTTP request of a weight update to an engine: Method to the
+// policy's URL plus Path (which may carry a query), with Body as JSON
+// when it is not nil. The update manager sends it with the policy's admin
+// key.
+type Call struct {
+	Method string
+	Path   string
+	Body   []byte
+}
+
+// Pause modes of POST /updates (pause_mode). PauseWait is the router's
+// own: it drains the policy's leases first, then pauses the engine; the
+// others are passed to the engine, which handles the requests in flight.
+const (
+	PauseWait    = "wait"
+	PauseAbort   = "abort"    // the engine aborts the requests in flight
+	PauseRetract = "retract"  // SGLang: back to the waiting queue, resumed after
+	PauseInPlace = "in_place" // SGLang: kept in the running batch with their KV cache
+	PauseKeep    = "keep"     // vLLM: frozen in the queue, resumed after
+)
+
+// PauseModes lists every pause mode, PauseWait (the default) first.
+var PauseModes = []string{PauseWait, PauseAbort, PauseRetract, PauseInPlace, PauseKeep}
+
+// UpdateSteps are the HTTP calls by which an engine takes new weights, in
+// the order a rolling update makes them: pause, load the weights (or let
+// the trainer do it: external mode), set the version, resume; the poller
+// then confirms the version. A step the engine has not got answers false,
+// and the update skips it. Methods are pure: they only build requests.
+type UpdateSteps interface {
+	// PauseModes lists the pause modes (of PauseModes) the engine takes.
+	PauseModes() []string
+	// Pause pauses generation in mode, one of PauseModes().
+	Pause(mode string) (Call, bool)
+	// LoadFromDisk loads the weights at modelPath and labels them version.
+	LoadFromDisk(modelPath, version string) (Call, bool)
+	// SetVersion sets the version string the engine reports, after the
+	// trainer moved the weights itself.
+	SetVersion(version string) (Call, bool)
+	// Resume resumes generation after Pause.
+	Resume() (Call, bool)
+}
+
+// Steps returns the update steps of the engine with the given
+// registration name, and false for a name not in the table.
+func Steps(name string) (UpdateSteps, bool) {
+	e, ok := engines[name]
+	return e, ok
+}
+
+// jsonCall builds a call with v marshalled as its body.
+func jsonCall(method, path string, v any) Call {
+	body, err := json.Marshal(v)
+	if err != nil {
+		panic("poller: marshal an engine call: " + err.Error()) // only plain structs are passed
+	}
+	return Call{Method: method, Path: path, Body: body}
 }
 
 // engines is the table of engines by registration name, the source of

@@ -22,6 +22,17 @@ import (
 // The issue that asked for this engine named GET /model_info for the
 // version; the SGLang sources read (below) serve it as /get_model_info
 // (and /get_weight_version), so that is what is probed.
+//
+// Its update steps (all ADMIN_OPTIONAL endpoints: the admin key is sent):
+//
+//   - pause: POST /pause_generation {"mode": "abort"|"retract"|"in_place"};
+//     pause mode "wait" drains the policy first and then pauses in
+//     "retract", so that work that outlived drain_timeout_ms survives;
+//   - load (model_path): POST /update_weights_from_disk {"model_path",
+//     "weight_version", "flush_cache": true}, which also sets the version;
+//   - version (external mode): POST /update_weight_version
+//     {"new_version", "abort_all_requests": false};
+//   - resume: POST /continue_generation {}.
 type sglangEngine struct{}
 
 var _ engine = sglangEngine{}
@@ -140,4 +151,63 @@ func sglangLoad(ctx context.Context, p *Poller, m *member) (int64, error) {
 func endpointError(m *member, path string, err error) error {
 	_, shown := m.endpoint(path)
 	return fmt.Errorf("GET %s: %w", shown, err)
+}
+
+// sglangPause is PauseGenerationReqInput of
+// python/sglang/srt/managers/io_struct.py (sgl-project/sglang commit
+// 001067fffe33): mode: Literal["abort", "retract", "in_place"] = "abort".
+// (Servers from before pause modes, e.g. http_server.py at commit
+// 0025436eab05, take no body and abort.)
+type sglangPause struct {
+	Mode string `json:"mode"`
+}
+
+// sglangUpdateFromDisk is UpdateWeightFromDiskReqInput of the same file:
+// model_path (required), load_format, abort_all_requests (default false),
+// weight_version (optional: set along with the weights), flush_cache
+// (default true), and fields for asynchronous loads not used here. The
+// handler, update_weights_from_disk in
+// python/sglang/srt/entrypoints/http_server.py (commit 0025436eab05),
+// answers {"success", "message", "num_paused_requests"}, 200 or 400.
+type sglangUpdateFromDisk struct {
+	ModelPath     string `json:"model_path"`
+	WeightVersion string `json:"weight_version"`
+	FlushCache    bool   `json:"flush_cache"`
+}
+
+// sglangUpdateVersion is UpdateWeightVersionReqInput of the same
+// io_struct.py: new_version, and abort_all_requests, whose default is
+// true there (false in older releases): it is sent false, since the
+// requests a retract or in_place pause kept must survive.
+// update_weight_version in http_server.py answers {"success", "message",
+// "new_version"}.
+type sglangUpdateVersion struct {
+	NewVersion       string `json:"new_version"`
+	AbortAllRequests bool   `json:"abort_all_requests"`
+}
+
+func (sglangEngine) PauseModes() []string {
+	return []string{PauseWait, PauseAbort, PauseRetract, PauseInPlace}
+}
+
+func (sglangEngine) Pause(mode string) (Call, bool) {
+	if mode == PauseWait {
+		mode = PauseRetract // drained already; keep what outlived the drain
+	}
+	return jsonCall(http.MethodPost, "/pause_generation", sglangPause{Mode: mode}), true
+}
+
+func (sglangEngine) LoadFromDisk(modelPath, version string) (Call, bool) {
+	return jsonCall(http.MethodPost, "/update_weights_from_disk",
+		sglangUpdateFromDisk{ModelPath: modelPath, WeightVersion: version, FlushCache: true}), true
+}
+
+func (sglangEngine) SetVersion(version string) (Call, bool) {
+	return jsonCall(http.MethodPost, "/update_weight_version", sglangUpdateVersion{NewVersion: version}), true
+}
+
+// Resume sends ContinueGenerationReqInput, all of whose fields have
+// defaults: an empty object.
+func (sglangEngine) Resume() (Call, bool) {
+	return Call{Method: http.MethodPost, Path: "/continue_generation", Body: []byte("{}")}, true
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -26,6 +27,21 @@ import (
 //     a weight version (the issue named GET /weight_info; it does not
 //     exist there), so a vLLM policy reports no version and keeps the one
 //     it was registered with.
+//
+// Its update steps, all in vllm/entrypoints/serve/rlhf/api_router.py
+// (vllm-project/vllm commit 1ace43ed7b3c), served in dev mode only:
+//
+//   - pause: POST /pause?mode=abort|wait|keep (PauseMode, a query
+//     parameter; default abort), answered {"status": "paused"}; pause
+//     mode "wait" drains the policy first and then pauses in vLLM's own
+//     "wait", which lets what outlived drain_timeout_ms finish;
+//   - load: none from disk. That router's POST /update_weights takes
+//     {"update_info"} for a weight transfer the trainer set up itself
+//     (init_weight_transfer_engine): external mode only;
+//   - version: none. No vLLM endpoint sets a weight version, so the step
+//     is skipped and the policy keeps the version the update records
+//     (vLLM reports none to contradict it);
+//   - resume: POST /resume, answered {"status": "resumed"}.
 //
 // GET /load ({"server_load": n}, vllm/entrypoints/openai/api_server.py)
 // is not used: it counts only while --enable-server-load-tracking is on,
@@ -119,3 +135,15 @@ func gaugeValue(m *dto.Metric) float64 {
 	}
 	return m.GetUntyped().GetValue()
 }
+
+func (vllmEngine) PauseModes() []string { return []string{PauseWait, PauseAbort, PauseKeep} }
+
+func (vllmEngine) Pause(mode string) (Call, bool) {
+	return Call{Method: http.MethodPost, Path: "/pause?mode=" + url.QueryEscape(mode)}, true
+}
+
+func (vllmEngine) LoadFromDisk(string, string) (Call, bool) { return Call{}, false }
+
+func (vllmEngine) SetVersion(string) (Call, bool) { return Call{}, false }
+
+func (vllmEngine) Resume() (Call, bool) { return Call{Method: http.MethodPost, Path: "/resume"}, true }

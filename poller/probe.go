@@ -89,9 +89,19 @@ func (p *Poller) probe(ctx context.Context, m *member) (answer, error) {
 // nativeEngine is the "policyrouter" engine: the server answers
 // policyrouter's own GET /idle contract (parseAnswer). It is the hot
 // path of the poller, so it reads into pooled buffers.
+//
+// Its update has no engine steps: a rolling update sends the trainer's own
+// action (POST /updates "action") or waits for the trainer's done, and
+// drains the policy first (pause mode "wait" only).
 type nativeEngine struct{}
 
 var _ engine = nativeEngine{}
+
+func (nativeEngine) PauseModes() []string                     { return []string{PauseWait} }
+func (nativeEngine) Pause(string) (Call, bool)                { return Call{}, false }
+func (nativeEngine) LoadFromDisk(string, string) (Call, bool) { return Call{}, false }
+func (nativeEngine) SetVersion(string) (Call, bool)           { return Call{}, false }
+func (nativeEngine) Resume() (Call, bool)                     { return Call{}, false }
 
 func (nativeEngine) probe(ctx context.Context, p *Poller, m *member) (answer, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.idleURL, nil)

@@ -85,7 +85,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	rts := make([]*policyRuntime, 0, n)
 	stale := 0
 	for pos, rt := range snap.rts {
-		if rt.available() && rt.version.Load() < floor {
+		if rt.available() && !rt.fresh(floor) {
 			stale++
 			continue
 		}
@@ -141,7 +141,7 @@ func stateless(snap *Snapshot, loads []int64, floor int64) (in AffinityInput, st
 			if !rt.available() {
 				continue
 			}
-			if rt.version.Load() < floor {
+			if !rt.fresh(floor) {
 				stale++
 				continue
 			}

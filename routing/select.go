@@ -217,7 +217,7 @@ func (st *State) await(ctx context.Context, w *waiter, wait time.Duration, stop 
 func (st *State) waitErrorLocked(floor int64, waited time.Duration) error {
 	for _, rt := range st.ledger.snap.rts {
 		pending := !rt.heard.Load() && rt.healthy.Load() && !rt.draining.Load()
-		if (rt.available() || pending) && rt.version.Load() >= floor {
+		if (rt.available() || pending) && rt.fresh(floor) {
 			return &WaitError{Err: ErrNoIdlePolicy, Waited: waited, Floor: floor}
 		}
 	}
@@ -259,13 +259,17 @@ func (st *State) anyAvailableLocked() bool {
 
 // Release returns a leased slot to idle at once. It returns ErrLeaseEnded
 // for a lease that was issued but is no longer out, so that releasing is
-// idempotent, and ErrUnknownLease for one never issued.
+// idempotent (ErrLeaseAborted, which is an ErrLeaseEnded, for one that
+// AbortLeases ended), and ErrUnknownLease for one never issued.
 func (st *State) Release(lease uint64) (Decision, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	s := st.leases[lease]
 	if s == nil {
 		if lease != 0 && lease <= st.nextLease {
+			if st.aborted.has(lease) {
+				return Decision{}, ErrLeaseAborted
+			}
 			return Decision{}, ErrLeaseEnded
 		}
 		return Decision{}, ErrUnknownLease

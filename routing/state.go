@@ -142,6 +142,10 @@ type policyRuntime struct {
 	version atomic.Int64
 	// reportsVersion is set once an /idle answer carried a version.
 	reportsVersion atomic.Bool
+	// hold is the policy's own weight-version floor: set for a policy
+	// registered while a rolling update runs (SetJoinFloor), so that it gets
+	// no work below the update's version. 0: none.
+	hold atomic.Int64
 	// weightVersion is the version string of the last answer that carried
 	// one. Guarded by State.mu.
 	weightVersion string
@@ -212,6 +216,10 @@ type ledger struct {
 	// filter narrows the candidates of the decision in progress: set by
 	// Select for the duration of a pick.
 	filter candidateFilter
+	// joinFloor is the hold of policies registered from now on
+	// (SetJoinFloor); aborted the leases AbortLeases ended (update_hold.go).
+	joinFloor int64
+	aborted   abortedLeases
 }
 
 // candidateFilter is what a request asks of its candidates beyond the
@@ -224,7 +232,12 @@ type candidateFilter struct {
 
 // ok reports whether rt passes f.
 func (f *candidateFilter) ok(rt *policyRuntime) bool {
-	return rt.version.Load() >= f.floor && (len(f.exclude) == 0 || !slices.Contains(f.exclude, rt.policy.ID))
+	return rt.fresh(f.floor) && (len(f.exclude) == 0 || !slices.Contains(f.exclude, rt.policy.ID))
+}
+
+// fresh reports whether the policy's version meets floor and its own hold.
+func (r *policyRuntime) fresh(floor int64) bool {
+	return r.version.Load() >= max(floor, r.hold.Load())
 }
 
 // fresh reports whether rt passes the filter of the decision in progress.
@@ -357,6 +370,9 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 			rt.heard.Store(!st.opts.Polled || p.URL == "")
 			rt.draining.Store(p.Draining)
 			rt.version.Store(p.Version)
+			if old[p.ID] == nil && !reset {
+				rt.hold.Store(st.joinFloor) // registered while an update runs
+			}
 		} else {
 			delete(old, p.ID)
 			if rt.draining.Swap(p.Draining) != p.Draining {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	neturl "net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -51,8 +54,11 @@ type Manager struct {
 	mu       sync.Mutex
 	updates  map[string]*Update
 	running  *Update
-	inflight map[string]bool // policy ids whose action is in flight
+	inflight map[string]bool // policy ids whose step's call is in flight
 	wake     chan struct{}
+	// calls are the engine resumes sent outside Run (Abort); Run waits
+	// for them when it returns.
+	calls sync.WaitGroup
 }
 
 // New returns a Manager that continues the running update found in docs,
@@ -95,6 +101,11 @@ func (m *Manager) Restore(docs map[string][]byte) error {
 	defer m.mu.Unlock()
 	m.updates, m.running = updates, running
 	clear(m.inflight)
+	if running != nil {
+		m.cfg.State.SetJoinFloor(running.Spec.Version)
+	} else {
+		m.cfg.State.SetJoinFloor(0)
+	}
 	m.kick()
 	return nil
 }
@@ -113,6 +124,8 @@ func (m *Manager) Start(ctx context.Context, spec Spec) (Update, error) {
 	}
 	m.updates[u.ID] = u
 	m.running = u
+	// Policies registered from now on wait for this version.
+	m.cfg.State.SetJoinFloor(spec.Version)
 	m.kick()
 	return u.clone(), nil
 }
@@ -169,22 +182,47 @@ func (m *Manager) Running() (Update, bool) {
 }
 
 // Done records that the trainer has updated the given policies of the
-// running update (external mode); each must be in the wave, updating.
+// update (external mode). Each must be in the running update's wave
+// (updating), or be done already, or already report the update's version:
+// Done is idempotent, so a trainer that confirms a policy twice, or one
+// the router saw reach the version first, gets no error. Only policies
+// already done may be named once the update has ended.
 func (m *Manager) Done(ctx context.Context, id string, policyIDs []string) (Update, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	u, err := m.runningLocked(id)
-	if err != nil {
-		return Update{}, err
+	u := m.updates[id]
+	if u == nil {
+		return Update{}, ErrNotFound
 	}
+	var confirm []*Policy
 	for _, pid := range policyIDs {
 		p := u.policy(pid)
-		if p == nil || p.Phase != PhaseUpdating {
-			return Update{}, fmt.Errorf("%w: policy %q is not updating in update %s", ErrNotReady, pid, id)
+		switch {
+		case p != nil && p.Phase == PhaseDone:
+		case u != m.running:
+			return Update{}, fmt.Errorf("%w: it is %s, and policy %q is not done in it", ErrEnded, u.State, pid)
+		case p != nil && p.Phase == PhaseUpdating:
+			if !p.Confirmed {
+				confirm = append(confirm, p)
+			}
+		case p == nil || p.Phase == PhasePending:
+			if ps, ok := m.cfg.State.PolicyStats(pid); ok && ps.Version >= u.Spec.Version {
+				continue // at the version already: the update will not take it
+			}
+			fallthrough
+		default:
+			phase := PhasePending
+			if p != nil {
+				phase = p.Phase
+			}
+			return Update{}, fmt.Errorf("%w: policy %q is %s in update %s, not updating", ErrNotReady, pid, phase, id)
 		}
 	}
-	for _, pid := range policyIDs {
-		u.policy(pid).Confirmed = true
+	if len(confirm) == 0 {
+		return u.clone(), nil
+	}
+	for _, p := range confirm {
+		p.Confirmed = true
 	}
 	if err := m.saveLocked(ctx, u); err != nil {
 		return Update{}, err
@@ -208,6 +246,7 @@ func (m *Manager) Abort(ctx context.Context, id string) (Update, error) {
 	for _, p := range u.Policies {
 		if p.Phase == PhaseDraining || p.Phase == PhaseUpdating || p.Phase == PhaseFailed {
 			m.resumeLocked(ctx, p)
+			m.resumeEngineLocked(p)
 			if p.Phase != PhaseFailed {
 				p.Phase, p.Since = PhasePending, m.cfg.Now().UTC()
 			}
@@ -236,9 +275,10 @@ func (m *Manager) kick() {
 }
 
 // Run advances the running update until ctx is done, then waits for the
-// actions in flight to end.
+// calls in flight to end.
 func (m *Manager) Run(ctx context.Context) error {
 	var actions sync.WaitGroup
+	defer m.calls.Wait()
 	defer actions.Wait()
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -280,42 +320,23 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 			changed = true
 			continue
 		}
-		if p.Phase == PhaseDraining {
-			idle := ps.Inflight == 0 && ps.Load == 0 && ps.Heard && !ps.ReportedBusy
-			if !idle && now.Sub(p.Since) < u.Spec.DrainTimeout {
-				continue
-			}
-			p.DrainTimedOut = !idle
-			p.Phase, p.Since = PhaseUpdating, now
+		if observeLocked(p, ps) {
 			changed = true
 		}
-		// Updating.
-		switch {
-		case ps.Version >= u.Spec.Version:
-			m.finishLocked(ctx, p, now)
-		case u.Spec.Action == nil:
-			if !p.Confirmed {
+		if p.Phase == PhaseDraining {
+			// Pause mode wait drains first; the others leave the work in
+			// flight to the engine.
+			idle := ps.Inflight == 0 && ps.Load == 0 && ps.Heard && !ps.ReportedBusy
+			if u.Spec.pauseMode() == poller.PauseWait && !idle && now.Sub(p.Since) < u.Spec.DrainTimeout {
 				continue
 			}
-			if !m.settleLocked(ctx, u, p, ps, p.Since, "confirmed", now) {
-				continue
-			}
-		case p.ActionErr != "":
-			m.failLocked(u, p, "action failed: "+p.ActionErr, now)
-		case !p.ActionDone.IsZero():
-			if !m.settleLocked(ctx, u, p, ps, p.ActionDone, "the action succeeded", now) {
-				continue
-			}
-		case !m.inflight[p.ID]:
-			// Not sent yet, or lost in a restart: send it (again).
-			m.inflight[p.ID] = true
-			url, key := ps.Policy.URL, ps.Policy.BearerFor(true)
-			actions.Go(func() { m.act(ctx, u, p.ID, url, key) })
-			continue
-		default:
-			continue
+			p.DrainTimedOut = u.Spec.pauseMode() == poller.PauseWait && !idle
+			p.Phase, p.Since, p.Step = PhaseUpdating, now, ""
+			changed = true
 		}
-		changed = true
+		if m.advanceLocked(ctx, u, p, ps, now, actions) {
+			changed = true
+		}
 	}
 
 	switch {
@@ -351,9 +372,14 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 				u.Policies = append(u.Policies, p)
 			}
 			p.Phase, p.Wave, p.Since, p.Drained = PhaseDraining, u.Waves, now, now
-			p.Confirmed, p.ActionDone, p.ActionErr = false, time.Time{}, ""
+			p.Confirmed, p.ActionDone, p.ActionErr, p.Step = false, time.Time{}, "", ""
 			if _, err := m.cfg.Registry.SetDraining(ctx, p.ID, true); err != nil {
 				m.failLocked(u, p, "drain: "+err.Error(), now)
+				continue
+			}
+			if u.Spec.pauseMode() == poller.PauseAbort {
+				// The engine will abort the work in flight: its leases end now.
+				p.AbortedLeases, _ = m.cfg.State.AbortLeases(p.ID)
 			}
 		}
 		changed = true
@@ -364,41 +390,28 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 }
 
 // versionWait is how long a policy that reports versions may take, after
-// its update, to report the target version.
+// its last step, to report the target version, when the update sets no
+// phase timeout.
 const versionWait = 30 * time.Second
 
-// settleLocked ends the wait of a policy whose update was confirmed or
-// whose action succeeded at since, and whose /idle does not yet report
-// the target version. A policy that never reports versions is recorded at
-// it and done; one that does is failed if it still shows an older version
-// versionWait after since. It reports false while the policy still has
-// time.
-func (m *Manager) settleLocked(ctx context.Context, u *Update, p *Policy, ps routing.PolicyStats, since time.Time, what string, now time.Time) bool {
-	switch {
-	case !ps.ReportsVersion:
-		_ = m.cfg.State.SetVersion(p.ID, u.Spec.Version)
-		m.finishLocked(ctx, p, now)
-	case now.Sub(since) < versionWait:
-		return false
-	default:
-		m.failLocked(u, p, fmt.Sprintf("%s, but its /idle still reports version %d", what, ps.Version), now)
-	}
-	return true
-}
-
-// act sends the update's action to the policy at url, with its admin key
-// (else its API key) as a bearer token when it has one, and records the
-// outcome.
-func (m *Manager) act(ctx context.Context, u *Update, id, url, key string) {
-	a := u.Spec.Action
+// send makes call c to the policy at url, with key as a bearer token when
+// there is one, bounded by timeout, and returns its record. An error
+// names the status and the engine's message.
+func (m *Manager) send(ctx context.Context, url, key string, c poller.Call, timeout time.Duration) Call {
+	rec := Call{Method: c.Method, Path: c.Path, Time: m.cfg.Now().UTC()}
+	start := time.Now()
 	err := func() error {
-		ctx, cancel := context.WithTimeout(ctx, a.Timeout)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, a.Method, strings.TrimRight(url, "/")+a.Path, bytes.NewReader(a.Body))
+		var body io.Reader
+		if c.Body != nil {
+			body = bytes.NewReader(c.Body)
+		}
+		req, err := http.NewRequestWithContext(ctx, c.Method, strings.TrimRight(url, "/")+c.Path, body)
 		if err != nil {
 			return err
 		}
-		if len(a.Body) > 0 {
+		if c.Body != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
 		if key != "" {
@@ -406,39 +419,65 @@ func (m *Manager) act(ctx context.Context, u *Update, id, url, key string) {
 		}
 		resp, err := m.cfg.Client.Do(req)
 		if err != nil {
+			var ue *neturl.Error
+			if errors.As(err, &ue) {
+				err = ue.Err // the URL is the policy's, shown elsewhere without its password
+			}
 			return err
 		}
 		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		rec.Status = resp.StatusCode
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+			return fmt.Errorf("status %d: %s", resp.StatusCode, engineMessage(answer))
 		}
 		return nil
 	}()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.inflight, id)
-	if ctx.Err() != nil || m.running != u {
-		return // stopping, or the update ended meanwhile: nothing to record
-	}
-	p := u.policy(id)
-	if p == nil || p.Phase != PhaseUpdating {
-		return
-	}
-	p.ActionDone = m.cfg.Now().UTC()
+	rec.Duration = time.Since(start)
 	if err != nil {
-		p.ActionErr = err.Error()
+		rec.Error = err.Error()
 	}
-	m.kick()
+	return rec
+}
+
+// engineMessage is what an engine's error answer says: its "message" or
+// "error" (SGLang's {"success": false, "message"}, vLLM's {"error"},
+// FastAPI's {"detail"}), else the body itself, cut short.
+func engineMessage(body []byte) string {
+	var v struct {
+		Message any `json:"message"`
+		Error   any `json:"error"`
+		Detail  any `json:"detail"`
+	}
+	if json.Unmarshal(body, &v) == nil {
+		for _, f := range []any{v.Message, v.Error, v.Detail} {
+			switch f := f.(type) {
+			case string:
+				if f != "" {
+					return f
+				}
+			case map[string]any:
+				if msg, ok := f["message"].(string); ok && msg != "" {
+					return msg
+				}
+			}
+		}
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) > 512 {
+		body = append(body[:512:512], "..."...)
+	}
+	return string(body)
 }
 
 // finishLocked marks p done and resumes it.
 func (m *Manager) finishLocked(ctx context.Context, p *Policy, now time.Time) {
 	m.resumeLocked(ctx, p)
-	p.Phase, p.Since, p.Ended = PhaseDone, now, now
+	p.Phase, p.Since, p.Ended, p.Step = PhaseDone, now, now, ""
 }
 
-// failLocked marks p failed; it stays drained.
+// failLocked marks p failed; it stays drained (quarantined: /stats shows
+// it update_failed), and its engine stays paused if the update paused it.
 func (m *Manager) failLocked(u *Update, p *Policy, why string, now time.Time) {
 	p.Phase, p.Since, p.Ended, p.Error = PhaseFailed, now, now, why
 	u.Failures++
@@ -459,14 +498,59 @@ func (m *Manager) endLocked(ctx context.Context, u *Update, state, why string) {
 		for _, p := range u.Policies {
 			if p.Phase == PhaseDraining || p.Phase == PhaseUpdating {
 				m.resumeLocked(ctx, p)
-				p.Phase, p.Since = PhasePending, now
+				m.resumeEngineLocked(p)
+				p.Phase, p.Since, p.Step = PhasePending, now, ""
 			}
 		}
 	}
 	u.State, u.Ended, u.Error = state, now, why
+	if state == StateSucceeded && u.Spec.SetFloor {
+		m.setFloorLocked(ctx, u)
+	}
 	m.running = nil
+	m.cfg.State.SetJoinFloor(0)
 	m.cfg.Logger.Info("rolling update ended", "update", u.ID, "state", state, "waves", u.Waves, "failures", u.Failures, "error", why)
 	m.commitLocked(ctx, u)
+}
+
+// setFloorLocked moves the /weights floor up to the update's version:
+// policies below it get no work from then on.
+func (m *Manager) setFloorLocked(ctx context.Context, u *Update) {
+	w := m.cfg.Registry.Weights()
+	if w.MinVersion() >= u.Spec.Version {
+		return // at or above it already
+	}
+	zero := int64(0)
+	if err := m.cfg.Registry.SetWeights(context.WithoutCancel(ctx), store.Weights{Version: u.Spec.Version, MaxStaleness: &zero}); err != nil {
+		u.Error = "set_floor: " + err.Error()
+		m.cfg.Logger.Error("rolling update: set the /weights floor", "update", u.ID, "err", err)
+		return
+	}
+	u.Floor = u.Spec.Version
+}
+
+// Quarantined returns the policies that failed in the latest update, by
+// id, with why: they stay drained until an operator resumes them.
+func (m *Manager) Quarantined() map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	latest := m.running
+	if latest == nil {
+		for _, u := range m.updates {
+			if latest == nil || u.Created.After(latest.Created) {
+				latest = u
+			}
+		}
+	}
+	out := map[string]string{}
+	if latest != nil {
+		for _, p := range latest.Policies {
+			if p.Phase == PhaseFailed {
+				out[p.ID] = p.Error
+			}
+		}
+	}
+	return out
 }
 
 // commitLocked stores u and reports the change.

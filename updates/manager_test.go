@@ -2,6 +2,7 @@ package updates_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -37,21 +38,36 @@ type fleet struct {
 
 func newFleet(t *testing.T, st store.Store, updateTime time.Duration) *fleet {
 	t.Helper()
-	f, err := fakepolicy.New(16, rand.NewPCG(1, 2), fakepolicy.Options{UpdateTime: updateTime, PerPolicyListeners: true})
+	return newEngineFleet(t, st, 16, fakepolicy.Options{UpdateTime: updateTime}, nil)
+}
+
+// newEngineFleet is n fake policies on 4 nodes at weight version 7 (the
+// string "7" for an engine's), served with opts (its Engine, keys), each
+// registered as spec sets it up, with a router's registry, state and
+// poller.
+func newEngineFleet(t *testing.T, st store.Store, n int, opts fakepolicy.Options, spec func(*registry.Spec)) *fleet {
+	t.Helper()
+	opts.PerPolicyListeners = true
+	f, err := fakepolicy.New(n, rand.NewPCG(1, 2), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Close() })
-	for i := range 16 {
+	for i := range n {
 		f.Policy(i).SetVersion(7)
+		f.Policy(i).SetWeightVersion("7")
 	}
 	fl := &fleet{f: f, st: st, nodes: 4}
 	fl.open(t)
 	var specs []registry.Spec
 	topo := store.Topology{}
-	for i := range 16 {
+	for i := range n {
 		idx := i
-		specs = append(specs, registry.Spec{URL: f.URL(i), Index: &idx})
+		s := registry.Spec{URL: f.URL(i), Index: &idx, Engine: opts.Engine}
+		if spec != nil {
+			spec(&s)
+		}
+		specs = append(specs, s)
 		node := fmt.Sprintf("node-%d", i%4)
 		if topo[node] == nil {
 			topo[node] = map[string][]int{}
@@ -118,6 +134,15 @@ func (fl *fleet) check(u updates.Update) {
 	}
 	if held > u.Spec.MaxUnavailable {
 		fl.violations = append(fl.violations, fmt.Sprintf("%d policies held, max_unavailable %d", held, u.Spec.MaxUnavailable))
+	}
+	paused := 0
+	for i := range fl.f.Len() {
+		if fl.f.Policy(i).Paused() {
+			paused++
+		}
+	}
+	if paused > u.Spec.MaxUnavailable {
+		fl.violations = append(fl.violations, fmt.Sprintf("%d engines paused, max_unavailable %d", paused, u.Spec.MaxUnavailable))
 	}
 	routable := map[string]int{}
 	for _, ps := range fl.state.Stats().Policies {
@@ -354,8 +379,13 @@ func TestExternalMode(t *testing.T) {
 	if u.State != updates.StateSucceeded || waves < 4 {
 		t.Fatalf("external update ended %s after %d confirmed waves: %s", u.State, waves, u.Error)
 	}
-	if _, err := m.Done(context.Background(), u.ID, []string{u.Policies[0].ID}); err == nil {
-		t.Error("Done on an ended update succeeded")
+	// Done is idempotent: a policy done already may be confirmed again,
+	// even after the update ended; one that is not in it may not.
+	if _, err := m.Done(context.Background(), u.ID, []string{u.Policies[0].ID}); err != nil {
+		t.Errorf("Done again for a done policy of the ended update: %v", err)
+	}
+	if _, err := m.Done(context.Background(), u.ID, []string{"nope"}); !errors.Is(err, updates.ErrEnded) {
+		t.Errorf("Done on the ended update for a policy not in it = %v; want ErrEnded", err)
 	}
 	fl.wantNoViolations(t)
 }

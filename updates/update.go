@@ -36,6 +36,17 @@ const (
 // Phases lists the policy phases in the order a policy goes through them.
 var Phases = []string{PhasePending, PhaseDraining, PhaseUpdating, PhaseDone, PhaseFailed}
 
+// Steps of a policy in PhaseUpdating, in the order it takes them; a step
+// its engine has not got is skipped (steps.go).
+const (
+	StepPause   = "pause"   // the engine pauses generation
+	StepLoad    = "load"    // the engine loads the weights (model_path), or the action runs
+	StepReady   = "ready"   // external mode: waiting for the trainer's done
+	StepVersion = "version" // the engine is told the version (external mode)
+	StepResume  = "resume"  // the engine resumes generation
+	StepConfirm = "confirm" // waiting for the policy to report the version
+)
+
 // Errors of the manager.
 var (
 	// ErrRunning: another update is running; one runs at a time.
@@ -73,6 +84,38 @@ type Spec struct {
 	DrainTimeout time.Duration `json:"drain_timeout"`
 	// MaxFailures failures are tolerated; one more ends the update failed.
 	MaxFailures int `json:"max_failures"`
+	// ModelPath, when set, is the checkpoint engines that can load from
+	// disk (SGLang) are told to load; policies whose engine cannot, take
+	// the Action, or else wait for the trainer (external mode).
+	ModelPath string `json:"model_path,omitempty"`
+	// PauseMode is how a policy's work in flight is handled: poller.PauseWait
+	// ("" too) drains the policy first; the others are passed to its
+	// engine, PauseAbort ending the policy's leases at once.
+	PauseMode string `json:"pause_mode,omitempty"`
+	// SetFloor moves the /weights floor to Version when the update succeeds.
+	SetFloor bool `json:"set_floor,omitempty"`
+	// PhaseTimeout, when positive, fails a policy that stays longer in one
+	// step of its update (and bounds each engine call); 0: engine calls
+	// get the action's default timeout, and only the confirmation of the
+	// version is bounded (versionWait).
+	PhaseTimeout time.Duration `json:"phase_timeout,omitempty"`
+}
+
+// External reports whether the trainer moves the weights itself: neither
+// an action nor a model path.
+func (s Spec) External() bool { return s.Action == nil && s.ModelPath == "" }
+
+// Call is an HTTP call the update made to a policy: the action, or one of
+// its engine's steps.
+type Call struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Status is the answer's status; 0 while the call is in flight or when
+	// it got no answer (Error says why).
+	Status   int           `json:"status"`
+	Error    string        `json:"error,omitempty"`
+	Time     time.Time     `json:"time"`
+	Duration time.Duration `json:"duration"`
 }
 
 // Policy is one policy's progress in an update.
@@ -90,12 +133,28 @@ type Policy struct {
 	Ended   time.Time `json:"ended,omitzero"`
 	// DrainTimedOut: the policy was updated with work still on it.
 	DrainTimedOut bool `json:"drain_timed_out,omitempty"`
-	// ActionDone is when the action answered; ActionErr why it failed.
+	// ActionDone is when the current step's call (the action, or an engine
+	// call) answered; ActionErr why it failed.
 	ActionDone time.Time `json:"action_done,omitzero"`
 	ActionErr  string    `json:"action_error,omitempty"`
 	// Confirmed: the trainer said it updated the policy (external mode).
 	Confirmed bool   `json:"confirmed,omitempty"`
 	Error     string `json:"error,omitempty"`
+	// Engine is the policy's engine; Step its step within PhaseUpdating,
+	// entered at StepSince.
+	Engine    string    `json:"engine,omitempty"`
+	Step      string    `json:"step,omitempty"`
+	StepSince time.Time `json:"step_since,omitzero"`
+	// Paused: the update paused the engine and has not resumed it yet.
+	Paused bool `json:"paused,omitempty"`
+	// ReportedVersion and WeightVersion are what the policy last reported
+	// (its integer and its engine's string).
+	ReportedVersion int64  `json:"reported_version"`
+	WeightVersion   string `json:"weight_version,omitempty"`
+	// LastCall is the last call the update made to the policy.
+	LastCall *Call `json:"last_call,omitempty"`
+	// AbortedLeases counts the leases a PauseAbort ended.
+	AbortedLeases int `json:"aborted_leases,omitempty"`
 }
 
 // Update is one rolling update and its progress.
@@ -111,6 +170,9 @@ type Update struct {
 	Failures int       `json:"failures"`
 	// Error says why the update failed.
 	Error string `json:"error,omitempty"`
+	// Floor is the /weights floor the update set when it succeeded
+	// (Spec.SetFloor); 0 when it set none.
+	Floor int64 `json:"floor,omitempty"`
 }
 
 // clone returns a deep copy of u.
@@ -119,6 +181,10 @@ func (u *Update) clone() Update {
 	out.Policies = make([]*Policy, len(u.Policies))
 	for i, p := range u.Policies {
 		cp := *p
+		if p.LastCall != nil {
+			c := *p.LastCall
+			cp.LastCall = &c
+		}
 		out.Policies[i] = &cp
 	}
 	if u.Spec.Action != nil {

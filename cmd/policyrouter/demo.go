@@ -29,6 +29,9 @@ type demoConfig struct {
 	Workers  int
 	MinWork  time.Duration
 	MaxWork  time.Duration
+	// Engine is the engine the simulated policies are: policyrouter (GET
+	// /idle), sglang or vllm (their own wire formats, fakepolicy).
+	Engine string
 }
 
 // register registers serve's flags, with their defaults, and the
@@ -40,6 +43,7 @@ func (c *demoConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", 6, "simulated env workers driving /select and /release (0 for none)")
 	fs.DurationVar(&c.MinWork, "min-work", 200*time.Millisecond, "shortest simulated rollout step")
 	fs.DurationVar(&c.MaxWork, "max-work", 1500*time.Millisecond, "longest simulated rollout step")
+	fs.StringVar(&c.Engine, "engine", "policyrouter", "engine the simulated policies are: policyrouter (GET /idle), sglang or vllm (their own endpoints, registered with that engine)")
 }
 
 // demoCommand runs the router with simulated policies on two nodes, a
@@ -55,11 +59,16 @@ func demoCommand(ctx context.Context, args []string) error {
 	if cfg.Policies < 2 || cfg.Policies > 10000 {
 		return fmt.Errorf("--policies must be between 2 and 10000, not %d", cfg.Policies)
 	}
+	switch cfg.Engine {
+	case "policyrouter", fakepolicy.EngineSGLang, fakepolicy.EngineVLLM:
+	default:
+		return fmt.Errorf("--engine must be policyrouter, sglang or vllm, not %q", cfg.Engine)
+	}
 	// The simulated workers send several requests a second: their request
 	// lines show at --log-level debug only.
 	cfg.RequestLogLevel = slog.LevelDebug
 	fleet, err := fakepolicy.New(cfg.Policies, rand.NewPCG(uint64(time.Now().UnixNano()), 7), fakepolicy.Options{
-		MinWork: cfg.MinWork, MaxWork: cfg.MaxWork, PrefixCache: 8,
+		MinWork: cfg.MinWork, MaxWork: cfg.MaxWork, PrefixCache: 8, Engine: cfg.Engine,
 	})
 	if err != nil {
 		return err
@@ -76,20 +85,21 @@ func demoCommand(ctx context.Context, args []string) error {
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ctx, ln) }()
 	base := "http://" + addr
-	if err := demoSetup(ctx, base, fleet); err != nil {
+	if err := demoSetup(ctx, base, fleet, cfg.Engine); err != nil {
 		cancel()
 		return errors.Join(fmt.Errorf("demo setup: %w", err), <-served)
 	}
-	logger.Info("demo ready", "policies", cfg.Policies, "workers", cfg.Workers, "addr", addr)
+	logger.Info("demo ready", "policies", cfg.Policies, "workers", cfg.Workers, "engine", cfg.Engine, "addr", addr)
 	fmt.Fprintf(os.Stderr, `
-policyrouter demo: %d simulated policies on node-a and node-b, %d simulated env workers.
+policyrouter demo: %[1]d simulated %[4]s policies on node-a and node-b, %[2]d simulated env workers.
   dashboard  %[3]s/
   stats      curl -s %[3]s/stats
   select     curl -s -XPOST %[3]s/select -H 'Content-Type: application/json' -d '{"env_id": "env-0"}'
   assign     curl -s -XPOST %[3]s/assign -H 'Content-Type: application/json' -d '{"num_tasks": 4}'
+  update     %[5]s
 Requests are logged at --log-level debug; Ctrl-C stops.
 
-`, cfg.Policies, cfg.Workers, base)
+`, cfg.Policies, cfg.Workers, base, cfg.Engine, demoUpdateHint(base, cfg.Engine))
 
 	var wg sync.WaitGroup
 	for w := range cfg.Workers {
@@ -101,16 +111,30 @@ Requests are logged at --log-level debug; Ctrl-C stops.
 	return err
 }
 
-// demoSetup registers the fleet, the first half on node-a and the rest on
-// node-b, and a topology with as many env workers as policies.
-func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet) error {
+// demoUpdateHint is the curl that rolls new weights through the demo's
+// policies: from disk for SGLang, external mode for vLLM (the trainer
+// says done), the simulated update endpoint for policyrouter's.
+func demoUpdateHint(base, engine string) string {
+	switch engine {
+	case fakepolicy.EngineSGLang:
+		return `curl -s -XPOST ` + base + `/updates -H 'Content-Type: application/json' -d '{"version": 1, "model_path": "/ckpt/step-1", "max_unavailable": 2}'`
+	case fakepolicy.EngineVLLM:
+		return `curl -s -XPOST ` + base + `/updates -H 'Content-Type: application/json' -d '{"version": 1, "max_unavailable": 2}'  (then POST /updates/{id}/done with its "ready" ids)`
+	}
+	return `curl -s -XPOST ` + base + `/updates -H 'Content-Type: application/json' -d '{"version": 1, "action": {"path": "/update_weights_from_disk", "body": {"version": 1}}}'`
+}
+
+// demoSetup registers the fleet with its engine, the first half on node-a
+// and the rest on node-b, and a topology with as many env workers as
+// policies.
+func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet, engine string) error {
 	n := fleet.Len()
 	var req api.ReplacePoliciesRequest
 	topo := api.Topology{"node-a": {}, "node-b": {}}
 	var envA, envB, evalA, evalB []int
 	for i := range n {
 		idx := i
-		req.Policies = append(req.Policies, api.PolicyRequest{URL: fleet.URL(i), Index: &idx})
+		req.Policies = append(req.Policies, api.PolicyRequest{URL: fleet.URL(i), Index: &idx, Engine: engine})
 		if i < n/2 {
 			evalA, envA = append(evalA, i), append(envA, i)
 		} else {

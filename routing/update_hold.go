@@ -1,0 +1,100 @@
+package routing
+
+import "fmt"
+
+// What a rolling weight update asks of the routing state: that its
+// engines' aborts end their leases at once, and that policies registered
+// while it runs get no work until they are at its version.
+
+// ErrLeaseAborted: the lease was ended by AbortLeases (its policy's engine
+// aborted the work in flight for a weight update). It is an ErrLeaseEnded.
+var ErrLeaseAborted = fmt.Errorf("%w: aborted by a weight update", ErrLeaseEnded)
+
+// maxAbortedLeases bounds how many aborted leases are remembered; older
+// ones then read as merely ended.
+const maxAbortedLeases = 1 << 16
+
+// abortedLeases remembers the leases AbortLeases ended, the oldest
+// forgotten first. Guarded by State.mu.
+type abortedLeases struct {
+	set   map[uint64]struct{}
+	order []uint64
+}
+
+func (a *abortedLeases) add(lease uint64) {
+	if a.set == nil {
+		a.set = make(map[uint64]struct{})
+	}
+	if len(a.order) >= maxAbortedLeases {
+		delete(a.set, a.order[0])
+		a.order = a.order[1:]
+	}
+	a.set[lease] = struct{}{}
+	a.order = append(a.order, lease)
+}
+
+func (a *abortedLeases) has(lease uint64) bool {
+	_, ok := a.set[lease]
+	return ok
+}
+
+// AbortLeases ends every lease out on the policy with the given id at once,
+// as its engine aborts the requests in flight; a later Release of one of
+// them returns ErrLeaseAborted. The policy's slots are offered again if it
+// is available. It returns how many leases ended, and ErrUnknownPolicy for
+// an unknown id.
+func (st *State) AbortLeases(id string) (int, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rt := st.runtimes[id]
+	if rt == nil {
+		return 0, ErrUnknownPolicy
+	}
+	n := 0
+	for _, s := range rt.slots {
+		if s.lease == 0 {
+			continue
+		}
+		st.aborted.add(s.lease)
+		st.releaseLocked(s, false)
+		n++
+	}
+	return n, nil
+}
+
+// SetJoinFloor makes every policy registered from now on (a new id) get no
+// work until its version reaches v, whatever the request's floor: a rolling
+// update to v sets it when it starts. SetJoinFloor(0) ends that, and lifts
+// the hold of every policy registered meanwhile (the update ended).
+func (st *State) SetJoinFloor(v int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.joinFloor = max(v, 0)
+	if v > 0 {
+		return
+	}
+	for _, rt := range st.runtimes {
+		if rt.hold.Swap(0) != 0 {
+			// Its idle slots may serve waiters now.
+			for _, s := range rt.slots {
+				if s.listed {
+					st.unlistLocked(s)
+					st.offerLocked(s, false)
+				}
+			}
+		}
+	}
+}
+
+// Held reports whether the policy with the given id is held below a
+// rolling update's version (SetJoinFloor) and the version it must reach.
+func (st *State) Held(id string) (int64, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rt := st.runtimes[id]
+	if rt == nil {
+		return 0, false
+	}
+	h := rt.hold.Load()
+	return h, h > 0 && rt.version.Load() < h
+}
