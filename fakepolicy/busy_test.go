@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/fakeclock"
 )
 
 func TestBusyLedger(t *testing.T) {
@@ -43,7 +45,7 @@ func TestBusyLedger(t *testing.T) {
 }
 
 func TestBusyTimeFollowsTheClock(t *testing.T) {
-	clk := newClock()
+	clk := fakeclock.New()
 	f := newFleet(t, 2, Options{Now: clk.Now})
 	p := f.Policy(0)
 	p.StartWorkFor(time.Second)
@@ -59,7 +61,7 @@ func TestBusyTimeFollowsTheClock(t *testing.T) {
 }
 
 func TestSerialQueuesWork(t *testing.T) {
-	clk := newClock()
+	clk := fakeclock.New()
 	f := newFleet(t, 1, Options{Now: clk.Now, Serial: true})
 	p := f.Policy(0)
 	p.StartWorkFor(time.Second)

@@ -13,29 +13,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/policyrouter/policyrouter/internal/fakeclock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// clock is a settable clock for Options.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 func newFleet(tb testing.TB, n int, opts Options) *Fleet {
 	tb.Helper()
@@ -74,7 +56,7 @@ func do(tb testing.TB, c *http.Client, method, url string) (int, string) {
 func TestWorkMakesBusy(t *testing.T) {
 	for _, perPolicy := range []bool{false, true} {
 		t.Run(map[bool]string{false: "shared", true: "per-policy"}[perPolicy], func(t *testing.T) {
-			clk := newClock()
+			clk := fakeclock.New()
 			f := newFleet(t, 3, Options{PerPolicyListeners: perPolicy, MinWork: time.Second, MaxWork: 2 * time.Second, Now: clk.Now})
 			c := &http.Client{}
 			defer c.CloseIdleConnections()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -202,8 +203,8 @@ func TestEngineKeySentNeverLogged(t *testing.T) {
 			}
 			logger.Info("policies", "policy", ps[0], "policies", ps)
 			start(t, st, Config{Interval: 10 * time.Millisecond, Logger: logger})
-			eventually(t, "the good policy to be idle", func() bool { return policyStats(st, 0).State == routing.StateIdle })
-			eventually(t, "the bad policy to be unhealthy", func() bool { return policyStats(st, 1).State == routing.StateUnhealthy })
+			poll.Until(t, "the good policy to be idle", func() bool { return policyStats(st, 0).State == routing.StateIdle })
+			poll.Until(t, "the bad policy to be unhealthy", func() bool { return policyStats(st, 1).State == routing.StateUnhealthy })
 			if got := logs.String(); strings.Contains(got, "SECRET") || !strings.Contains(got, "probe failed") {
 				t.Errorf("logs show a key, or no failed probe:\n%s", got)
 			}

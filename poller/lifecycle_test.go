@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/internal/fakeclock"
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -78,7 +80,7 @@ func TestRunStopsAndRestarts(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()
-		eventually(t, "probes of both policies by this Run", func() bool {
+		poll.Until(t, "probes of both policies by this Run", func() bool {
 			return hung.hits.Load() > hungBefore && ok.hits.Load() > okBefore
 		})
 		// With a done context, a Run that wrongly started would return at once.
@@ -95,28 +97,10 @@ func TestRunStopsAndRestarts(t *testing.T) {
 	}
 }
 
-// clock is a settable clock for fakepolicy.Options.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // TestReportedLoad: a load in the /idle answer replaces the tracked load; a
 // bare answer leaves it alone.
 func TestReportedLoad(t *testing.T) {
-	clk := &clock{now: time.Unix(1e9, 0)}
+	clk := fakeclock.At(time.Unix(1e9, 0))
 	fleet, err := fakepolicy.New(2, rand.NewPCG(1, 1), fakepolicy.Options{Now: clk.Now, PerPolicyListeners: true})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +129,7 @@ func TestReportedLoad(t *testing.T) {
 	for range 3 {
 		fleet.Policy(1).StartWorkFor(time.Hour)
 	}
-	eventually(t, "reported load 3", func() bool { return policyStats(st, 1).Load == 3 })
+	poll.Until(t, "reported load 3", func() bool { return policyStats(st, 1).Load == 3 })
 	if ps := policyStats(st, 1); ps.LastIdle {
 		t.Errorf("policy 1 with work reported idle: %+v", ps)
 	}
@@ -159,13 +143,13 @@ func TestReportedLoad(t *testing.T) {
 
 	// The bare answers of policy 0 keep its tracked load of 2.
 	n := probesOf("p0")
-	eventually(t, "more probes of policy 0", func() bool { return probesOf("p0") >= n+3 })
+	poll.Until(t, "more probes of policy 0", func() bool { return probesOf("p0") >= n+3 })
 	if got := policyStats(st, 0).Load; got != 2 {
 		t.Errorf("policy 0 load = %d after bare answers, want the tracked 2", got)
 	}
 
 	clk.Advance(2 * time.Hour)
-	eventually(t, "reported load 0", func() bool { return policyStats(st, 1).Load == 0 })
+	poll.Until(t, "reported load 0", func() bool { return policyStats(st, 1).Load == 0 })
 	if !policyStats(st, 1).LastIdle {
 		t.Errorf("policy 1 without work not idle")
 	}

@@ -14,25 +14,13 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// eventually polls cond until it holds, failing the test after a deadline
-// far beyond what any condition here needs: only a real bug trips it.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // register replaces st's policies with p0..pn-1 at the given URLs.
 func register(tb testing.TB, st *routing.State, urls ...string) {
@@ -167,7 +155,7 @@ func TestRoutingFollowsHealth(t *testing.T) {
 	p := start(t, st, Config{Interval: 50 * time.Millisecond, Timeout: timeout, Logger: slog.New(logs)})
 
 	wantHealthy, wantUnhealthy := []int{0, 4, 6}, []int{1, 2, 3, 5}
-	eventually(t, "policies 1, 2, 3 and 5 unhealthy", func() bool {
+	poll.Until(t, "policies 1, 2, 3 and 5 unhealthy", func() bool {
 		_, unhealthy := healthOf(st)
 		return slices.Equal(unhealthy, wantUnhealthy)
 	})
@@ -178,17 +166,17 @@ func TestRoutingFollowsHealth(t *testing.T) {
 
 	// Unhealthy policies keep being probed, so that they can come back.
 	before := servers[2].hits.Load()
-	eventually(t, "probes of an unhealthy policy", func() bool { return servers[2].hits.Load() > before })
+	poll.Until(t, "probes of an unhealthy policy", func() bool { return servers[2].hits.Load() > before })
 
 	flapFails.Store(true)
-	eventually(t, "flapping policy unhealthy", func() bool { return !policyStats(st, 6).Healthy })
+	poll.Until(t, "flapping policy unhealthy", func() bool { return !policyStats(st, 6).Healthy })
 	for range 20 {
 		if sel, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectRoundRobin, EnvID: ""}); err != nil || sel.Policy.Index == 6 {
 			t.Fatalf("round robin gave %d, %v while policy 6 is unhealthy", sel.Policy.Index, err)
 		}
 	}
 	flapFails.Store(false)
-	eventually(t, "flapping policy healthy again", func() bool { return policyStats(st, 6).Healthy })
+	poll.Until(t, "flapping policy healthy again", func() bool { return policyStats(st, 6).Healthy })
 
 	// Each transition is logged once.
 	for _, id := range []string{"p1", "p2", "p3", "p5", "p6"} {
@@ -286,7 +274,7 @@ func TestHealthyProbedOnSchedule(t *testing.T) {
 	began := time.Now()
 	p := start(t, st, Config{Interval: interval, Timeout: timeout, Concurrency: 8})
 
-	eventually(t, "first probes", func() bool { return p.Stats().Sweeps >= 2 })
+	poll.Until(t, "first probes", func() bool { return p.Stats().Sweeps >= 2 })
 	t0 := time.Now()
 	before := make([]int64, len(healthy))
 	for i, f := range healthy {
@@ -318,7 +306,7 @@ func TestAllWorkersBusy(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	began := time.Now()
 	p := start(t, st, Config{Interval: 10 * time.Millisecond, Timeout: timeout, Concurrency: 1})
-	eventually(t, "three probes of each healthy policy", func() bool {
+	poll.Until(t, "three probes of each healthy policy", func() bool {
 		return oks[0].hits.Load() >= 3 && oks[1].hits.Load() >= 3
 	})
 	checkNotQueued(t, hung, time.Since(began), timeout)
@@ -355,7 +343,7 @@ func TestGraceNoDoubleHandout(t *testing.T) {
 					idleSince.Add(1)
 				}
 			}})
-			eventually(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
+			poll.Until(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
 
 			beforeSelect := time.Now() // no later than the lease's start
 			first, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""})
@@ -364,7 +352,7 @@ func TestGraceNoDoubleHandout(t *testing.T) {
 			}
 			afterSelect.Store(time.Now().UnixNano())
 			if grace == time.Minute {
-				eventually(t, "idle answers after the selection", func() bool { return idleSince.Load() >= 3 })
+				poll.Until(t, "idle answers after the selection", func() bool { return idleSince.Load() >= 3 })
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 				defer cancel()
 				if sel, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""}); !errors.Is(err, context.DeadlineExceeded) {
@@ -403,10 +391,10 @@ func TestPolicySetChanges(t *testing.T) {
 	st := routing.New(routing.Options{})
 	register(t, st, a.URL)
 	p := start(t, st, Config{Interval: 10 * time.Millisecond})
-	eventually(t, "a probed", func() bool { return a.hits.Load() >= 2 })
+	poll.Until(t, "a probed", func() bool { return a.hits.Load() >= 2 })
 
 	register(t, st, a.URL, b.URL)
-	eventually(t, "b probed after being added", func() bool { return b.hits.Load() >= 2 })
+	poll.Until(t, "b probed after being added", func() bool { return b.hits.Load() >= 2 })
 	if got := p.Stats().Policies; got != 2 {
 		t.Errorf("Stats().Policies = %d, want 2", got)
 	}
@@ -417,23 +405,23 @@ func TestPolicySetChanges(t *testing.T) {
 	}
 	// Probes are counted when they arrive. Once no probe is pending, a's
 	// last one, dispatched before p0 moved, has arrived.
-	eventually(t, "c probed after p0 moved, then no probe pending", func() bool {
+	poll.Until(t, "c probed after p0 moved, then no probe pending", func() bool {
 		return c.hits.Load() >= 2 && p.pending.Load() == 0
 	})
 	sweeps := p.Stats().Sweeps
 	aHits := a.hits.Load()
-	eventually(t, "three more sweeps", func() bool { return p.Stats().Sweeps >= sweeps+3 })
+	poll.Until(t, "three more sweeps", func() bool { return p.Stats().Sweeps >= sweeps+3 })
 	if got := a.hits.Load(); got != aHits {
 		t.Errorf("a probed %d more times after p0 moved away", got-aHits)
 	}
 
 	register(t, st)
 	sweeps = p.Stats().Sweeps
-	eventually(t, "a sweep over no policy, then no probe pending", func() bool {
+	poll.Until(t, "a sweep over no policy, then no probe pending", func() bool {
 		return p.Stats().Sweeps >= sweeps+2 && p.pending.Load() == 0
 	})
 	bHits, cHits := b.hits.Load(), c.hits.Load()
-	eventually(t, "three more sweeps", func() bool { return p.Stats().Sweeps >= sweeps+5 })
+	poll.Until(t, "three more sweeps", func() bool { return p.Stats().Sweeps >= sweeps+5 })
 	if b.hits.Load() != bHits || c.hits.Load() != cHits {
 		t.Errorf("policies probed after they were all removed")
 	}
@@ -449,10 +437,10 @@ func TestNewPolicyProbedAtOnce(t *testing.T) {
 	first, second := newFake(t, answerWith(200, `{"idle": true}`)), newFake(t, answerWith(200, `{"idle": true}`))
 	register(t, st, first.URL)
 	start(t, st, Config{Interval: time.Hour})
-	eventually(t, "the first probe of the policy present at start", func() bool { return first.hits.Load() == 1 })
+	poll.Until(t, "the first probe of the policy present at start", func() bool { return first.hits.Load() == 1 })
 	register(t, st, first.URL, second.URL)
-	eventually(t, "the first probe of the policy registered later", func() bool { return second.hits.Load() == 1 })
-	eventually(t, "the new policy to be routable", func() bool { return policyStats(st, 1).State == routing.StateIdle })
+	poll.Until(t, "the first probe of the policy registered later", func() bool { return second.hits.Load() == 1 })
+	poll.Until(t, "the new policy to be routable", func() bool { return policyStats(st, 1).State == routing.StateIdle })
 	if got := first.hits.Load(); got != 1 {
 		t.Errorf("the policy present at start was probed %d times within the hour's period; want 1", got)
 	}
@@ -478,7 +466,7 @@ func TestLeaseKeptWhileWorkerPrepares(t *testing.T) {
 			probesAfter.Add(1)
 		}
 	}})
-	eventually(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
+	poll.Until(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
 
 	sel, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle})
 	if err != nil {
@@ -500,10 +488,10 @@ func TestLeaseKeptWhileWorkerPrepares(t *testing.T) {
 
 	busy.Store(true) // the request arrives
 	seen := probesAfter.Load()
-	eventually(t, "a busy answer", func() bool { return probesAfter.Load() > seen+1 })
+	poll.Until(t, "a busy answer", func() bool { return probesAfter.Load() > seen+1 })
 	if !st.LeaseValid(sel.Lease) {
 		t.Fatal("lease freed while its work runs")
 	}
 	busy.Store(false) // and ends
-	eventually(t, "the lease freed by the idle answer after the work", func() bool { return !st.LeaseValid(sel.Lease) })
+	poll.Until(t, "the lease freed by the idle answer after the work", func() bool { return !st.LeaseValid(sel.Lease) })
 }

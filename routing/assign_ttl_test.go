@@ -3,13 +3,15 @@ package routing
 import (
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/fakeclock"
 )
 
 // Tracked tasks that /complete never reports leave their policy's load at
 // their TTL; completed ones are taken from the oldest batch first, so an
 // expiry never takes a task twice.
 func TestAssignTasksExpire(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	start := clock.Now()
 	st := newState(t, Options{Now: clock.Now, AssignTTL: time.Minute}, densePolicies(1), Topology{})
 	if _, err := st.Assign(AssignRequest{NumTasks: 3}); err != nil { // batch A: 3 tasks, default TTL
@@ -69,7 +71,7 @@ func TestAssignTasksExpireOnTheirOwn(t *testing.T) {
 // Without a TTL tasks count until completed, and the oldest lease's age is
 // reported.
 func TestOldestLeaseAge(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Now: clock.Now}, densePolicies(2), Topology{})
 	mustSelect(t, st, SelectIdle, "")
 	clock.Advance(3 * time.Second)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/fakeclock"
 )
 
 // A lease whose work has not started survives every idle answer within
@@ -13,7 +15,7 @@ import (
 // Once a probe sees the work running, the idle answer after it frees the
 // lease at once.
 func TestLeaseSurvivesIdleAnswersBeforeItsWork(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Now: clock.Now}, densePolicies(1), Topology{}) // default Grace
 	sel := mustSelect(t, st, SelectIdle, "")
 	start := clock.Now()
@@ -43,7 +45,7 @@ func TestLeaseSurvivesIdleAnswersBeforeItsWork(t *testing.T) {
 // A busy answer to a probe sent before the hand-out says nothing of the
 // lease's work: the idle answer after it does not free the lease.
 func TestBusyAnswerSentBeforeHandOutProvesNothing(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Now: clock.Now}, densePolicies(1), Topology{})
 	sentBefore := clock.Now()
 	clock.Advance(time.Millisecond)
@@ -61,7 +63,7 @@ func TestBusyAnswerSentBeforeHandOutProvesNothing(t *testing.T) {
 // work too short for any probe to see is freed by the first idle answer
 // sent Grace after the hand-out.
 func TestUnseenLeaseFreedAfterGrace(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Now: clock.Now}, densePolicies(1), Topology{})
 	sel := mustSelect(t, st, SelectIdle, "")
 	clock.Advance(DefaultGrace - time.Millisecond)
@@ -80,7 +82,7 @@ func TestUnseenLeaseFreedAfterGrace(t *testing.T) {
 // leases beyond its running requests, and counts the oldest leases as the
 // running ones.
 func TestIdleAnswerWithLoadFreesOnlyTheExcess(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Now: clock.Now}, withCapacity(densePolicies(1), 4), Topology{})
 	var leases []uint64
 	for range 3 {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/fakeclock"
 )
 
 func TestSelectIdle(t *testing.T) {
@@ -437,7 +439,7 @@ func TestProbeGrace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newFakeClock()
+			clock := fakeclock.New()
 			st := newState(t, Options{Grace: grace, Now: clock.Now}, densePolicies(1), Topology{})
 			selectedAt := clock.Now()
 			sel := mustSelect(t, st, SelectIdle, "")
@@ -460,7 +462,7 @@ func TestProbeGrace(t *testing.T) {
 
 func TestProbeGraceIsPerLease(t *testing.T) {
 	const grace = time.Second
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Grace: grace, Now: clock.Now}, withCapacity(densePolicies(1), 2), Topology{})
 	old := mustSelect(t, st, SelectIdle, "")
 	clock.Advance(grace)

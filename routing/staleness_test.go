@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/fakeclock"
 )
 
 // versioned returns n policies p0..pn-1 with the given weight versions.
@@ -110,7 +112,7 @@ func TestFloorSkipsStalePolicies(t *testing.T) {
 // reports the version, or when a fresh one is released; a stale policy's
 // idle slot never goes to it.
 func TestWaiterGetsFreshPolicy(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Polled: true, Now: clock.Now}, versioned(1, 1), Topology{})
 	for _, id := range []string{"p0", "p1"} {
 		st.ObserveProbe(id, Probe{SentAt: clock.Now(), OK: true, Idle: true, Version: 1, HasVersion: true})

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/fakeclock"
 )
 
 // answer reports one probe of policy p (id "p<i>") sent at sentAt.
@@ -24,7 +26,7 @@ var idleSelectors = []Selector{SelectIdle, SelectIdleAffinity}
 // registration) hands out nothing until a policy answers idle, then only
 // that policy.
 func TestRestartWhileHeldHandsOutNothingUntilIdle(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	topo := nodes(map[string][2][]int{"a": {ints(0, 1), ints(0, 1)}, "b": {ints(2, 3), ints(2, 3)}})
 	before := newState(t, Options{Polled: true, Now: clock.Now}, densePolicies(4), topo)
 	for i := range 4 {
@@ -85,7 +87,7 @@ func TestRestartWhileHeldHandsOutNothingUntilIdle(t *testing.T) {
 func TestBusyAnswerIsNotHandedOut(t *testing.T) {
 	for _, r := range idleSelectors {
 		t.Run(fmtRouter(r), func(t *testing.T) {
-			clock := newFakeClock()
+			clock := fakeclock.New()
 			topo := nodes(map[string][2][]int{"a": {ints(0), ints(0, 1)}, "b": {ints(1), ints(2)}})
 			st := newState(t, Options{Polled: true, Now: clock.Now, Grace: time.Second}, densePolicies(3), topo)
 			for i := range 3 {
@@ -137,7 +139,7 @@ func TestBusyAnswerIsNotHandedOut(t *testing.T) {
 // A policy not heard from (newly registered while polling) gets no work
 // from any router, and /assign and round robin skip it too.
 func TestUnknownPolicyIsNeverHandedOut(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Polled: true, Now: clock.Now}, densePolicies(2), Topology{})
 	answer(t, st, 0, clock.Now(), true)
 	// Policy 2 joins; policy 1 has failed probes only.
@@ -315,7 +317,7 @@ func fmtRouter(r Selector) string {
 // Why a policy fails, since when it is unhealthy and when it last answered
 // are kept for /stats, and cleared once it is healthy again.
 func TestHealthYouCanActOn(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Polled: true, FailThreshold: 2, PassThreshold: 2}, densePolicies(1), Topology{})
 	ok := clock.Now()
 	answer(t, st, 0, ok, true)
@@ -346,7 +348,7 @@ func TestHealthYouCanActOn(t *testing.T) {
 // A policy's weight version is the registered one until its /idle answers
 // report one; a registration with a higher version raises it.
 func TestWeightVersions(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	ps := densePolicies(2)
 	ps[1].Version = 4
 	st := newState(t, Options{Polled: true}, ps, Topology{})
@@ -371,7 +373,7 @@ func TestWeightVersions(t *testing.T) {
 // not known to it, so it hands out nothing until a policy answers idle,
 // and leases from before the reset are ended.
 func TestResetForgetsLeasesAndWaitsForAnswers(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	st := newState(t, Options{Polled: true, Now: clock.Now}, densePolicies(3), Topology{})
 	for i := range 3 {
 		answer(t, st, i, clock.Now(), true)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -161,7 +162,7 @@ func TestPauseAbortEndsLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	var first *updates.Policy
-	eventually(t, "the first wave updating", func() bool {
+	poll.Until(t, "the first wave updating", func() bool {
 		u, _ = m.Get(u.ID)
 		for _, p := range u.Policies {
 			if p.Phase == updates.PhaseUpdating {
@@ -207,7 +208,7 @@ func TestStalledUpdateSaysWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a policy waiting to confirm", func() bool {
+	poll.Until(t, "a policy waiting to confirm", func() bool {
 		u, _ = m.Get(u.ID)
 		for _, p := range u.Policies {
 			if p.Step == updates.StepConfirm && p.ReportedVersion == 8 {

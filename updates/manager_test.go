@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
@@ -113,7 +114,7 @@ func (fl *fleet) run(t *testing.T) (*updates.Manager, func()) {
 		_ = poller.New(fl.state, poller.Config{Interval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}).Run(ctx)
 	})
 	wg.Go(func() { _ = m.Run(ctx) })
-	eventually(t, "every policy heard from", func() bool { n, _ := fl.state.Unprobed(); return n == 0 })
+	poll.Until(t, "every policy heard from", func() bool { n, _ := fl.state.Unprobed(); return n == 0 })
 	stop := func() { cancel(); wg.Wait() }
 	t.Cleanup(stop)
 	return m, stop
@@ -170,21 +171,10 @@ func (fl *fleet) wantNoViolations(t *testing.T) {
 	}
 }
 
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func waitEnded(t *testing.T, m *updates.Manager, id string) updates.Update {
 	t.Helper()
 	var u updates.Update
-	eventually(t, "the update to end", func() bool {
+	poll.Until(t, "the update to end", func() bool {
 		var err error
 		u, err = m.Get(id)
 		return err == nil && u.State != updates.StateRunning
@@ -281,7 +271,7 @@ func TestAbortResumesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a wave updating", func() bool {
+	poll.Until(t, "a wave updating", func() bool {
 		u, _ = m.Get(u.ID)
 		for _, p := range u.Policies {
 			if p.Phase == updates.PhaseUpdating {
@@ -316,7 +306,7 @@ func TestRestartContinues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a few policies done", func() bool {
+	poll.Until(t, "a few policies done", func() bool {
 		u, _ = m.Get(u.ID)
 		done := 0
 		for _, p := range u.Policies {
