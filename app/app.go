@@ -130,7 +130,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 			Retries:   cfg.ProxyRetries,
 			Timeout:   cfg.ProxyTimeout,
 			MaxBody:   cfg.ProxyMaxBody,
-			Transport: proxyTransport(ptls),
+			Transport: handlers.NewProxyTransport(ptls),
 		},
 	}
 	if a.etcd != nil {

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -191,15 +190,4 @@ func certPool(file string, withSystem bool) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s: no PEM certificate", file)
 	}
 	return pool, nil
-}
-
-// proxyTransport is the transport of proxy mode: keep-alive connections to
-// the policies, many per host (a batching engine takes tens of requests
-// at once), with the TLS of the probes towards https:// policies.
-func proxyTransport(tc *tls.Config) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 0
-	t.MaxIdleConnsPerHost = 256
-	t.TLSClientConfig = tc
-	return t
 }

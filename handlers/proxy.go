@@ -3,6 +3,7 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -49,8 +50,8 @@ type ProxyConfig struct {
 	Timeout time.Duration
 	// MaxBody is the largest request body accepted (--proxy-max-body).
 	MaxBody int64
-	// Transport carries the requests to the policies; nil is a clone of
-	// http.DefaultTransport.
+	// Transport carries the requests to the policies; nil is
+	// NewProxyTransport(nil).
 	Transport http.RoundTripper
 	// APIKey returns the key sent to a policy as its bearer token; nil is
 	// the policy's registered api_key (routing.Policy.BearerFor), "" sends
@@ -97,7 +98,7 @@ func attemptFrom(ctx context.Context) *attempt { a, _ := ctx.Value(attemptKey{})
 func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 	tr := s.Proxy.Transport
 	if tr == nil {
-		tr = http.DefaultTransport.(*http.Transport).Clone()
+		tr = NewProxyTransport(nil)
 	}
 	return &httputil.ReverseProxy{
 		Transport: tr,
@@ -163,6 +164,19 @@ type bufferPool struct{ pool sync.Pool }
 
 func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
 func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
+
+// NewProxyTransport is the transport of proxy mode: keep-alive connections
+// to the policies, up to 256 idle per policy (a batching engine takes tens
+// of requests at once; http.DefaultTransport keeps 2, and every other
+// request would pay a new connection), with tc's TLS towards https://
+// policies (nil: the system's roots).
+func NewProxyTransport(tc *tls.Config) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0
+	t.MaxIdleConnsPerHost = 256
+	t.TLSClientConfig = tc
+	return t
+}
 
 // proxy serves POST /v1/completions, /v1/chat/completions and /generate.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {

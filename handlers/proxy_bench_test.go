@@ -19,11 +19,13 @@ import (
 // BenchmarkProxy puts proxy mode side by side with direct calls to the
 // same simulated policies, in one run:
 //
+//   - completions/c=1/instant: one request at a time to policies that
+//     answer at once, for the latency the router adds (p50, p99);
 //   - completions/c=64: non-streaming /v1/completions at concurrency 64
-//     (ops/s is 1/ns-per-op; p50 and p99 latency per request), against
-//     policies that answer at once ("instant": the router's whole cost
-//     shows, on the same cores as the clients and the policies) and
-//     against 8 ms generations (4 tokens at 500 tokens/s);
+//     (ops/s is 1/ns-per-op), against policies that answer at once
+//     ("instant": the router's whole cost shows, on the same two cores as
+//     the 64 clients and the policies), and against 8 ms and 50 ms
+//     generations (4 tokens at 500 and 80 tokens/s);
 //   - first-chunk: the time to the first event of a streamed chat
 //     completion, one at a time;
 //   - streams=1000: 1,000 streams held open at once, and the memory they
@@ -35,6 +37,7 @@ import (
 func BenchmarkProxy(b *testing.B) {
 	fast := benchFleet(b, 0)   // answers at once
 	gen := benchFleet(b, 500)  // 4 tokens in 8 ms
+	slow := benchFleet(b, 80)  // 4 tokens in 50 ms
 	paced := benchFleet(b, 50) // 50 tokens/s: streams last
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 0, MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
 	b.Cleanup(client.CloseIdleConnections)
@@ -46,21 +49,27 @@ func BenchmarkProxy(b *testing.B) {
 		return func(int) string { return srv.URL }
 	}
 	sides := []struct {
-		name             string
-		fast, gen, paced func(int) string
+		name                   string
+		fast, gen, slow, paced func(int) string
 	}{
-		{"direct", direct(fast), direct(gen), direct(paced)},
-		{"proxy", routed(fast), routed(gen), routed(paced)},
+		{"direct", direct(fast), direct(gen), direct(slow), direct(paced)},
+		{"proxy", routed(fast), routed(gen), routed(slow), routed(paced)},
 	}
-	for _, side := range sides {
-		b.Run("completions/c=64/instant/"+side.name, func(b *testing.B) {
-			benchCompletions(b, client, side.fast, 64)
-		})
-	}
-	for _, side := range sides {
-		b.Run("completions/c=64/8ms/"+side.name, func(b *testing.B) {
-			benchCompletions(b, client, side.gen, 64)
-		})
+	for _, c := range []struct {
+		name string
+		conc int
+		url  func(side int) func(int) string
+	}{
+		{"c=1/instant", 1, func(i int) func(int) string { return sides[i].fast }},
+		{"c=64/instant", 64, func(i int) func(int) string { return sides[i].fast }},
+		{"c=64/8ms", 64, func(i int) func(int) string { return sides[i].gen }},
+		{"c=64/50ms", 64, func(i int) func(int) string { return sides[i].slow }},
+	} {
+		for i, side := range sides {
+			b.Run("completions/"+c.name+"/"+side.name, func(b *testing.B) {
+				benchCompletions(b, client, c.url(i), c.conc)
+			})
+		}
 	}
 	for _, side := range sides {
 		b.Run("first-chunk/"+side.name, func(b *testing.B) {
@@ -93,6 +102,16 @@ func benchFleet(tb testing.TB, tps float64) *fakepolicy.Fleet {
 const completionBody = `{"model":"fake-policy","prompt":"hi","max_tokens":4}`
 
 func benchCompletions(b *testing.B, client *http.Client, url func(int) string, conc int) {
+	if conc == 1 {
+		lat := make([]time.Duration, 0, b.N)
+		for i := range b.N {
+			start := time.Now()
+			postCompletion(b, client, url(i))
+			lat = append(lat, time.Since(start))
+		}
+		reportQuantiles(b, lat, "")
+		return
+	}
 	b.SetParallelism(max(conc/runtime.GOMAXPROCS(0), 1))
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -106,17 +125,7 @@ func benchCompletions(b *testing.B, client *http.Client, url func(int) string, c
 		mu.Unlock()
 		for pb.Next() {
 			start := time.Now()
-			res, err := client.Post(url(i)+"/v1/completions", "application/json", strings.NewReader(completionBody))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode != http.StatusOK {
-				b.Errorf("status %d", res.StatusCode)
-				return
-			}
+			postCompletion(b, client, url(i))
 			mine = append(mine, time.Since(start))
 			i++
 		}
@@ -125,6 +134,19 @@ func benchCompletions(b *testing.B, client *http.Client, url func(int) string, c
 		mu.Unlock()
 	})
 	reportQuantiles(b, lat, "")
+}
+
+// postCompletion sends one non-streaming completion and reads its answer.
+func postCompletion(b *testing.B, client *http.Client, base string) {
+	res, err := client.Post(base+"/v1/completions", "application/json", strings.NewReader(completionBody))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		b.Fatalf("status %d", res.StatusCode)
+	}
 }
 
 func benchFirstChunk(b *testing.B, client *http.Client, url func(int) string) {
