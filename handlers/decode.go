@@ -129,9 +129,24 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// validate runs the struct's validate tags and renders failures as one
-// 422 naming every bad field.
+// validate checks a decoded request and renders failures as one 422
+// naming every bad field: the routing endpoints' requests by hand (see
+// checks.go), the others by their validate tags.
 func (s *Server) validate(v any) error {
+	switch v := v.(type) {
+	case *api.SelectRequest:
+		return checkSelect(v)
+	case *api.ReleaseRequest:
+		return checkRelease(v)
+	case *api.AssignRequest:
+		return checkAssign(v)
+	}
+	return s.validateTags(v)
+}
+
+// validateTags runs the struct's validate tags and renders failures as one
+// 422 naming every bad field.
+func (s *Server) validateTags(v any) error {
 	if rv := reflect.Indirect(reflect.ValueOf(v)); rv.Kind() != reflect.Struct {
 		return nil // maps (the topology) are checked by their consumer
 	}
