@@ -138,7 +138,7 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		hit := b2i(d.AffinityHeld())
 		s.Metrics.ObserveAffinity("select", router.Name, hit, 1-hit)
 	}
-	writeJSON(w, http.StatusOK, api.SelectResponse{
+	writeSelected(w, &api.SelectResponse{
 		Index: d.Policy.Index, ID: d.Policy.ID, URL: d.Policy.URL, NodeID: d.Node,
 		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky),
 	})
@@ -159,7 +159,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		if !ok && s.Leader != nil {
 			// One of several replicas: the lease may be an earlier
 			// leader's, and it ended with that leader's term.
-			writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: false, LeaseID: req.LeaseID})
+			writeReleased(w, &api.ReleaseResponse{Released: false, LeaseID: req.LeaseID})
 			return
 		}
 		if !ok {
@@ -168,7 +168,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		}
 		sel, err = s.State.Release(lease)
 		if errors.Is(err, routing.ErrLeaseEnded) {
-			writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: false, LeaseID: req.LeaseID})
+			writeReleased(w, &api.ReleaseResponse{Released: false, LeaseID: req.LeaseID})
 			return
 		}
 	} else {
@@ -182,7 +182,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if leaseID == "" {
 		leaseID = s.State.LeaseID(sel.Lease)
 	}
-	writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: true, LeaseID: leaseID, Index: &sel.Policy.Index, ID: sel.Policy.ID})
+	writeReleased(w, &api.ReleaseResponse{Released: true, LeaseID: leaseID, Index: &sel.Policy.Index, ID: sel.Policy.ID})
 }
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
