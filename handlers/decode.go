@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,7 +61,20 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, dst
 		// router on loopback.
 		return errorf(api.CodeUnsupportedMedia, "missing Content-Type: send Content-Type: application/json")
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	body := r.Body
+	if fastDecodable(dst) {
+		b, ok, rest, done := readSmall(r.Body, limit)
+		defer done()
+		if ok && fastDecode(b, dst) {
+			return s.validate(dst)
+		}
+		if ok {
+			rest = bytes.NewReader(b)
+		}
+		// encoding/json reads the same bytes, for the same answer.
+		body = io.NopCloser(rest)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return decodeError(err, limit)
