@@ -160,6 +160,7 @@ type jsonBuffer struct {
 
 var buffers = sync.Pool{New: func() any {
 	b := new(jsonBuffer)
+	b.buf.Grow(1 << 10) // room for the hand-written answers
 	b.enc = json.NewEncoder(&b.buf)
 	b.enc.SetEscapeHTML(false)
 	return b

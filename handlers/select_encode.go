@@ -15,7 +15,7 @@ import (
 func writeSelected(w http.ResponseWriter, resp *api.SelectResponse) {
 	b := buffers.Get().(*jsonBuffer)
 	defer b.release()
-	buf := b.buf.AvailableBuffer()
+	buf := b.buf.AvailableBuffer() // its spare room: b.buf itself stays empty
 	buf = append(buf, `{"index":`...)
 	buf = strconv.AppendInt(buf, int64(resp.Index), 10)
 	buf = append(buf, `,"id":`...)
@@ -35,8 +35,7 @@ func writeSelected(w http.ResponseWriter, resp *api.SelectResponse) {
 		buf = appendJSONString(buf, resp.Sticky)
 	}
 	buf = append(buf, "}\n"...)
-	b.buf.Write(buf)
-	writeBody(w, http.StatusOK, b.buf.Bytes())
+	writeBody(w, http.StatusOK, buf)
 }
 
 // writeReleased writes an api.ReleaseResponse by hand, as writeSelected
@@ -44,7 +43,7 @@ func writeSelected(w http.ResponseWriter, resp *api.SelectResponse) {
 func writeReleased(w http.ResponseWriter, resp *api.ReleaseResponse) {
 	b := buffers.Get().(*jsonBuffer)
 	defer b.release()
-	buf := b.buf.AvailableBuffer()
+	buf := b.buf.AvailableBuffer() // its spare room: b.buf itself stays empty
 	buf = append(buf, `{"released":`...)
 	buf = strconv.AppendBool(buf, resp.Released)
 	buf = append(buf, `,"lease_id":`...)
@@ -58,8 +57,7 @@ func writeReleased(w http.ResponseWriter, resp *api.ReleaseResponse) {
 		buf = appendJSONString(buf, resp.ID)
 	}
 	buf = append(buf, "}\n"...)
-	b.buf.Write(buf)
-	writeBody(w, http.StatusOK, b.buf.Bytes())
+	writeBody(w, http.StatusOK, buf)
 }
 
 // appendJSONString appends s as a JSON string, as encoding/json writes it
