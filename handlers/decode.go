@@ -48,7 +48,11 @@ func newValidator() *validator.Validate {
 // a body over limit 413, a wrong content type 415, and unknown fields,
 // wrong types and invalid values 422 with every bad field named.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
-	if ct := r.Header.Get("Content-Type"); ct == "application/json" {
+	var ct string
+	if v := r.Header["Content-Type"]; len(v) > 0 { // Header.Get, without checking the key's case
+		ct = v[0]
+	}
+	if ct == "application/json" {
 		// The common case, without parsing.
 	} else if ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)

@@ -52,7 +52,10 @@ func (c *requestIDContext) Value(key any) any {
 // every error envelope.
 func requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-ID")
+		var id string
+		if v := r.Header["X-Request-Id"]; len(v) > 0 { // Header.Get, without canonicalising the key each time
+			id = v[0]
+		}
 		if !saneID(id) {
 			id = newRequestID()
 		}
