@@ -1,8 +1,11 @@
 package handlers
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -38,6 +41,36 @@ func TestAnswersMatchEncodingJSON(t *testing.T) {
 		writeJSON(want, 200, rel)
 		if got.Body.String() != want.Body.String() || got.Code != want.Code || got.Header().Get("Content-Type") != want.Header().Get("Content-Type") {
 			t.Fatalf("release %+v:\ngot  %q\nwant %q", rel, got.Body, want.Body)
+		}
+	}
+}
+
+// An /assign answer names each assigned policy once, whether it finds the
+// policies already named by looking back (a few tasks) or by marks.
+func TestAssignAnswerNamesEachPolicyOnce(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.register(t, 3)
+	for _, n := range []int{1, 5, 8, 9, 20} {
+		rec := ts.do(t, "POST", "/assign", `{"num_tasks":`+strconv.Itoa(n)+`,"current_loads":[0,0,0]}`)
+		if rec.Code != 200 {
+			t.Fatalf("n=%d: %d %s", n, rec.Code, rec.Body)
+		}
+		var resp api.AssignResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+			t.Fatalf("n=%d: %v in %s", n, err, rec.Body)
+		}
+		distinct := map[int]bool{}
+		for _, idx := range resp.Assignments {
+			distinct[idx] = true
+		}
+		if len(resp.Assignments) != n || len(resp.Policies) != len(distinct) {
+			t.Fatalf("n=%d: %d assignments naming %d policies, answer names %d: %s", n, len(resp.Assignments), len(distinct), len(resp.Policies), rec.Body)
+		}
+		// Unmarshal keeps the last of repeated keys; count them in the bytes.
+		for idx := range distinct {
+			if got := strings.Count(rec.Body.String(), `"`+strconv.Itoa(idx)+`":{`); got != 1 {
+				t.Errorf("n=%d: policy %d named %d times in %s", n, idx, got, rec.Body)
+			}
 		}
 	}
 }
