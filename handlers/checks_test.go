@@ -159,3 +159,38 @@ func (g reqGen) lease() string {
 	}
 	return ids[g.rng.IntN(len(ids))]
 }
+
+// TestChecksCoverEveryTag fails when a field or a validate tag of a
+// hand-checked type changes: the hand check must then change with it (and
+// reqGen, so that TestChecksMatchTags draws the new field).
+func TestChecksCoverEveryTag(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want []string
+	}{
+		{api.SelectRequest{}, []string{
+			"env_id max=256", "router omitempty,select_router", "timeout_ms omitempty,min=0,max=3600000",
+			"min_version omitempty,min=0", "lease_ttl_ms omitempty,min=0,max=86400000", "session_id ",
+			"sticky_wait_ms omitempty,min=0,max=3600000", "load_factor omitempty,min=1,max=1000",
+		}},
+		{api.ReleaseRequest{}, []string{
+			"lease_id required_without=Index,omitempty,uuid", "index required_without=LeaseID,omitempty,min=0,max=1048575",
+		}},
+		{api.AssignRequest{}, []string{
+			"num_tasks required,min=0,max=1048576", "current_loads omitempty,max=1048576", "env_ids omitempty,dive,max=256",
+			"router omitempty,assign_router", "min_version omitempty,min=0", "session_ids omitempty,max=1048576",
+			"assign_ttl_ms omitempty,min=1,max=86400000", "load_factor omitempty,min=1,max=1000",
+		}},
+	} {
+		typ := reflect.TypeOf(c.v)
+		var got []string
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			got = append(got, name+" "+f.Tag.Get("validate"))
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s's fields and tags changed: update its check in checks.go, reqGen and this list\ngot  %q\nwant %q", typ.Name(), got, c.want)
+		}
+	}
+}
