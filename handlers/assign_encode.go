@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -43,7 +44,12 @@ func refsFor(cache *atomic.Pointer[policyRefs], snap *routing.Snapshot) *policyR
 // indices first appear in the assignments.
 func (s *Server) writeAssignment(w http.ResponseWriter, a routing.Assignment) {
 	refs := refsFor(&s.refs, a.Snapshot)
-	buf := make([]byte, 0, 64+8*len(a.Indices))
+	b := buffers.Get().(*jsonBuffer)
+	defer b.release()
+	buf := b.buf.AvailableBuffer() // its spare room: b.buf itself stays empty
+	if need := 64 + 8*len(a.Indices); cap(buf) < need {
+		buf = make([]byte, 0, need)
+	}
 	buf = append(buf, `{"assignments":[`...)
 	for i, idx := range a.Indices {
 		if i > 0 {
@@ -52,14 +58,27 @@ func (s *Server) writeAssignment(w http.ResponseWriter, a routing.Assignment) {
 		buf = strconv.AppendInt(buf, int64(idx), 10)
 	}
 	buf = append(buf, `],"policies":{`...)
-	seen := make([]bool, len(refs.json))
+	// A few tasks look back over the earlier ones instead of allocating a
+	// mark per policy.
+	var seen []bool
+	if len(a.Indices) > 8 {
+		seen = make([]bool, len(refs.json))
+	}
 	first := true
-	for _, idx := range a.Indices {
+	for i, idx := range a.Indices {
 		pos, ok := a.Snapshot.ByIndex(idx)
-		if !ok || seen[pos] {
+		if !ok {
 			continue
 		}
-		seen[pos] = true
+		if seen == nil {
+			if slices.Contains(a.Indices[:i], idx) {
+				continue
+			}
+		} else if seen[pos] {
+			continue
+		} else {
+			seen[pos] = true
+		}
 		if !first {
 			buf = append(buf, ',')
 		}
@@ -85,7 +104,5 @@ func (s *Server) writeAssignment(w http.ResponseWriter, a routing.Assignment) {
 		buf = append(buf, ']')
 	}
 	buf = append(buf, "}\n"...)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf)
+	writeBody(w, http.StatusOK, buf)
 }

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,7 +50,11 @@ func newValidator() *validator.Validate {
 // a body over limit 413, a wrong content type 415, and unknown fields,
 // wrong types and invalid values 422 with every bad field named.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
-	if ct := r.Header.Get("Content-Type"); ct == "application/json" {
+	var ct string
+	if v := r.Header["Content-Type"]; len(v) > 0 { // Header.Get, without checking the key's case
+		ct = v[0]
+	}
+	if ct == "application/json" {
 		// The common case, without parsing.
 	} else if ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -62,7 +67,20 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, dst
 		// router on loopback.
 		return errorf(api.CodeUnsupportedMedia, "missing Content-Type: send Content-Type: application/json")
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	body := r.Body
+	if fastDecodable(dst) {
+		b, ok, rest, done := readSmall(r.Body, limit)
+		defer done()
+		if ok && fastDecode(b, dst) {
+			return s.validate(dst)
+		}
+		if ok {
+			rest = bytes.NewReader(b)
+		}
+		// encoding/json reads the same bytes, for the same answer.
+		body = io.NopCloser(rest)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return decodeError(err, limit)
@@ -131,9 +149,24 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// validate runs the struct's validate tags and renders failures as one
-// 422 naming every bad field.
+// validate checks a decoded request and renders failures as one 422
+// naming every bad field: the routing endpoints' requests by hand (see
+// checks.go), the others by their validate tags.
 func (s *Server) validate(v any) error {
+	switch v := v.(type) {
+	case *api.SelectRequest:
+		return checkSelect(v)
+	case *api.ReleaseRequest:
+		return checkRelease(v)
+	case *api.AssignRequest:
+		return checkAssign(v)
+	}
+	return s.validateTags(v)
+}
+
+// validateTags runs the struct's validate tags and renders failures as one
+// 422 naming every bad field.
+func (s *Server) validateTags(v any) error {
 	if rv := reflect.Indirect(reflect.ValueOf(v)); rv.Kind() != reflect.Struct {
 		return nil // maps (the topology) are checked by their consumer
 	}

@@ -1,10 +1,12 @@
 package handlers
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/registry"
@@ -134,11 +136,45 @@ func WriteAuthError(w http.ResponseWriter, r *http.Request, status int, code, me
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b := buffers.Get().(*jsonBuffer)
+	defer b.release()
+	if err := b.enc.Encode(v); err != nil {
+		slog.Debug("write response", "err", err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		return
+	}
+	writeBody(w, status, b.buf.Bytes())
+}
+
+// writeBody writes an encoded JSON answer.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		slog.Debug("write response", "err", err)
+	_, _ = w.Write(body)
+}
+
+// jsonBuffer is an answer's buffer with an encoder writing into it;
+// buffers keeps them between requests, so that an answer costs neither a
+// new encoder nor a new buffer.
+type jsonBuffer struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var buffers = sync.Pool{New: func() any {
+	b := new(jsonBuffer)
+	b.buf.Grow(1 << 10) // room for the hand-written answers
+	b.enc = json.NewEncoder(&b.buf)
+	b.enc.SetEscapeHTML(false)
+	return b
+}}
+
+// release puts b back in buffers, unless an answer grew it past 64 KiB.
+func (b *jsonBuffer) release() {
+	if b.buf.Cap() > 64<<10 {
+		return
 	}
+	b.buf.Reset()
+	buffers.Put(b)
 }

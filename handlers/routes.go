@@ -32,13 +32,14 @@ func (s *Server) getWeights(w http.ResponseWriter, r *http.Request) {
 // router resolves a request's router name, the server's default when
 // empty, in the table of routers. A name the table does not offer for the
 // endpoint is a 422 naming the router field: never a silent default.
-func (s *Server) router(name string, offered func(routing.Router) bool, names []string) (routing.Router, error) {
+// names lists the offered names, for the message only.
+func (s *Server) router(name string, offered func(routing.Router) bool, names func() []string) (routing.Router, error) {
 	if name == "" {
 		name = s.DefaultRouter
 	}
 	r, ok := routing.LookupRouter(name)
 	if !ok || !offered(r) {
-		return routing.Router{}, fieldError("router", "must be "+routing.NameList(names)+", not "+strconv.Quote(name))
+		return routing.Router{}, fieldError("router", "must be "+routing.NameList(names())+", not "+strconv.Quote(name))
 	}
 	return r, nil
 }
@@ -53,7 +54,7 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fieldError("current_loads", "must have one load per policy; omit it to use the tracked loads"))
 		return
 	}
-	router, err := s.router(req.Router, func(r routing.Router) bool { return r.Assign != nil }, routing.AssignRouterNames())
+	router, err := s.router(req.Router, offersAssign, routing.AssignRouterNames)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -98,7 +99,7 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	if req.TimeoutMS != nil {
 		wait = min(time.Duration(*req.TimeoutMS)*time.Millisecond, s.MaxSelectWait)
 	}
-	router, err := s.router(req.Router, func(r routing.Router) bool { return r.Select != nil }, routing.SelectRouterNames())
+	router, err := s.router(req.Router, offersSelect, routing.SelectRouterNames)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -137,7 +138,7 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		hit := b2i(d.AffinityHeld())
 		s.Metrics.ObserveAffinity("select", router.Name, hit, 1-hit)
 	}
-	writeJSON(w, http.StatusOK, api.SelectResponse{
+	writeSelected(w, &api.SelectResponse{
 		Index: d.Policy.Index, ID: d.Policy.ID, URL: d.Policy.URL, NodeID: d.Node,
 		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky),
 	})
@@ -158,7 +159,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		if !ok && s.Leader != nil {
 			// One of several replicas: the lease may be an earlier
 			// leader's, and it ended with that leader's term.
-			writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: false, LeaseID: req.LeaseID})
+			writeReleased(w, &api.ReleaseResponse{Released: false, LeaseID: req.LeaseID})
 			return
 		}
 		if !ok {
@@ -171,7 +172,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 			if errors.Is(err, routing.ErrLeaseAborted) {
 				out.Reason = api.ReleaseReasonAborted
 			}
-			writeJSON(w, http.StatusOK, out)
+			writeReleased(w, &out)
 			return
 		}
 	} else {
@@ -185,7 +186,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if leaseID == "" {
 		leaseID = s.State.LeaseID(sel.Lease)
 	}
-	writeJSON(w, http.StatusOK, api.ReleaseResponse{Released: true, LeaseID: leaseID, Index: &sel.Policy.Index, ID: sel.Policy.ID})
+	writeReleased(w, &api.ReleaseResponse{Released: true, LeaseID: leaseID, Index: &sel.Policy.Index, ID: sel.Policy.ID})
 }
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {

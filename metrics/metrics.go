@@ -5,9 +5,11 @@
 package metrics
 
 import (
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +33,16 @@ type Metrics struct {
 	updates     *updateMetrics
 	proxy       *proxyMetrics
 	leader      prometheus.Gauge
+	// The decision and affinity series of every router of the table,
+	// resolved once in New: read-only afterwards.
+	decisions  map[decisionKey]prometheus.Observer
+	affinities map[decisionKey]affinityCounters
 }
+
+// decisionKey names the series of one endpoint's decisions by one router.
+type decisionKey struct{ endpoint, router string }
+
+type affinityCounters struct{ hit, fallback prometheus.Counter }
 
 // New registers policyrouter's metrics, Go runtime and process metrics, and
 // the live policy gauges read from state at each scrape.
@@ -72,15 +83,20 @@ func New(state *routing.State) *Metrics {
 	}
 	// Every series whose labels are known up front starts at zero, so that
 	// rate() and dashboards see it before its first event.
+	m.decisions = make(map[decisionKey]prometheus.Observer)
+	m.affinities = make(map[decisionKey]affinityCounters)
 	for _, r := range routing.Routers() {
 		for endpoint, offered := range map[string]bool{"assign": r.Assign != nil, "select": r.Select != nil} {
 			if !offered {
 				continue
 			}
-			m.decision.WithLabelValues(endpoint, r.Name)
+			k := decisionKey{endpoint, r.Name}
+			m.decisions[k] = m.decision.WithLabelValues(endpoint, r.Name)
 			if r.EnvAffine {
-				m.affinity.WithLabelValues(endpoint, r.Name, "hit")
-				m.affinity.WithLabelValues(endpoint, r.Name, "fallback")
+				m.affinities[k] = affinityCounters{
+					hit:      m.affinity.WithLabelValues(endpoint, r.Name, "hit"),
+					fallback: m.affinity.WithLabelValues(endpoint, r.Name, "fallback"),
+				}
 			}
 		}
 	}
@@ -152,43 +168,61 @@ type routeObservers struct {
 }
 
 // routeCache keeps each request kind's series, so that a request costs one
-// map lookup instead of hashing its label values in two vectors.
+// map lookup instead of hashing its label values in two vectors. The map is
+// copied on the rare write (a kind of request not seen before), so that
+// reads take no lock.
 type routeCache struct {
-	mu sync.RWMutex
-	m  map[routeKey]routeObservers
+	mu sync.Mutex // serialises writers
+	m  atomic.Pointer[map[routeKey]routeObservers]
 }
 
 func (c *routeCache) get(k routeKey, newObservers func() routeObservers) routeObservers {
-	c.mu.RLock()
-	o, ok := c.m[k]
-	c.mu.RUnlock()
-	if ok {
-		return o
+	if m := c.m.Load(); m != nil {
+		if o, ok := (*m)[k]; ok {
+			return o
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if o, ok = c.m[k]; !ok {
-		if c.m == nil {
-			c.m = make(map[routeKey]routeObservers)
+	old := c.m.Load()
+	if old != nil {
+		if o, ok := (*old)[k]; ok {
+			return o
 		}
-		o = newObservers()
-		c.m[k] = o
 	}
+	next := make(map[routeKey]routeObservers, 1)
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	o := newObservers()
+	next[k] = o
+	c.m.Store(&next)
 	return o
 }
 
 // ObserveDecision records the time one routing decision took.
 func (m *Metrics) ObserveDecision(endpoint, router string, d time.Duration) {
+	if o, ok := m.decisions[decisionKey{endpoint, router}]; ok {
+		o.Observe(d.Seconds())
+		return
+	}
 	m.decision.WithLabelValues(endpoint, router).Observe(d.Seconds())
 }
 
 // ObserveAffinity counts node-affinity hits and fallbacks.
 func (m *Metrics) ObserveAffinity(endpoint, router string, hits, fallbacks int) {
+	c, ok := m.affinities[decisionKey{endpoint, router}]
 	if hits > 0 {
-		m.affinity.WithLabelValues(endpoint, router, "hit").Add(float64(hits))
+		if !ok {
+			c.hit = m.affinity.WithLabelValues(endpoint, router, "hit")
+		}
+		c.hit.Add(float64(hits))
 	}
 	if fallbacks > 0 {
-		m.affinity.WithLabelValues(endpoint, router, "fallback").Add(float64(fallbacks))
+		if !ok {
+			c.fallback = m.affinity.WithLabelValues(endpoint, router, "fallback")
+		}
+		c.fallback.Add(float64(fallbacks))
 	}
 }
 

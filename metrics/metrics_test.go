@@ -133,3 +133,39 @@ func TestMetricsFamilies(t *testing.T) {
 		}
 	}
 }
+
+// The series resolved once in New and those made on first use count the
+// same way: each observation lands in the series its labels name.
+func TestObserveCachedSeries(t *testing.T) {
+	m := New(routing.New(routing.Options{}))
+	for range 3 {
+		m.ObserveRequest("/select", "POST", 200, time.Millisecond)
+		m.ObserveDecision("select", "idle_affinity", time.Microsecond)
+		m.ObserveAffinity("select", "idle_affinity", 1, 0)
+	}
+	m.ObserveRequest("/select", "POST", 503, time.Millisecond)
+	m.ObserveDecision("select", "not_in_the_table", time.Microsecond)
+	m.ObserveAffinity("assign", "idle_affinity", 4, 2)
+	m.ObserveAffinity("assign", "not_in_the_table", 0, 5)
+	fams := scrape(t, m)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"policyrouter_http_requests_total", map[string]string{"route": "/select", "code": "200"}, 3},
+		{"policyrouter_http_requests_total", map[string]string{"route": "/select", "code": "503"}, 1},
+		{"policyrouter_http_request_duration_seconds", map[string]string{"route": "/select", "method": "POST"}, 4},
+		{"policyrouter_decision_duration_seconds", map[string]string{"endpoint": "select", "router": "idle_affinity"}, 3},
+		{"policyrouter_decision_duration_seconds", map[string]string{"endpoint": "select", "router": "not_in_the_table"}, 1},
+		{"policyrouter_affinity_decisions_total", map[string]string{"endpoint": "select", "router": "idle_affinity", "outcome": "hit"}, 3},
+		{"policyrouter_affinity_decisions_total", map[string]string{"endpoint": "select", "router": "idle_affinity", "outcome": "fallback"}, 0},
+		{"policyrouter_affinity_decisions_total", map[string]string{"endpoint": "assign", "router": "idle_affinity", "outcome": "hit"}, 4},
+		{"policyrouter_affinity_decisions_total", map[string]string{"endpoint": "assign", "router": "idle_affinity", "outcome": "fallback"}, 2},
+		{"policyrouter_affinity_decisions_total", map[string]string{"endpoint": "assign", "router": "not_in_the_table", "outcome": "fallback"}, 5},
+	} {
+		if got := value(t, fams, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}

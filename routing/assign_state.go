@@ -80,9 +80,9 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	snap = st.ledger.snap // no removed policy gets load
+	in, rts := st.assignBuf.reset()
+	defer func() { st.assignBuf.keep(in, rts) }()
 	n := len(snap.rts)
-	in := AffinityInput{Indices: make([]int, 0, n), Loads: make([]int64, 0, n), Nodes: make([]string, 0, n)}
-	rts := make([]*policyRuntime, 0, n)
 	stale := 0
 	for pos, rt := range snap.rts {
 		if rt.available() && !rt.fresh(floor) {
@@ -111,7 +111,7 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 		ttl = st.opts.AssignTTL
 	}
 	// Raise each chosen policy's load once by its number of tasks.
-	counts := make([]int64, len(rts))
+	counts := st.assignBuf.countsFor(len(rts))
 	for i, pos := range out {
 		counts[pos]++
 		out[i] = in.Indices[pos]
@@ -126,6 +126,39 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 		}
 	}
 	return Assignment{Indices: out, Sticky: sticky, Snapshot: snap}, nil
+}
+
+// assignLists are a tracked Assign's candidate lists, kept between calls
+// (under State.mu) so that an /assign of one task does not allocate five
+// lists the size of the fleet. The routers only read them during the call.
+type assignLists struct {
+	in     AffinityInput
+	rts    []*policyRuntime
+	counts []int64
+}
+
+// reset returns the lists emptied. Caller must hold mu.
+func (l *assignLists) reset() (AffinityInput, []*policyRuntime) {
+	return AffinityInput{Indices: l.in.Indices[:0], Loads: l.in.Loads[:0], Nodes: l.in.Nodes[:0]}, l.rts[:0]
+}
+
+// keep stores the lists, grown, for the next call; it drops what they
+// point to, so that removed policies are not kept alive. Caller must hold
+// mu.
+func (l *assignLists) keep(in AffinityInput, rts []*policyRuntime) {
+	clear(in.Nodes)
+	clear(rts)
+	l.in, l.rts = AffinityInput{Indices: in.Indices, Loads: in.Loads, Nodes: in.Nodes}, rts
+}
+
+// countsFor returns n zero counts. Caller must hold mu.
+func (l *assignLists) countsFor(n int) []int64 {
+	if cap(l.counts) < n {
+		l.counts = make([]int64, n)
+	}
+	l.counts = l.counts[:n]
+	clear(l.counts)
+	return l.counts
 }
 
 // stateless returns the candidates of a stateless assignment: every index

@@ -266,6 +266,7 @@ type State struct {
 
 	mu sync.Mutex
 	ledger
+	assignBuf assignLists // guarded by mu
 }
 
 // New returns a State with no policies and an empty topology.
