@@ -201,18 +201,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	}
 	for try := 0; ; try++ {
-		start := time.Now()
-		d, err := s.State.Select(r.Context(), sreq)
-		s.observeDecision("proxy", router, start)
-		switch {
-		case err == nil:
-		case r.Context().Err() != nil:
-			return
-		case errors.Is(err, routing.ErrReset):
-			s.writeNotLeader(w, r)
-			return
-		default:
-			s.writeError(w, r, err)
+		d, ok := s.decide(w, r, "proxy", router, sreq)
+		if !ok {
 			return
 		}
 		a := s.forward(w, r, body, d)

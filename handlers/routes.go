@@ -117,21 +117,8 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		sreq.StickyWait = min(time.Duration(*req.StickyWaitMS)*time.Millisecond, wait)
 	}
 	sreq.Wait, sreq.Stop = wait, s.stopping.Done()
-	start := time.Now()
-	d, err := s.State.Select(r.Context(), sreq)
-	s.observeDecision("select", router.Name, start)
-	switch {
-	case err == nil:
-	case r.Context().Err() != nil:
-		// The caller left while waiting; Select consumed nothing and there
-		// is nobody to answer.
-		return
-	case errors.Is(err, routing.ErrReset):
-		// This replica stopped leading while the call waited.
-		s.writeNotLeader(w, r)
-		return
-	default:
-		s.writeError(w, r, err)
+	d, ok := s.decide(w, r, "select", router.Name, sreq)
+	if !ok {
 		return
 	}
 	if router.EnvAffine && s.Metrics != nil && d.EnvNode != "" {
@@ -142,6 +129,34 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		Index: d.Policy.Index, ID: d.Policy.ID, URL: d.Policy.URL, NodeID: d.Node,
 		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky),
 	})
+}
+
+// decide makes the one routing decision of a /select or a proxied
+// request, and answers the caller itself when there is none (ok false):
+// the coded reason, not_leader when this replica stopped leading while the
+// call waited, or nothing when the caller left. A caller that left just
+// as a policy was granted gets nothing either: the lease goes back at
+// once instead of waiting for the poller or its TTL.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, endpoint, router string, req routing.SelectRequest) (d routing.Decision, ok bool) {
+	start := time.Now()
+	d, err := s.State.Select(r.Context(), req)
+	s.observeDecision(endpoint, router, start)
+	switch {
+	case err == nil && r.Context().Err() != nil:
+		if d.Lease != 0 {
+			_, _ = s.State.Release(d.Lease)
+		}
+		return d, false
+	case err == nil:
+		return d, true
+	case r.Context().Err() != nil:
+		// Select consumed nothing and there is nobody to answer.
+	case errors.Is(err, routing.ErrReset):
+		s.writeNotLeader(w, r)
+	default:
+		s.writeError(w, r, err)
+	}
+	return d, false
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
