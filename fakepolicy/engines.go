@@ -151,11 +151,27 @@ func (p *Policy) called(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // abortWork drops the policy's unfinished work items, as an engine paused
-// in abort mode aborts its requests in flight: its load reads 0 at once.
-// (A POST /generate already waiting still answers when its time is up.)
+// in abort mode aborts its requests in flight: its load reads 0 at once,
+// and the generations in flight end now with finish reason "abort"
+// (openai.go).
 func (p *Policy) abortWork() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	clear(p.jobs)
 	p.jobs = p.jobs[:0]
+	if p.aborted != nil {
+		close(p.aborted)
+	}
+	p.aborted = make(chan struct{})
+}
+
+// abortSignal returns a channel closed by the next abort. Generations
+// started before it ends with it.
+func (p *Policy) abortSignal() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.aborted == nil {
+		p.aborted = make(chan struct{})
+	}
+	return p.aborted
 }

@@ -93,11 +93,17 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 		session = s
 	}
 	d, hit := p.prefix.generation(session, p.genDuration(n))
+	abort := p.abortSignal()
 	end := p.startWork(d)
 	id := fmt.Sprintf("gen-%d-%d", p.index, p.works.Load())
-	g := generation{p: p, k: k, id: id, n: n, busy: d, hit: hit}
+	g := &generation{p: p, k: k, id: id, n: n, busy: d, hit: hit}
 	if !req.Stream {
-		if !p.wait(r, end.Sub(p.fleet.opts.Now())) {
+		start := time.Now()
+		switch p.waitGen(r, end.Sub(p.fleet.opts.Now()), abort) {
+		case genAborted:
+			g.aborted = true
+			g.n = min(n, int(time.Since(start)*time.Duration(n)/max(d, 1)))
+		case genGone:
 			if r.Context().Err() == nil {
 				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "shutting down"})
 			}
@@ -112,16 +118,52 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 	flusher, _ := w.(http.Flusher)
 	step := d / time.Duration(n)
 	for i := 1; i <= n; i++ {
-		if !p.wait(r, step) {
+		switch p.waitGen(r, step, abort) {
+		case genGone:
 			return
+		case genAborted:
+			g.aborted, g.n = true, i
 		}
 		b, _ := json.Marshal(g.event(i))
 		fmt.Fprintf(w, "data: %s\n\n", b)
 		if flusher != nil {
 			flusher.Flush()
 		}
+		if g.aborted {
+			break
+		}
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// Outcomes of waitGen.
+const (
+	genDone    = iota // the time passed
+	genAborted        // an abort pause ended the generation
+	genGone           // the client left, or the fleet closed
+)
+
+// waitGen waits for d, as wait does, or until abort is closed.
+func (p *Policy) waitGen(r *http.Request, d time.Duration, abort <-chan struct{}) int {
+	select {
+	case <-abort:
+		return genAborted
+	default:
+	}
+	if d <= 0 {
+		return genDone
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return genDone
+	case <-abort:
+		return genAborted
+	case <-r.Context().Done():
+	case <-p.fleet.closed:
+	}
+	return genGone
 }
 
 // genDuration is how long n tokens take.
@@ -137,13 +179,15 @@ type generation struct {
 	p    *Policy
 	k    kind
 	id   string
-	n    int
+	n    int // tokens: all of them, or those before an abort
 	busy time.Duration
 	hit  bool
+	// aborted: an abort pause ended it after n tokens.
+	aborted bool
 }
 
 // text is the first i tokens.
-func (g generation) text(from, to int) string {
+func (g *generation) text(from, to int) string {
 	var b strings.Builder
 	for t := from; t < to; t++ {
 		b.WriteString(" tok")
@@ -152,15 +196,21 @@ func (g generation) text(from, to int) string {
 	return b.String()
 }
 
-func (g generation) finish(i int) any {
-	if i < g.n {
+// finish is the OpenAI finish_reason after token i: "length" at the end,
+// "abort" when an abort pause ended it (SGLang's and vLLM's OpenAI servers
+// report an aborted request so).
+func (g *generation) finish(i int) any {
+	switch {
+	case i < g.n:
 		return nil
+	case g.aborted:
+		return "abort"
 	}
 	return "length"
 }
 
 // event is the streamed event after token i (1-based).
-func (g generation) event(i int) map[string]any {
+func (g *generation) event(i int) map[string]any {
 	switch g.k {
 	case kindChat:
 		return map[string]any{"id": g.id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": ModelName,
@@ -173,9 +223,12 @@ func (g generation) event(i int) map[string]any {
 }
 
 // native is SGLang's /generate answer after token i: cumulative text.
-func (g generation) native(i int) map[string]any {
+func (g *generation) native(i int) map[string]any {
 	meta := map[string]any{"id": g.id, "completion_tokens": i, "weight_version": strconv.FormatInt(g.p.version.Load(), 10), "finish_reason": nil}
-	if i == g.n {
+	switch {
+	case i == g.n && g.aborted:
+		meta["finish_reason"] = map[string]any{"type": "abort"}
+	case i == g.n:
 		meta["finish_reason"] = map[string]any{"type": "length", "length": g.n}
 	}
 	return map[string]any{"text": g.text(0, i), "meta_info": meta, "index": g.p.index,
@@ -183,15 +236,15 @@ func (g generation) native(i int) map[string]any {
 }
 
 // final is the whole answer of a request that did not stream.
-func (g generation) final() map[string]any {
+func (g *generation) final() map[string]any {
 	usage := map[string]any{"prompt_tokens": 0, "completion_tokens": g.n, "total_tokens": g.n}
 	switch g.k {
 	case kindChat:
 		return map[string]any{"id": g.id, "object": "chat.completion", "created": time.Now().Unix(), "model": ModelName, "usage": usage,
-			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": g.text(0, g.n)}, "finish_reason": "length"}}}
+			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": g.text(0, g.n)}, "finish_reason": g.finish(g.n)}}}
 	case kindCompletion:
 		return map[string]any{"id": g.id, "object": "text_completion", "created": time.Now().Unix(), "model": ModelName, "usage": usage,
-			"choices": []any{map[string]any{"index": 0, "text": g.text(0, g.n), "finish_reason": "length"}}}
+			"choices": []any{map[string]any{"index": 0, "text": g.text(0, g.n), "finish_reason": g.finish(g.n)}}}
 	}
 	return g.native(g.n)
 }

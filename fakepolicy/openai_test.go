@@ -3,10 +3,12 @@ package fakepolicy
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The simulated generate endpoints answer in the OpenAI and SGLang
@@ -64,6 +66,62 @@ func TestGenerateFormats(t *testing.T) {
 		}
 		if tt.object == "" && last["text"] != " tok0 tok1 tok2 tok3 tok4" {
 			t.Errorf("/generate stream: last text %v; want the cumulative text", last["text"])
+		}
+	}
+}
+
+// An abort pause ends the generations in flight of a simulated engine at
+// once, with finish reason "abort": streamed and not.
+func TestAbortEndsGenerations(t *testing.T) {
+	f, err := New(1, rand.NewPCG(1, 2), Options{Engine: EngineSGLang, TokensPerSecond: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	type result struct {
+		body string
+		err  error
+	}
+	results := make(chan result, 2)
+	for _, body := range []string{
+		`{"text":"hi","stream":true,"sampling_params":{"max_new_tokens":100}}`,
+		`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		path := "/generate"
+		if strings.Contains(body, "messages") {
+			path = "/v1/chat/completions"
+		}
+		go func() {
+			res, err := http.Post(f.URL(0)+path, "application/json", strings.NewReader(body))
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			b, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			results <- result{string(b), err}
+		}()
+	}
+	for f.Policy(0).Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(120 * time.Millisecond) // a few tokens
+	res, err := http.Post(f.URL(0)+"/pause_generation", "application/json", strings.NewReader(`{"mode":"abort"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	for range 2 {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if !strings.Contains(r.body, `"abort"`) {
+				t.Errorf("answer after an abort pause: %s; want finish reason abort", r.body)
+			}
+		case <-time.After(2 * time.Second): // 100 tokens at 20/s would take 5 s
+			t.Fatal("the generations did not end at the abort")
 		}
 	}
 }

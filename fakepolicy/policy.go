@@ -74,6 +74,8 @@ type Policy struct {
 	prefix prefixCache
 
 	engine engineState
+	// aborted is closed by an abort pause (engines.go), guarded by mu.
+	aborted chan struct{}
 }
 
 // Index returns the policy's index in its fleet.
