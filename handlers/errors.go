@@ -12,6 +12,7 @@ import (
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
+	"github.com/policyrouter/policyrouter/updates"
 )
 
 // Error is the one application error type of the handlers: a code of the
@@ -69,13 +70,14 @@ func statusOf(code string) int {
 func asError(err error) *Error {
 	var e *Error
 	var in *routing.InputError
-	if ue, ok := updateError(err); ok {
-		return ue
-	}
 	var we *routing.WaitError
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.Is(err, updates.ErrNotFound):
+		return errorf(api.CodeNotFound, err.Error())
+	case errors.Is(err, updates.ErrRunning), errors.Is(err, updates.ErrEnded), errors.Is(err, updates.ErrNotReady):
+		return errorf(api.CodeConflict, err.Error())
 	case errors.As(err, &we) && errors.Is(we.Err, routing.ErrNoFreshPolicy):
 		return errorf(api.CodeNoFreshPolicy, we.Error())
 	case errors.As(err, &we):

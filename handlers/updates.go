@@ -3,7 +3,6 @@ package handlers
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -179,17 +178,6 @@ func (s *Server) abortUpdate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, updateToAPI(u, s.Now()))
-}
-
-// updateError maps the update manager's errors.
-func updateError(err error) (*Error, bool) {
-	switch {
-	case errors.Is(err, updates.ErrNotFound):
-		return errorf(api.CodeNotFound, err.Error()), true
-	case errors.Is(err, updates.ErrRunning), errors.Is(err, updates.ErrEnded), errors.Is(err, updates.ErrNotReady):
-		return errorf(api.CodeConflict, err.Error()), true
-	}
-	return nil, false
 }
 
 func updateToAPI(u updates.Update, now time.Time) api.Update {
