@@ -307,7 +307,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 	for _, ps := range m.cfg.State.Stats().Policies {
 		stats[ps.Policy.ID] = ps
 		members = append(members, member{ID: ps.Policy.ID, Index: ps.Policy.Index, Node: ps.Node, Version: ps.Version,
-			Available: ps.Available})
+			Engine: ps.Policy.EngineName(), Available: ps.Available})
 	}
 	changed := false
 	for _, p := range u.Policies {
@@ -368,7 +368,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 		for _, mb := range wave {
 			p := u.policy(mb.ID)
 			if p == nil {
-				p = &Policy{ID: mb.ID, Index: mb.Index, Node: mb.Node}
+				p = &Policy{ID: mb.ID, Index: mb.Index, Node: mb.Node, Engine: mb.Engine}
 				u.Policies = append(u.Policies, p)
 			}
 			p.Phase, p.Wave, p.Since, p.Drained = PhaseDraining, u.Waves, now, now

@@ -11,6 +11,7 @@ type member struct {
 	Index     int
 	Node      string
 	Version   int64
+	Engine    string
 	Available bool // routable now: healthy, not draining, heard from
 }
 
