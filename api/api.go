@@ -466,6 +466,26 @@ type ErrorBody struct {
 	// Leader is the advertised URL of the replica that routes, on a
 	// not_leader answer, when one is known.
 	Leader string `json:"leader,omitempty"`
+	// Details are the figures behind the answer, for programs: on
+	// no_policies and all_unavailable (also from /readyz), and on a
+	// PUT /weights refused for its floor.
+	Details *ErrorDetails `json:"details,omitempty"`
+}
+
+// ErrorDetails are the figures behind an error answer.
+type ErrorDetails struct {
+	// Policies is how many policies are registered.
+	Policies int `json:"policies"`
+	// States counts the policies per state (unhealthy, draining, unknown,
+	// busy, idle), of the states that have any.
+	States map[string]int `json:"states,omitempty"`
+	// LastError is the most frequent last_error of the policies that are
+	// not available, LastErrorCount how many share it.
+	LastError      string `json:"last_error,omitempty"`
+	LastErrorCount int    `json:"last_error_count,omitempty"`
+	// MeetingFloor, on a PUT /weights refused with conflict, is how many
+	// policies have a version at or above the floor asked for.
+	MeetingFloor *int `json:"meeting_floor,omitempty"`
 }
 
 // LeaderHeader names the leader's advertised URL on a not_leader answer.

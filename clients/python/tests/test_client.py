@@ -34,6 +34,12 @@ from tests._stub import LoopbackServer, drop, reply
 class RegistrationTest(ServerTestCase):
     def test_health(self):
         self.assertEqual(self.client.healthz(), {"status": "ok"})
+        # Alive, but not ready before a policy can be routed to.
+        with self.assertRaises(Unavailable) as cm:
+            self.client.readyz()
+        self.assertEqual((cm.exception.status, cm.exception.code), (503, "no_policies"))
+        self.assertIn("PUT /registration", str(cm.exception))
+        self.client.register_policy("http://127.0.0.1:9/a")  # no poller: trusted at once
         self.assertEqual(self.client.readyz(), {"status": "ok"})
 
     def test_register_list_get_delete(self):
