@@ -123,6 +123,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		DefaultRouter:   cfg.Router,
 		MaxSelectWait:   cfg.MaxSelectWait,
 		RequestLogLevel: cfg.RequestLogLevel,
+		NoAccessLog:     cfg.NoAccessLog,
 		Ready:           a.readiness,
 		Metrics:         a.Metrics,
 		Auth:            cfg.Auth,

@@ -50,8 +50,13 @@ type Config struct {
 	// Poller, when set, is the idle poller whose figures /stats shows.
 	Poller PollerReporter
 	// RequestLogLevel is the level of the one log line per request;
-	// default Info. 5xx answers are always logged at Error.
+	// default Info. Refusals (4xx, 503) keep it; 502 and 504 (the
+	// policy's fault, in proxy mode) are logged at Warn, other 5xx at
+	// Error.
 	RequestLogLevel slog.Level
+	// NoAccessLog turns the per-request log line off, but for the
+	// requests logged at Warn or Error.
+	NoAccessLog bool
 	// Ready reports readiness for /readyz: nil when ready, else why not
 	// (an *Error sets the answer's code, else it is not_ready). A nil
 	// Ready means always ready. /readyz also requires an available policy
