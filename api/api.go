@@ -359,9 +359,24 @@ type Stats struct {
 	Update *UpdateSummary `json:"update"`
 	// Replica says, for one of several routers on an etcd store, whether
 	// it leads and which one does; null for a router on a store of its own.
-	Replica       *ReplicaStats `json:"replica"`
-	UptimeSeconds float64       `json:"uptime_seconds"`
-	Time          time.Time     `json:"time"`
+	Replica *ReplicaStats `json:"replica"`
+	// EnvUnmapped counts the env ids of node-affine decisions that map to
+	// no node: requests that got no node affinity.
+	EnvUnmapped   EnvUnmappedStats `json:"env_unmapped"`
+	UptimeSeconds float64          `json:"uptime_seconds"`
+	Time          time.Time        `json:"time"`
+}
+
+// EnvUnmappedStats counts the env ids, given to a node-affine router,
+// that the topology maps to no node.
+type EnvUnmappedStats struct {
+	// Total counts them, one per task or request
+	// (policyrouter_env_unmapped_total).
+	Total uint64 `json:"total"`
+	// Distinct is how many different ids, up to 1024 remembered.
+	Distinct int `json:"distinct"`
+	// IDs are the first few of them.
+	IDs []string `json:"ids"`
 }
 
 // ReplicaStats is the leadership of one of several routers.

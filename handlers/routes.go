@@ -84,6 +84,7 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 	}
 	if router.EnvAffine {
 		s.observeAffinity("assign", router.Name, a.Snapshot, req.EnvIDs, a.Indices)
+		s.noteUnmapped(r.Context(), a.Snapshot, req.EnvIDs...)
 	}
 	s.writeAssignment(w, a)
 }
@@ -132,6 +133,9 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.writeError(w, r, err)
 		return
+	}
+	if router.EnvAffine && req.EnvID != "" && d.EnvNode == "" {
+		s.unmappedEnv(r.Context(), req.EnvID)
 	}
 	if router.EnvAffine && s.Metrics != nil && d.EnvNode != "" {
 		hit := b2i(d.AffinityHeld())

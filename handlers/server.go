@@ -105,6 +105,8 @@ type Server struct {
 	// reverseProxy forwards proxied requests (proxy.go).
 	reverseProxy *httputil.ReverseProxy
 	models       modelsCache
+	// unmapped counts env ids that map to no node (envmap.go).
+	unmapped unmappedEnvs
 }
 
 // New returns a Server for cfg.

@@ -31,6 +31,7 @@ type Metrics struct {
 	updates     *updateMetrics
 	proxy       *proxyMetrics
 	leader      prometheus.Gauge
+	envUnmapped prometheus.Counter // env.go
 }
 
 // New registers policyrouter's metrics, Go runtime and process metrics, and
@@ -98,6 +99,8 @@ func New(state *routing.State) *Metrics {
 	m.reg.MustRegister(m.updates.collectors()...)
 	m.proxy = newProxyMetrics(state)
 	m.reg.MustRegister(m.proxy.collectors()...)
+	m.envUnmapped = newEnvUnmapped()
+	m.reg.MustRegister(m.envUnmapped)
 	m.reg.MustRegister(&hangCollector{state: state, updates: m.updates, now: time.Now})
 	m.reg.MustRegister(m.leader, m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
 		&stateCollector{state: state},
