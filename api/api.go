@@ -393,6 +393,10 @@ type ReplicaStats struct {
 type WeightsRequest struct {
 	Version      *int64 `json:"version" validate:"required,min=0"`
 	MaxStaleness *int64 `json:"max_staleness,omitempty" validate:"omitempty,min=0"`
+	// Force sets a floor that no registered policy meets (all routing
+	// then waits for policies to reach it); without it such a floor is
+	// refused with 409 conflict.
+	Force bool `json:"force,omitempty"`
 }
 
 // Weights is the body of GET /weights and the answer to PUT /weights.

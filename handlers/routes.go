@@ -17,6 +17,10 @@ func (s *Server) putWeights(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.checkFloor(req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if err := s.Registry.SetWeights(r.Context(), store.Weights{Version: *req.Version, MaxStaleness: req.MaxStaleness}); err != nil {
 		s.writeError(w, r, err)
 		return

@@ -41,3 +41,18 @@ func (st *State) Availability() Availability {
 	}
 	return out
 }
+
+// AtVersion returns how many registered policies have a weight version of
+// at least floor, out of total, and the highest version of any (0 with
+// none): what a weight-version floor of floor would leave routable.
+func (st *State) AtVersion(floor int64) (n, total int, highest int64) {
+	snap := st.snap.Load()
+	for _, rt := range snap.rts {
+		v := rt.version.Load()
+		if v >= floor {
+			n++
+		}
+		highest = max(highest, v)
+	}
+	return n, len(snap.rts), highest
+}

@@ -32,3 +32,18 @@ func TestAvailability(t *testing.T) {
 		t.Errorf("no policies: %+v", got)
 	}
 }
+
+func TestAtVersion(t *testing.T) {
+	ps := densePolicies(3)
+	ps[0].Version, ps[1].Version, ps[2].Version = 3, 5, 5
+	st := newState(t, Options{}, ps, Topology{})
+	for _, c := range []struct {
+		floor    int64
+		n, total int
+	}{{0, 3, 3}, {4, 2, 3}, {5, 2, 3}, {6, 0, 3}} {
+		n, total, highest := st.AtVersion(c.floor)
+		if n != c.n || total != c.total || highest != 5 {
+			t.Errorf("AtVersion(%d) = %d of %d, highest %d; want %d of %d, highest 5", c.floor, n, total, highest, c.n, c.total)
+		}
+	}
+}

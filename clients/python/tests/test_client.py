@@ -177,6 +177,12 @@ class RegistrationTest(ServerTestCase):
         with self.assertRaises(Unavailable) as cm:
             self.client.assign(1, min_version=9)
         self.assertEqual(cm.exception.code, "no_fresh_policy")
+        # A floor above every policy would stop all routing: refused unless forced.
+        with self.assertRaises(Conflict) as cm:
+            self.client.set_weights(9, max_staleness=1)
+        self.assertIn("0 of 2 policies", str(cm.exception))
+        self.assertEqual(self.client.get_weights()["min_version"], 5)
+        self.assertEqual(self.client.set_weights(9, max_staleness=1, force=True)["min_version"], 8)
 
     def test_rolling_update_external_mode(self):
         self.register_n(4, nodes=["a", "a", "b", "b"])
