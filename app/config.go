@@ -246,7 +246,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow running without a token key on a non-loopback address")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM file of the certificate (chain) to serve HTTPS with; read again when it changes")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM file of the key of --tls-cert")
-	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM file of CA certificates: require client certificates signed by them (mutual TLS)")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM file of CA certificates: require client certificates signed by them (mutual TLS); read again when it changes")
 	fs.StringVar(&c.PolicyCA, "policy-ca", c.PolicyCA, "PEM file of CA certificates trusted, besides the system's, for https:// policy URLs")
 	fs.StringVar(&c.PolicyClientCert, "policy-client-cert", c.PolicyClientCert, "PEM file of the client certificate presented to https:// policies (mutual TLS)")
 	fs.StringVar(&c.PolicyClientKey, "policy-client-key", c.PolicyClientKey, "PEM file of the key of --policy-client-cert")
