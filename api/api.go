@@ -359,9 +359,24 @@ type Stats struct {
 	Update *UpdateSummary `json:"update"`
 	// Replica says, for one of several routers on an etcd store, whether
 	// it leads and which one does; null for a router on a store of its own.
-	Replica       *ReplicaStats `json:"replica"`
-	UptimeSeconds float64       `json:"uptime_seconds"`
-	Time          time.Time     `json:"time"`
+	Replica *ReplicaStats `json:"replica"`
+	// EnvUnmapped counts the env ids of node-affine decisions that map to
+	// no node: requests that got no node affinity.
+	EnvUnmapped   EnvUnmappedStats `json:"env_unmapped"`
+	UptimeSeconds float64          `json:"uptime_seconds"`
+	Time          time.Time        `json:"time"`
+}
+
+// EnvUnmappedStats counts the env ids, given to a node-affine router,
+// that the topology maps to no node.
+type EnvUnmappedStats struct {
+	// Total counts them, one per task or request
+	// (policyrouter_env_unmapped_total).
+	Total uint64 `json:"total"`
+	// Distinct is how many different ids, up to 1024 remembered.
+	Distinct int `json:"distinct"`
+	// IDs are the first few of them.
+	IDs []string `json:"ids"`
 }
 
 // ReplicaStats is the leadership of one of several routers.
@@ -378,6 +393,10 @@ type ReplicaStats struct {
 type WeightsRequest struct {
 	Version      *int64 `json:"version" validate:"required,min=0"`
 	MaxStaleness *int64 `json:"max_staleness,omitempty" validate:"omitempty,min=0"`
+	// Force sets a floor that no registered policy meets (all routing
+	// then waits for policies to reach it); without it such a floor is
+	// refused with 409 conflict.
+	Force bool `json:"force,omitempty"`
 }
 
 // Weights is the body of GET /weights and the answer to PUT /weights.
@@ -466,6 +485,26 @@ type ErrorBody struct {
 	// Leader is the advertised URL of the replica that routes, on a
 	// not_leader answer, when one is known.
 	Leader string `json:"leader,omitempty"`
+	// Details are the figures behind the answer, for programs: on
+	// no_policies and all_unavailable (also from /readyz), and on a
+	// PUT /weights refused for its floor.
+	Details *ErrorDetails `json:"details,omitempty"`
+}
+
+// ErrorDetails are the figures behind an error answer.
+type ErrorDetails struct {
+	// Policies is how many policies are registered.
+	Policies int `json:"policies"`
+	// States counts the policies per state (unhealthy, draining, unknown,
+	// busy, idle), of the states that have any.
+	States map[string]int `json:"states,omitempty"`
+	// LastError is the most frequent last_error of the policies that are
+	// not available, LastErrorCount how many share it.
+	LastError      string `json:"last_error,omitempty"`
+	LastErrorCount int    `json:"last_error_count,omitempty"`
+	// MeetingFloor, on a PUT /weights refused with conflict, is how many
+	// policies have a version at or above the floor asked for.
+	MeetingFloor *int `json:"meeting_floor,omitempty"`
 }
 
 // LeaderHeader names the leader's advertised URL on a not_leader answer.

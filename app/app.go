@@ -21,6 +21,7 @@ import (
 	"github.com/lmittmann/tint"
 
 	"github.com/policyrouter/policyrouter"
+	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/metrics"
@@ -122,7 +123,8 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		DefaultRouter:   cfg.Router,
 		MaxSelectWait:   cfg.MaxSelectWait,
 		RequestLogLevel: cfg.RequestLogLevel,
-		Ready:           a.Ready,
+		NoAccessLog:     cfg.NoAccessLog,
+		Ready:           a.readiness,
 		Metrics:         a.Metrics,
 		Auth:            cfg.Auth,
 		OpenAPI:         policyrouter.OpenAPI,
@@ -304,6 +306,28 @@ func (a *App) Ready() error {
 		return fmt.Errorf("waiting for the first probe of %d of %d policies", n, total)
 	}
 	a.ready.Store(true)
+	return nil
+}
+
+// storePingTimeout bounds the store check of /readyz.
+const storePingTimeout = time.Second
+
+// readiness is the router's part of /readyz, which adds that a policy
+// must be available: Ready, and on etcd that the store answers (a leader
+// cut off from etcd loses its term within the leader ttl; until then it
+// is not ready either).
+func (a *App) readiness() error {
+	if err := a.Ready(); err != nil {
+		return err
+	}
+	if a.etcd == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storePingTimeout)
+	defer cancel()
+	if err := a.etcd.Ping(ctx); err != nil {
+		return &handlers.Error{Code: api.CodeStoreDown, Message: "not ready: the store (etcd) does not answer: " + err.Error()}
+	}
 	return nil
 }
 

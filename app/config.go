@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,6 +133,9 @@ type Config struct {
 	Logger *slog.Logger
 	// RequestLogLevel is the level of the one log line per request.
 	RequestLogLevel slog.Level
+	// NoAccessLog turns off the per-request log line (--access-log=false)
+	// but for faults: 5xx other than 503 are logged still.
+	NoAccessLog bool
 	// DefaultEngine is the engine of policies registered without one: a
 	// name of poller.EngineNames (routing.EnginePolicyrouter by default).
 	DefaultEngine string
@@ -242,15 +246,38 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow running without a token key on a non-loopback address")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM file of the certificate (chain) to serve HTTPS with; read again when it changes")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM file of the key of --tls-cert")
-	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM file of CA certificates: require client certificates signed by them (mutual TLS)")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM file of CA certificates: require client certificates signed by them (mutual TLS); read again when it changes")
 	fs.StringVar(&c.PolicyCA, "policy-ca", c.PolicyCA, "PEM file of CA certificates trusted, besides the system's, for https:// policy URLs")
 	fs.StringVar(&c.PolicyClientCert, "policy-client-cert", c.PolicyClientCert, "PEM file of the client certificate presented to https:// policies (mutual TLS)")
 	fs.StringVar(&c.PolicyClientKey, "policy-client-key", c.PolicyClientKey, "PEM file of the key of --policy-client-cert")
 	fs.BoolVar(&c.BehindTLSProxy, "behind-tls-proxy", c.BehindTLSProxy, "allow plain HTTP on a non-loopback address: a TLS-terminating proxy in front of the router does TLS")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text, json, or auto (text on a terminal, else json)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.Var((*negatedBool)(&c.NoAccessLog), "access-log", "log one line per request (the access log); false logs only the requests that failed by a fault (5xx other than 503)")
 	fs.StringVar(&c.DefaultEngine, "default-engine", c.DefaultEngine, "engine of policies registered without one, which decides how they are probed: "+routing.NameList(poller.EngineNames()))
 }
+
+// negatedBool is a boolean flag that sets the negation of its field, so
+// that the field's zero value is the flag's default, true.
+type negatedBool bool
+
+func (b *negatedBool) String() string {
+	if b == nil || !*b {
+		return "true"
+	}
+	return "false"
+}
+
+func (b *negatedBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("must be true or false, not %q", s)
+	}
+	*b = negatedBool(!v)
+	return nil
+}
+
+func (b *negatedBool) IsBoolFlag() bool { return true }
 
 // listValue is a flag of comma-separated items; empty items are dropped.
 // Setting it replaces the list.

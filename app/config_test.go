@@ -190,3 +190,33 @@ func TestListenAdvertisesTheBoundAddress(t *testing.T) {
 		t.Errorf("Leader() names %q; want this router, %q", leader, a.Config.AdvertiseURL)
 	}
 }
+
+func TestAccessLogFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool // NoAccessLog
+	}{
+		{nil, false},
+		{[]string{"--access-log"}, false},
+		{[]string{"--access-log=false"}, true},
+		{[]string{"--access-log=false", "--access-log=true"}, false},
+	} {
+		cfg := DefaultConfig()
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		cfg.RegisterFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if cfg.NoAccessLog != c.want {
+			t.Errorf("%v: NoAccessLog %t, want %t", c.args, cfg.NoAccessLog, c.want)
+		}
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg := DefaultConfig()
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--access-log=maybe"}); err == nil {
+		t.Error("--access-log=maybe accepted")
+	}
+}

@@ -98,7 +98,8 @@ func (kp *keyPair) current() *tls.Certificate {
 // serverTLS returns the TLS configuration of the router's listener, or nil
 // when cfg serves plain HTTP: TLS 1.2 at least, the certificate reloaded
 // when its files change, HTTP/2 offered, and, with a client CA, client
-// certificates required and verified. Validate has checked that the
+// certificates required and verified (the CA file reloaded when it
+// changes, tls_clientca.go). Validate has checked that the
 // settings go together.
 func serverTLS(cfg Config) (*tls.Config, error) {
 	if cfg.TLSCert == "" {
@@ -116,12 +117,14 @@ func serverTLS(cfg Config) (*tls.Config, error) {
 		},
 	}
 	if cfg.TLSClientCA != "" {
-		pool, err := certPool(cfg.TLSClientCA, false)
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		cas, err := loadClientCAs(cfg.TLSClientCA, tc, cfg.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-client-ca: %w", err)
 		}
-		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		// Every handshake gets the configuration with the current CAs.
+		tc.ClientCAs = cas.served.ClientCAs
+		tc.GetConfigForClient = cas.config
 	}
 	return tc, nil
 }
@@ -180,6 +183,11 @@ func certPool(file string, withSystem bool) (*x509.CertPool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return certPoolOf(file, pem, withSystem)
+}
+
+// certPoolOf is certPool of file's content pem.
+func certPoolOf(file string, pem []byte, withSystem bool) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
 	if withSystem {
 		if sys, err := x509.SystemCertPool(); err == nil {

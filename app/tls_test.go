@@ -285,3 +285,64 @@ func eventually(tb testing.TB, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// --tls-client-ca is read again when it changes: a client of the new CA
+// is served, one of the old CA is refused (its client keeps a session
+// cache, so it tries to resume the session it had),
+// and a file that does not load keeps the CAs in force.
+func TestClientCAReload(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "router CA")
+	certFile, keyFile := ca.Server(t, "router").Write(t, dir, "server")
+	first, second := testpki.NewCA(t, "first client CA"), testpki.NewCA(t, "second client CA")
+	caFile := first.WriteCert(t, dir, "clients")
+	_, addr := serveApp(t, Config{TLSCert: certFile, TLSKey: keyFile, TLSClientCA: caFile})
+	url := "https://" + addr + "/healthz"
+	// New connections every time, resuming sessions when they can.
+	client := func(cert tls.Certificate) *http.Client {
+		c := httpsClient(t, ca.Pool(), cert)
+		tr := c.Transport.(*http.Transport)
+		tr.DisableKeepAlives = true
+		tr.TLSClientConfig.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		return c
+	}
+	old, next := client(first.Client(t, "old").TLS()), client(second.Client(t, "new").TLS())
+	served := func(c *http.Client) bool {
+		resp, err := get(c, url)
+		return err == nil && resp.StatusCode == http.StatusOK
+	}
+	if !served(old) || !served(old) || served(next) {
+		t.Fatal("before the change: want the first CA's client served (twice, resuming), the second's refused")
+	}
+
+	if err := os.WriteFile(caFile, pemOf(t, second), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(certCheckEvery + 100*time.Millisecond)
+	served(next) // the first handshake after the period reloads
+	if !served(next) {
+		t.Error("after the change: the second CA's client is refused")
+	}
+	if served(old) {
+		t.Error("after the change: the first CA's client is still served")
+	}
+
+	// A file that does not load: the second CA stays in force.
+	if err := os.WriteFile(caFile, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(certCheckEvery + 100*time.Millisecond)
+	if !served(next) || served(old) {
+		t.Error("after a broken file: want the second CA's client served still, the first's refused")
+	}
+}
+
+// pemOf returns the PEM certificate of ca.
+func pemOf(tb testing.TB, ca *testpki.CA) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(ca.WriteCert(tb, tb.TempDir(), "ca"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}

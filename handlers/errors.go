@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -23,6 +25,8 @@ type Error struct {
 	Message string
 	Fields  map[string]string
 	Leader  string // on not_leader: the leader's advertised URL, if known
+	// Details are the figures behind the answer (api.ErrorDetails).
+	Details *api.ErrorDetails
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -97,11 +101,11 @@ func asError(err error) *Error {
 	case errors.Is(err, routing.ErrUnknownLease):
 		return errorf(api.CodeNotFound, "lease not found: not issued by this server, or no lease out for that policy")
 	case errors.Is(err, routing.ErrNoPolicies):
-		return errorf(api.CodeNoPolicies, "no policies registered")
+		return errorf(api.CodeNoPolicies, "no policies registered: register them with PUT /registration (or PUT /policies)")
 	case errors.Is(err, routing.ErrNoFreshPolicy):
 		return errorf(api.CodeNoFreshPolicy, "no available policy has a fresh enough weight version (see GET /weights and the versions in GET /stats)")
 	case errors.Is(err, routing.ErrAllUnavailable):
-		return errorf(api.CodeAllUnavailable, "no policy to route to: every registered policy is unhealthy, draining or not yet heard from (see GET /stats)")
+		return errorf(api.CodeAllUnavailable, "no policy to route to: every registered policy is unhealthy, draining or not yet heard from")
 	case errors.Is(err, routing.ErrOverloaded):
 		return errorf(api.CodeOverloaded, "too many /select calls waiting for an idle policy already (--max-waiters): retry later")
 	default:
@@ -112,6 +116,9 @@ func asError(err error) *Error {
 // writeError writes the error envelope for err.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := asError(err)
+	if e.Code == api.CodeAllUnavailable || e.Code == api.CodeNoPolicies {
+		e = s.withAvailability(e)
+	}
 	if e.Code == api.CodeInternal {
 		s.logger.ErrorContext(r.Context(), "internal error", "err", err, "request_id", RequestIDFromContext(r.Context()))
 	}
@@ -128,6 +135,7 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status int, e *Error)
 		Fields:    e.Fields,
 		RequestID: RequestIDFromContext(r.Context()),
 		Leader:    e.Leader,
+		Details:   e.Details,
 	}})
 }
 
@@ -179,4 +187,67 @@ func (b *jsonBuffer) release() {
 	}
 	b.buf.Reset()
 	buffers.Put(b)
+}
+
+// withAvailability adds to a no_policies or all_unavailable answer the
+// counts of policies by state and the most frequent last error, so that
+// the caller sees why without a second call to /stats.
+func (s *Server) withAvailability(e *Error) *Error {
+	if s.State == nil || e.Details != nil {
+		return e
+	}
+	return withAvailability(e, s.State.Availability())
+}
+
+// withAvailability returns e with the figures of av.
+func withAvailability(e *Error, av routing.Availability) *Error {
+	out := *e
+	out.Details = &api.ErrorDetails{Policies: av.Policies, States: av.ByState,
+		LastError: av.LastError, LastErrorCount: av.LastErrorCount}
+	if e.Code == api.CodeAllUnavailable && av.Policies > 0 {
+		out.Message = e.Message + "; " + describeAvailability(av) + " (see GET /stats)"
+	}
+	return &out
+}
+
+// unroutable returns the no_policies or all_unavailable error that av
+// calls for, with its figures, or nil when a policy is available.
+func unroutable(av routing.Availability) *Error {
+	var err error
+	switch {
+	case av.Policies == 0:
+		err = routing.ErrNoPolicies
+	case av.Available == 0:
+		err = routing.ErrAllUnavailable
+	default:
+		return nil
+	}
+	return withAvailability(asError(err), av)
+}
+
+// describeAvailability says, for people, how many policies are in which
+// state and the most frequent last error, e.g. "of 3 policies, 2
+// unhealthy, 1 unknown; most frequent last error (2 policies):
+// connection refused".
+func describeAvailability(av routing.Availability) string {
+	var b strings.Builder
+	b.WriteString("of " + nPolicies(av.Policies))
+	sep := ", "
+	for _, st := range routing.States {
+		if n := av.ByState[st]; n > 0 {
+			b.WriteString(sep + strconv.Itoa(n) + " " + st)
+		}
+	}
+	if av.LastError != "" {
+		b.WriteString("; most frequent last error (" + nPolicies(av.LastErrorCount) + "): " + av.LastError)
+	}
+	return b.String()
+}
+
+// nPolicies is "1 policy" or "n policies".
+func nPolicies(n int) string {
+	if n == 1 {
+		return "1 policy"
+	}
+	return strconv.Itoa(n) + " policies"
 }

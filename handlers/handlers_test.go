@@ -135,6 +135,7 @@ func itoa(i int) string {
 func TestHealthAndSpec(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	want(t, ts.do(t, "GET", "/healthz", ""), http.StatusOK, nil)
+	ts.register(t, 1)
 	want(t, ts.do(t, "GET", "/readyz", ""), http.StatusOK, nil)
 	rec := ts.do(t, "GET", "/openapi.yaml", "")
 	want(t, rec, http.StatusOK, nil)
@@ -143,6 +144,7 @@ func TestHealthAndSpec(t *testing.T) {
 	}
 
 	notReady := newTestServer(t, Config{Ready: func() error { return errors.New("waiting for the first probe of 2 of 4 policies") }})
+	notReady.register(t, 1)
 	rec = notReady.do(t, "GET", "/readyz", "")
 	want(t, rec, http.StatusServiceUnavailable, nil)
 	if !strings.Contains(rec.Body.String(), "first probe of 2 of 4") {

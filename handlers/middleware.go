@@ -92,8 +92,9 @@ func saneID(id string) bool {
 }
 
 // logRequests writes one line per request: method, route pattern, status,
-// duration, bytes and request id. Paths are not logged (they may carry
-// ids); the route pattern is.
+// duration, bytes and request id, at requestLevel. Paths are not logged
+// (they may carry ids); the route pattern is. With NoAccessLog only the
+// lines at Warn and above (faults) are written.
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -106,9 +107,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		dur := time.Since(start)
 		s.observe(pattern, r.Method, status, dur)
-		level := s.RequestLogLevel
-		if status >= 500 {
-			level = slog.LevelError
+		level := requestLevel(status, s.RequestLogLevel)
+		if s.NoAccessLog && level < slog.LevelWarn {
+			return
 		}
 		if !s.logger.Enabled(r.Context(), level) {
 			return

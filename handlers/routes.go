@@ -17,6 +17,10 @@ func (s *Server) putWeights(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.checkFloor(req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if err := s.Registry.SetWeights(r.Context(), store.Weights{Version: *req.Version, MaxStaleness: req.MaxStaleness}); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -85,6 +89,7 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 	}
 	if router.EnvAffine {
 		s.observeAffinity("assign", router.Name, a.Snapshot, req.EnvIDs, a.Indices)
+		s.noteUnmapped(r.Context(), a.Snapshot, req.EnvIDs...)
 	}
 	s.writeAssignment(w, a)
 }
@@ -120,6 +125,9 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	d, ok := s.decide(w, r, "select", router.Name, sreq)
 	if !ok {
 		return
+	}
+	if router.EnvAffine && req.EnvID != "" && d.EnvNode == "" {
+		s.unmappedEnv(r.Context(), req.EnvID)
 	}
 	if router.EnvAffine && s.Metrics != nil && d.EnvNode != "" {
 		hit := b2i(d.AffinityHeld())

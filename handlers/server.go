@@ -5,6 +5,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -49,10 +50,17 @@ type Config struct {
 	// Poller, when set, is the idle poller whose figures /stats shows.
 	Poller PollerReporter
 	// RequestLogLevel is the level of the one log line per request;
-	// default Info. 5xx answers are always logged at Error.
+	// default Info. Refusals (4xx, 503) keep it; 502 and 504 (the
+	// policy's fault, in proxy mode) are logged at Warn, other 5xx at
+	// Error.
 	RequestLogLevel slog.Level
-	// Ready reports readiness for /readyz: nil when ready, else why not.
-	// A nil Ready means always ready.
+	// NoAccessLog turns the per-request log line off, but for the
+	// requests logged at Warn or Error.
+	NoAccessLog bool
+	// Ready reports readiness for /readyz: nil when ready, else why not
+	// (an *Error sets the answer's code, else it is not_ready). A nil
+	// Ready means always ready. /readyz also requires an available policy
+	// in State.
 	Ready func() error
 	// Metrics, when set, records request, decision and affinity metrics
 	// and is served at /metrics.
@@ -97,6 +105,8 @@ type Server struct {
 	// reverseProxy forwards proxied requests (proxy.go).
 	reverseProxy *httputil.ReverseProxy
 	models       modelsCache
+	// unmapped counts env ids that map to no node (envmap.go).
+	unmapped unmappedEnvs
 }
 
 // New returns a Server for cfg.
@@ -251,10 +261,27 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
 }
 
+// readyz answers 200 when this router can route now: it leads (else
+// leaderOnly answered not_leader), Ready passes (first probes done, store
+// reachable), and at least one policy is available. Otherwise 503 with
+// the reason's code: not_ready, store_unavailable, no_policies or
+// all_unavailable (with the counts by state and the most frequent last
+// error). /healthz is liveness only.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.Ready != nil {
 		if err := s.Ready(); err != nil {
-			s.writeError(w, r, errorf(api.CodeNotReady, "not ready: "+err.Error()))
+			var e *Error
+			if !errors.As(err, &e) {
+				e = errorf(api.CodeNotReady, "not ready: "+err.Error())
+			}
+			s.writeError(w, r, e)
+			return
+		}
+	}
+	if s.State != nil {
+		if e := unroutable(s.State.Availability()); e != nil {
+			e.Message = "not ready: " + e.Message
+			s.writeError(w, r, e)
 			return
 		}
 	}

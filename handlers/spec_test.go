@@ -438,7 +438,8 @@ func TestSpecAuthErrors(t *testing.T) {
 		{http.MethodDelete, "/policies/p1", "", http.StatusUnauthorized},
 		{http.MethodGet, "/metrics", "", http.StatusUnauthorized},
 		{http.MethodGet, "/healthz", "", http.StatusOK},
-		{http.MethodGet, "/readyz", "", http.StatusOK},
+		// No token needed: not ready (no policies), but not 401.
+		{http.MethodGet, "/readyz", "", http.StatusServiceUnavailable},
 	} {
 		req := httptest.NewRequest(c.method, c.path, nil)
 		if c.authz != "" {

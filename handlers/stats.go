@@ -27,6 +27,7 @@ func (s *Server) buildStats() api.Stats {
 		Sticky:             stickyStats(st.Sticky),
 		Router:             s.DefaultRouter,
 		Decisions:          s.decisions.stats(),
+		EnvUnmapped:        s.unmapped.stats(),
 		MinVersion:         s.State.MinVersion(),
 		UptimeSeconds:      now.Sub(s.started).Seconds(),
 		Time:               now.UTC(),

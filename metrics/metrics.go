@@ -35,8 +35,9 @@ type Metrics struct {
 	leader      prometheus.Gauge
 	// The decision and affinity series of every router of the table,
 	// resolved once in New: read-only afterwards.
-	decisions  map[decisionKey]prometheus.Observer
-	affinities map[decisionKey]affinityCounters
+	decisions   map[decisionKey]prometheus.Observer
+	affinities  map[decisionKey]affinityCounters
+	envUnmapped prometheus.Counter // env.go
 }
 
 // decisionKey names the series of one endpoint's decisions by one router.
@@ -114,6 +115,8 @@ func New(state *routing.State) *Metrics {
 	m.reg.MustRegister(m.updates.collectors()...)
 	m.proxy = newProxyMetrics(state)
 	m.reg.MustRegister(m.proxy.collectors()...)
+	m.envUnmapped = newEnvUnmapped()
+	m.reg.MustRegister(m.envUnmapped)
 	m.reg.MustRegister(&hangCollector{state: state, updates: m.updates, now: time.Now})
 	m.reg.MustRegister(m.leader, m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
 		&stateCollector{state: state},

@@ -114,6 +114,17 @@ func OpenEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 // connection.
 func (e *Etcd) Client() *clientv3.Client { return e.cli }
 
+// Ping reads one key's count: nil when etcd answers within the request
+// timeout (or ctx's deadline), else why not.
+func (e *Etcd) Ping(ctx context.Context) error {
+	ctx, cancel := e.call(ctx)
+	defer cancel()
+	if _, err := e.cli.Get(ctx, e.keyRegistration(), clientv3.WithCountOnly()); err != nil {
+		return failed(ctx, "ping", err)
+	}
+	return nil
+}
+
 // Prefix returns the key prefix.
 func (e *Etcd) Prefix() string { return e.prefix }
 

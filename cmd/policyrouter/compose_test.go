@@ -330,7 +330,8 @@ func TestComposeRegistration(t *testing.T) {
 	}
 	routerPort := p.Services["router"].Ports[0].Target
 	for _, want := range []string{
-		fmt.Sprintf("http://router:%d/readyz", routerPort),
+		// /healthz: /readyz waits for policies, which this job registers.
+		fmt.Sprintf("http://router:%d/healthz", routerPort),
 		fmt.Sprintf("-X PUT http://router:%d/policies", routerPort),
 		fmt.Sprintf("-X PUT http://router:%d/topology", routerPort),
 		"@/deploy/policies.json", "@/deploy/topology.json",

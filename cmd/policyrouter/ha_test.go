@@ -472,8 +472,9 @@ func missingPolicies(u string, want []string) []string {
 	return missing
 }
 
-// waitLeader waits until exactly one live replica is ready to route and
-// every other one names it as the leader, and returns its URL.
+// waitLeader waits until exactly one live replica is ready to route (or,
+// before any registration, answers /readyz no_policies: ready as it can
+// be) and every other one names it as the leader, and returns its URL.
 func waitLeader(tb testing.TB, c *haCluster) string {
 	tb.Helper()
 	var leader string
@@ -486,9 +487,11 @@ func waitLeader(tb testing.TB, c *haCluster) string {
 			if err != nil {
 				return false
 			}
+			var env api.ErrorResponse
+			_ = json.NewDecoder(resp.Body).Decode(&env)
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK || env.Error.Code == api.CodeNoPolicies {
 				if leader != "" {
 					return false
 				}

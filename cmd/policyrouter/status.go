@@ -50,7 +50,7 @@ func statusCommand(ctx context.Context, out io.Writer, args []string) error {
 	c.Token = token
 	stats, err := c.Stats(ctx)
 	if err != nil {
-		return err
+		return statusHint(err, url)
 	}
 	if err := printStatus(out, stats); err != nil {
 		return err

@@ -9,7 +9,7 @@
    the router's whole registration, so the script stops if the router
    already has one (``--replace`` takes it over), and at the end it removes
    only what it registered, if nobody changed the registration since,
-2. waits until the router has heard from them (GET /readyz),
+2. waits until the router has heard from them (none `unknown` in GET /stats),
 3. assigns a batch of 8 rollout tasks with node affinity (async mode) and
    reports them finished,
 4. selects an idle policy for one sync step, then releases it.

@@ -297,8 +297,9 @@ def get_registration() -> Call[Any]:
     return Call("GET", "/registration")
 
 
-def set_weights(version: int, max_staleness: Optional[int]) -> Call[Any]:
-    return Call("PUT", "/weights", _omit_none(version=int(version), max_staleness=_opt_int(max_staleness)),
+def set_weights(version: int, max_staleness: Optional[int], force: bool = False) -> Call[Any]:
+    return Call("PUT", "/weights", _omit_none(version=int(version), max_staleness=_opt_int(max_staleness),
+                                              force=True if force else None),
                 idempotent=True)
 
 

@@ -114,8 +114,8 @@ class AsyncClient(_core.ClientCore):
     async def get_registration(self) -> Registration:
         return await self._send(_core.get_registration())
 
-    async def set_weights(self, version: int, max_staleness: Optional[int] = None) -> Weights:
-        return await self._send(_core.set_weights(version, max_staleness))
+    async def set_weights(self, version: int, max_staleness: Optional[int] = None, force: bool = False) -> Weights:
+        return await self._send(_core.set_weights(version, max_staleness, force))
 
     async def get_weights(self) -> Weights:
         return await self._send(_core.get_weights())

@@ -164,13 +164,14 @@ class Client(_core.ClientCore):
         """``GET /registration``: every policy and the topology."""
         return self._send(_core.get_registration())
 
-    def set_weights(self, version: int, max_staleness: Optional[int] = None) -> Weights:
+    def set_weights(self, version: int, max_staleness: Optional[int] = None, force: bool = False) -> Weights:
         """``PUT /weights``: record the trainer's current weight version; with
         ``max_staleness``, no router hands work to a policy whose version
         (reported in its ``/idle`` answer) is below ``version -
-        max_staleness``. Returns ``{"version", "max_staleness",
-        "min_version"}``."""
-        return self._send(_core.set_weights(version, max_staleness))
+        max_staleness``. A floor that no policy meets raises Conflict (the
+        message says how many policies meet it) unless ``force``. Returns
+        ``{"version", "max_staleness", "min_version"}``."""
+        return self._send(_core.set_weights(version, max_staleness, force))
 
     def get_weights(self) -> Weights:
         """``GET /weights``."""

@@ -34,6 +34,12 @@ from tests._stub import LoopbackServer, drop, reply
 class RegistrationTest(ServerTestCase):
     def test_health(self):
         self.assertEqual(self.client.healthz(), {"status": "ok"})
+        # Alive, but not ready before a policy can be routed to.
+        with self.assertRaises(Unavailable) as cm:
+            self.client.readyz()
+        self.assertEqual((cm.exception.status, cm.exception.code), (503, "no_policies"))
+        self.assertIn("PUT /registration", str(cm.exception))
+        self.client.register_policy("http://127.0.0.1:9/a")  # no poller: trusted at once
         self.assertEqual(self.client.readyz(), {"status": "ok"})
 
     def test_register_list_get_delete(self):
@@ -171,6 +177,12 @@ class RegistrationTest(ServerTestCase):
         with self.assertRaises(Unavailable) as cm:
             self.client.assign(1, min_version=9)
         self.assertEqual(cm.exception.code, "no_fresh_policy")
+        # A floor above every policy would stop all routing: refused unless forced.
+        with self.assertRaises(Conflict) as cm:
+            self.client.set_weights(9, max_staleness=1)
+        self.assertIn("0 of 2 policies", str(cm.exception))
+        self.assertEqual(self.client.get_weights()["min_version"], 5)
+        self.assertEqual(self.client.set_weights(9, max_staleness=1, force=True)["min_version"], 8)
 
     def test_rolling_update_external_mode(self):
         self.register_n(4, nodes=["a", "a", "b", "b"])

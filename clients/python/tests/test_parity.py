@@ -78,7 +78,7 @@ SCRIPT = [
     ("get_policy", ("nope",), {}),  # 404
     ("drain", (1,), {}),
     ("resume", ("p1",), {}),
-    ("set_weights", (3,), {"max_staleness": 1}),
+    ("set_weights", (3,), {"max_staleness": 1, "force": True}),  # no policy at 2 yet: forced
     ("get_weights", (), {}),
     ("set_topology", ({"a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}},
                        "b": {"env": {"ids": [2, 3]}, "eval": {"ids": [2, 3]}}},), {}),

@@ -1,0 +1,96 @@
+package handlers
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// TestReadyz: /readyz is 503 with a reason while no policy is routable,
+// and /healthz stays 200 throughout.
+func TestReadyz(t *testing.T) {
+	st := routing.New(routing.Options{Polled: true, FailThreshold: 1})
+	ts := newTestServer(t, Config{State: st})
+	ready := func(t *testing.T, code, inMessage string) api.ErrorBody {
+		t.Helper()
+		want(t, ts.do(t, "GET", "/healthz", ""), http.StatusOK, nil)
+		rec := ts.do(t, "GET", "/readyz", "")
+		if code == "" {
+			want(t, rec, http.StatusOK, nil)
+			return api.ErrorBody{}
+		}
+		e := wantError(t, rec, http.StatusServiceUnavailable, code, "")
+		if !strings.Contains(e.Message, inMessage) {
+			t.Errorf("message %q lacks %q", e.Message, inMessage)
+		}
+		return e
+	}
+
+	t.Run("no policies", func(t *testing.T) {
+		e := ready(t, api.CodeNoPolicies, "PUT /registration")
+		if e.Details == nil || e.Details.Policies != 0 {
+			t.Errorf("details %+v, want 0 policies", e.Details)
+		}
+	})
+	ps := ts.register(t, 3)
+	t.Run("all unknown", func(t *testing.T) {
+		e := ready(t, api.CodeAllUnavailable, "3 unknown")
+		if e.Details == nil || e.Details.Policies != 3 || e.Details.States[routing.StateUnknown] != 3 {
+			t.Errorf("details %+v, want 3 unknown", e.Details)
+		}
+	})
+	now := time.Now()
+	st.ObserveFailure(ps[0].ID, now, "connection refused")
+	st.ObserveFailure(ps[1].ID, now, "connection refused")
+	if err := st.SetDraining(ps[2].ID, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("unhealthy and draining", func(t *testing.T) {
+		e := ready(t, api.CodeAllUnavailable, "connection refused")
+		d := e.Details
+		if d == nil || d.States[routing.StateUnhealthy] != 2 || d.States[routing.StateDraining] != 1 ||
+			d.LastError != "connection refused" || d.LastErrorCount != 2 {
+			t.Errorf("details %+v, want 2 unhealthy, 1 draining, last error connection refused x2", d)
+		}
+	})
+	st.ObserveProbe(ps[2].ID, routing.Probe{SentAt: now, OK: true, Idle: false})
+	t.Run("draining though heard", func(t *testing.T) { ready(t, api.CodeAllUnavailable, "1 draining") })
+	if err := st.SetDraining(ps[2].ID, false); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("one busy policy routes", func(t *testing.T) { ready(t, "", "") })
+}
+
+// TestAllUnavailableSaysWhy: the routing endpoints' all_unavailable
+// carries the same counts and last error as /readyz.
+func TestAllUnavailableSaysWhy(t *testing.T) {
+	st := routing.New(routing.Options{Polled: true, FailThreshold: 1})
+	ts := newTestServer(t, Config{State: st})
+	e := wantError(t, ts.do(t, "POST", "/select", `{"timeout_ms": 0}`), http.StatusServiceUnavailable, api.CodeNoPolicies, "")
+	if !strings.Contains(e.Message, "PUT /registration") {
+		t.Errorf("no_policies message %q does not say how to register", e.Message)
+	}
+	ps := ts.register(t, 2)
+	st.ObserveFailure(ps[0].ID, time.Now(), "dial tcp 127.0.0.1:9: connection refused")
+	if err := st.SetDraining(ps[1].ID, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, body string }{
+		{"/select", `{"timeout_ms": 0}`},
+		{"/assign", `{"num_tasks": 1}`},
+	} {
+		e := wantError(t, ts.do(t, "POST", c.path, c.body), http.StatusServiceUnavailable, api.CodeAllUnavailable, "")
+		for _, w := range []string{"of 2 policies", "1 unhealthy", "1 draining", "(1 policy): dial tcp 127.0.0.1:9: connection refused"} {
+			if !strings.Contains(e.Message, w) {
+				t.Errorf("%s: message %q lacks %q", c.path, e.Message, w)
+			}
+		}
+		if d := e.Details; d == nil || d.Policies != 2 || d.LastErrorCount != 1 {
+			t.Errorf("%s: details %+v", c.path, d)
+		}
+	}
+}

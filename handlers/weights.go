@@ -1,0 +1,39 @@
+package handlers
+
+import (
+	"strconv"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/store"
+)
+
+// checkFloor refuses, with 409 conflict, a PUT /weights whose floor no
+// registered policy meets, unless it says "force": all routing would stop
+// until policies reach the floor, which is rarely what the caller meant
+// (a version counted from 1 against policies reporting steps, a
+// max_staleness forgotten). The answer says how many policies meet it.
+// A follower does not check: it does not poll, so it knows only the
+// registered versions, not those the policies report.
+func (s *Server) checkFloor(req api.WeightsRequest) error {
+	if req.Force || s.State == nil {
+		return nil
+	}
+	if s.Leader != nil {
+		if leading, _ := s.Leader(); !leading {
+			return nil
+		}
+	}
+	floor := store.Weights{Version: *req.Version, MaxStaleness: req.MaxStaleness}.MinVersion()
+	n, total, highest := s.State.AtVersion(floor)
+	if floor == 0 || total == 0 || n > 0 {
+		return nil
+	}
+	return &Error{
+		Code: api.CodeConflict,
+		Message: "floor " + strconv.FormatInt(floor, 10) + " (version - max_staleness) excludes every policy: 0 of " +
+			nPolicies(total) + " have a weight version of at least " + strconv.FormatInt(floor, 10) +
+			" (the highest is " + strconv.FormatInt(highest, 10) + "), so all routing would stop; " +
+			"raise max_staleness, update the policies first (POST /updates with set_floor), or send \"force\": true",
+		Details: &api.ErrorDetails{Policies: total, MeetingFloor: &n},
+	}
+}
