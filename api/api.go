@@ -238,17 +238,12 @@ type CompleteResponse struct {
 
 // PolicyStats is one policy in GET /stats.
 type PolicyStats struct {
-	Index  int    `json:"index"`
-	ID     string `json:"id"`
-	NodeID string `json:"node_id"`
-	URL    string `json:"url"`
-	// State is idle, busy (no idle capacity, or the policy answered busy),
-	// unhealthy, draining, or unknown (not heard from since registration or
-	// the router's start; it gets no work).
-	State    string `json:"state"`
-	Load     int64  `json:"load"`
-	Inflight int    `json:"inflight"`
-	Capacity int    `json:"capacity"`
+	// Policy is the policy as GET /policies shows it, with its live state
+	// (idle, busy, unhealthy, draining, unknown, or update_failed), node,
+	// version and health.
+	Policy
+	Load     int64 `json:"load"`
+	Inflight int   `json:"inflight"`
 	// SelectedTotal counts hand-outs by /select, AssignedTotal tasks by
 	// /assign, CompletedTotal tasks reported by /complete.
 	SelectedTotal  uint64 `json:"selected_total"`
@@ -258,32 +253,13 @@ type PolicyStats struct {
 	LastPoll            *time.Time `json:"last_poll"`
 	LatencyMS           float64    `json:"latency_ms"`
 	ConsecutiveFailures int        `json:"consecutive_failures"`
-	// LastError is why the last probe failed while the policy fails or is
-	// unhealthy (connection refused, a status, a timeout, a certificate
-	// error); empty otherwise.
-	LastError string `json:"last_error"`
-	// UnhealthySince is when the failures that made the policy unhealthy
-	// began; null while healthy. LastOK is when the last good probe was
-	// sent; null if none.
-	UnhealthySince     *time.Time `json:"unhealthy_since"`
-	LastOK             *time.Time `json:"last_ok"`
-	ProbesTotal        uint64     `json:"probes_total"`
-	ProbeFailuresTotal uint64     `json:"probe_failures_total"`
+	ProbesTotal         uint64     `json:"probes_total"`
+	ProbeFailuresTotal  uint64     `json:"probe_failures_total"`
 	// ExpiredTotal counts leases ended by their TTL.
 	ExpiredTotal uint64 `json:"expired_total"`
 	// TasksExpiredTotal counts tracked /assign tasks that expired
 	// (assign_ttl_ms) before /complete reported them.
 	TasksExpiredTotal uint64 `json:"tasks_expired_total"`
-	// Version is the policy's weight version: registered, or reported by
-	// its /idle answers ("version" or "weight_version"); 0 when neither
-	// named one.
-	Version int64 `json:"version"`
-	// Engine is the kind of server: policyrouter, sglang or vllm.
-	Engine string `json:"engine"`
-	// WeightVersion is the version as the server last reported it (an
-	// engine's string such as "step-42"; "" before any); Version is its
-	// integer, which orders versions.
-	WeightVersion string `json:"weight_version"`
 	// UpdateError is why the latest rolling update failed this policy (the
 	// engine's message), while it stays drained: State is then
 	// "update_failed".

@@ -427,9 +427,10 @@ func (f *fakeRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		poll := now.Add(-time.Duration(20+i%80) * time.Millisecond)
 		p := api.PolicyStats{
-			Index: i, ID: fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", 0x3f2a0000+i*7919, i),
-			NodeID: f.nodes[i%len(f.nodes)], URL: fmt.Sprintf("http://10.0.0.%d:9000", i%250),
-			State: state, Load: int64(inflight + i%3), Inflight: inflight, Capacity: 1,
+			Policy: api.Policy{Index: i, ID: fmt.Sprintf("%08x-1c2d-4e5f-8a9b-%012x", 0x3f2a0000+i*7919, i),
+				NodeID: f.nodes[i%len(f.nodes)], URL: fmt.Sprintf("http://10.0.0.%d:9000", i%250),
+				State: state, Capacity: 1, Labels: map[string]string{}},
+			Load: int64(inflight + i%3), Inflight: inflight,
 			SelectedTotal: uint64(k * (1 + i%4)), AssignedTotal: uint64(k * (i % 3)),
 			LastPoll: &poll, LatencyMS: 0.4 + float64(i%17)/10, ProbesTotal: uint64(k * 10),
 		}

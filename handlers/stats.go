@@ -62,14 +62,9 @@ func (s *Server) buildStats() api.Stats {
 			updateError = ""
 		}
 		ps := api.PolicyStats{
-			Index:               p.Policy.Index,
-			ID:                  p.Policy.ID,
-			NodeID:              p.Node,
-			URL:                 p.Policy.URL,
-			State:               p.State,
+			Policy:              toAPI(p.Policy, p, true),
 			Load:                p.Load,
 			Inflight:            p.Inflight,
-			Capacity:            p.Capacity,
 			SelectedTotal:       p.Selected,
 			AssignedTotal:       p.Assigned,
 			CompletedTotal:      p.Completed,
@@ -79,15 +74,10 @@ func (s *Server) buildStats() api.Stats {
 			ProbeFailuresTotal:  p.ProbeFailures,
 			ExpiredTotal:        p.Expired,
 			TasksExpiredTotal:   p.ExpiredTasks,
-			Version:             p.Version,
-			Engine:              p.Policy.EngineName(),
-			WeightVersion:       p.WeightVersion,
+			LastPoll:            utcOrNil(p.LastProbe),
+			UpdateError:         updateError,
 		}
-		ps.LastPoll = utcOrNil(p.LastProbe)
-		ps.UnhealthySince = utcOrNil(p.UnhealthySince)
-		ps.LastOK = utcOrNil(p.LastOK)
-		ps.LastError = p.LastError
-		ps.UpdateError = updateError
+		ps.State, ps.Capacity = p.State, p.Capacity // the slots in force, and update_failed
 		out.Policies[i] = ps
 		node := out.Nodes[p.Node]
 		count(&node, p)
