@@ -25,15 +25,15 @@ from typing import Dict, List
 import httpx
 
 
-async def stream_generate(http: httpx.AsyncClient, session: str, env: str, prompt: str) -> Dict:
-    """One turn on SGLang's native /generate, streamed: each event's
-    "text" is the whole text so far."""
-    body = {"text": prompt, "stream": True, "sampling_params": {"max_new_tokens": 8}}
+async def events(http: httpx.AsyncClient, path: str, body: Dict, session: str, env: str):
+    """POST body to path through the router and yield the policy's index,
+    then each server-sent event's JSON until "data: [DONE]". An error
+    event (a policy that failed mid-stream) raises."""
     headers = {"X-Session-ID": session, "X-Env-ID": env, "X-Sticky-Wait-MS": "5000"}
-    text, policy = "", None
-    async with http.stream("POST", "/generate", json=body, headers=headers) as res:
+    async with http.stream("POST", path, json=body, headers=headers) as res:
         res.raise_for_status()
         policy = res.headers["X-Policy-Index"]
+        yield policy
         async for line in res.aiter_lines():
             line = line.strip()  # httpx 0.23 keeps the line ending
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -41,7 +41,17 @@ async def stream_generate(http: httpx.AsyncClient, session: str, env: str, promp
             event = json.loads(line[len("data: "):])
             if "error" in event:
                 raise RuntimeError(f"policy {policy} failed mid-stream: {event['error']['message']}")
-            text = event["text"]
+            yield event
+
+
+async def stream_generate(http: httpx.AsyncClient, session: str, env: str, prompt: str) -> Dict:
+    """One turn on SGLang's native /generate, streamed: each event's
+    "text" is the whole text so far."""
+    body = {"text": prompt, "stream": True, "sampling_params": {"max_new_tokens": 8}}
+    stream = events(http, "/generate", body, session, env)
+    policy, text = await stream.__anext__(), ""
+    async for event in stream:
+        text = event["text"]
     return {"policy": policy, "text": text}
 
 
@@ -49,19 +59,10 @@ async def stream_chat(http: httpx.AsyncClient, session: str, env: str, messages:
     """One turn on OpenAI's /v1/chat/completions, streamed: each chunk
     carries the next piece of the answer."""
     body = {"model": "policy", "stream": True, "max_tokens": 8, "messages": messages}
-    headers = {"X-Session-ID": session, "X-Env-ID": env, "X-Sticky-Wait-MS": "5000"}
-    pieces, policy = [], None
-    async with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as res:
-        res.raise_for_status()
-        policy = res.headers["X-Policy-Index"]
-        async for line in res.aiter_lines():
-            line = line.strip()  # httpx 0.23 keeps the line ending
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[len("data: "):])
-            if "error" in chunk:
-                raise RuntimeError(f"policy {policy} failed mid-stream: {chunk['error']['message']}")
-            pieces.append(chunk["choices"][0]["delta"].get("content") or "")
+    stream = events(http, "/v1/chat/completions", body, session, env)
+    policy, pieces = await stream.__anext__(), []
+    async for chunk in stream:
+        pieces.append(chunk["choices"][0]["delta"].get("content") or "")
     return {"policy": policy, "text": "".join(pieces)}
 
 
