@@ -106,8 +106,14 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		MaxWaiters:    cfg.MaxWaiters,
 		LoadFactor:    cfg.StickyLoadFactor,
 	})
+	// The store is read once: the registration for the registry, the
+	// rolling updates' documents for the update manager.
 	loadStart := time.Now()
-	a.Registry, err = registry.Open(ctx, a.Store, a.State)
+	stored, err := a.Store.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("registry: load: %w", err)
+	}
+	a.Registry, err = registry.OpenLoaded(a.Store, a.State, stored)
 	if err != nil {
 		return nil, err
 	}
@@ -154,10 +160,6 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		hcfg.Poller = a.Poller
 	} else {
 		a.ready.Store(true)
-	}
-	stored, err := a.Store.Load(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("load updates: %w", err)
 	}
 	a.Updates, err = updates.New(updates.Config{
 		Registry: a.Registry, State: a.State, Store: a.Store, Logger: cfg.Logger,

@@ -92,6 +92,13 @@ func Open(ctx context.Context, st store.Store, state *routing.State) (*Registry,
 	if err != nil {
 		return nil, fmt.Errorf("registry: load: %w", err)
 	}
+	return OpenLoaded(st, state, reg)
+}
+
+// OpenLoaded is Open on a registration the caller has already loaded from
+// st, so that start-up reads the store once (the rolling updates' documents
+// in reg are left to the caller).
+func OpenLoaded(st store.Store, state *routing.State, reg store.Registration) (*Registry, error) {
 	reg.Updates = nil
 	r := &Registry{store: st, state: state, newID: uuid.NewString, cur: reg}
 	if err := r.publishLocked(reg); err != nil {

@@ -319,3 +319,43 @@ func TestReplicasOnOneStore(t *testing.T) {
 		t.Errorf("b.Get(late) = %v after Follow published it", err)
 	}
 }
+
+// countingStore counts its loads.
+type countingStore struct {
+	*store.Memory
+	loads int
+}
+
+func (c *countingStore) Load(ctx context.Context) (store.Registration, error) {
+	c.loads++
+	return c.Memory.Load(ctx)
+}
+
+// OpenLoaded publishes a registration the caller loaded, without reading
+// the store again: start-up reads it once.
+func TestOpenLoadedReadsNothing(t *testing.T) {
+	st := &countingStore{Memory: store.NewMemory()}
+	first, err := Open(context.Background(), st, routing.New(routing.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := first.Register(context.Background(), Spec{URL: "http://127.0.0.1:9/p0"}); err != nil {
+		t.Fatal(err)
+	}
+	st.loads = 0
+	loaded, err := st.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := routing.New(routing.Options{})
+	r, err := OpenLoaded(st, state, loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.loads != 1 {
+		t.Errorf("the store was read %d times; want once", st.loads)
+	}
+	if got := len(r.Current().Policies); got != 1 || len(state.Snapshot().Policies()) != 1 {
+		t.Errorf("registry holds %d policies, routing %d; want 1 each", got, len(state.Snapshot().Policies()))
+	}
+}
