@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +27,25 @@ type replica struct {
 	url    string
 	cancel context.CancelFunc
 	done   chan struct{}
+	logs   *logBuffer
+}
+
+// logBuffer holds a replica's log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startReplica(t *testing.T, endpoint, prefix string) *replica {
@@ -33,9 +54,10 @@ func startReplica(t *testing.T, endpoint, prefix string) *replica {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithCancel(context.Background())
+	logs := &logBuffer{}
 	a, err := New(ctx, Config{
 		Store: StoreEtcd, EtcdEndpoints: []string{endpoint}, EtcdPrefix: prefix, LeaderTTL: time.Second,
-		AdvertiseURL: srv.URL, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		AdvertiseURL: srv.URL, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 	})
 	if err != nil {
 		cancel()
@@ -43,7 +65,7 @@ func startReplica(t *testing.T, endpoint, prefix string) *replica {
 	}
 	h := a.Handler()
 	handler.Store(&h)
-	r := &replica{app: a, url: srv.URL, cancel: cancel, done: make(chan struct{})}
+	r := &replica{app: a, url: srv.URL, cancel: cancel, done: make(chan struct{}), logs: logs}
 	go func() {
 		defer close(r.done)
 		_ = a.Run(ctx)
@@ -123,6 +145,10 @@ func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
 	b := startReplica(t, etcd.Endpoint, "/ha-test/")
 	leader, followers := leaderOf(t, a, b)
 	follower := followers[0]
+	// The follower says, at INFO, whom it follows.
+	waitFor(t, "the follower to log its leader", func() bool {
+		return strings.Contains(follower.logs.String(), `"level":"INFO","msg":"leader election: following","leader":"`+leader.url+`"`)
+	})
 
 	// Admin writes on the follower reach the leader through etcd.
 	for i, p := range policies {

@@ -120,9 +120,12 @@ func (a *App) lead(ctx context.Context) {
 }
 
 // watchLeader keeps a.leader current: the value of the oldest campaign
-// key (the leader's advertised URL), or nothing while none is elected.
+// key (the leader's advertised URL), or nothing while none is elected. A
+// change of leader is logged at INFO, so that a follower's log says whom
+// it follows.
 func (a *App) watchLeader(ctx context.Context) {
 	cli, prefix := a.etcd.Client(), a.electionPrefix()+"/"
+	last := "\x00" // none seen yet
 	for ctx.Err() == nil {
 		resp, err := cli.Get(ctx, prefix, clientv3.WithFirstCreate()...)
 		if err != nil {
@@ -134,6 +137,17 @@ func (a *App) watchLeader(ctx context.Context) {
 			leader = string(resp.Kvs[0].Value)
 		}
 		a.leader.Store(&leader)
+		if leader != last {
+			last = leader
+			switch {
+			case leader == "":
+				a.Config.Logger.Info("leader election: no leader elected")
+			case leader == a.Config.AdvertiseURL:
+				a.Config.Logger.Info("leader election: this replica leads", "leader", leader)
+			default:
+				a.Config.Logger.Info("leader election: following", "leader", leader)
+			}
+		}
 		// Wait for any change of the campaign keys, then read again.
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
