@@ -361,6 +361,10 @@ type ReplicaStats struct {
 	Leading bool `json:"leading"`
 	// Leader is the leader's advertised URL; empty while none is elected.
 	Leader string `json:"leader"`
+	// StatsFrom is, on a follower, the leader whose view of the policies
+	// these stats are (a follower does not poll); empty when the stats are
+	// this replica's own.
+	StatsFrom string `json:"stats_from,omitempty"`
 }
 
 // WeightsRequest is the body of PUT /weights: the trainer's current weight
@@ -485,6 +489,11 @@ type ErrorDetails struct {
 
 // LeaderHeader names the leader's advertised URL on a not_leader answer.
 const LeaderHeader = "X-Policyrouter-Leader"
+
+// FromFollowerHeader marks a request one replica sends another on behalf
+// of its caller (a follower asking the leader for /stats): the receiver
+// answers it itself, never forwarding it again.
+const FromFollowerHeader = "X-Policyrouter-From-Follower"
 
 // ErrorResponse is the one error envelope of every endpoint.
 type ErrorResponse struct {

@@ -158,6 +158,25 @@ func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
 	}
 	waitFor(t, "the leader to hear of the follower's registrations", func() bool { return len(leader.app.State.Snapshot().Policies()) == 3 })
 
+	// The follower, which does not poll, answers /stats with the leader's
+	// view of the policies, and says so.
+	waitFor(t, "the leader to hear from its policies", func() bool { return leader.app.State.Stats().Idle == 3 })
+	statesOf := func(body map[string]any) []any {
+		var out []any
+		ps, _ := body["policies"].([]any)
+		for _, p := range ps {
+			out = append(out, p.(map[string]any)["state"])
+		}
+		return out
+	}
+	_, lead := getJSON(t, leader.url, "/stats")
+	code, fol := getJSON(t, follower.url, "/stats")
+	replica, _ := fol["replica"].(map[string]any)
+	if code != http.StatusOK || fmt.Sprint(statesOf(fol)) != fmt.Sprint(statesOf(lead)) || len(statesOf(fol)) != 3 ||
+		replica["stats_from"] != leader.url || replica["leading"] != false {
+		t.Fatalf("follower /stats: %d, states %v, replica %v; want the leader's states %v from %s", code, statesOf(fol), replica, statesOf(lead), leader.url)
+	}
+
 	// The follower sends routing to the leader.
 	code, hdr, body := post(t, follower.url, "/select", map[string]any{"timeout_ms": 0})
 	if e, _ := body["error"].(map[string]any); code != http.StatusServiceUnavailable || e["code"] != api.CodeNotLeader || e["leader"] != leader.url || hdr.Get(api.LeaderHeader) != leader.url {

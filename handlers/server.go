@@ -105,6 +105,8 @@ type Server struct {
 	// reverseProxy forwards proxied requests (proxy.go).
 	reverseProxy *httputil.ReverseProxy
 	models       modelsCache
+	// peers asks the leader for its stats on a follower.
+	peers *http.Client
 	// unmapped counts env ids that map to no node (envmap.go).
 	unmapped unmappedEnvs
 }
@@ -151,6 +153,7 @@ func New(cfg Config) *Server {
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.reverseProxy = s.newReverseProxy()
+	s.peers = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	return s
 }
 

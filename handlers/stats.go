@@ -1,7 +1,11 @@
 package handlers
 
 import (
+	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -9,9 +13,49 @@ import (
 	"github.com/policyrouter/policyrouter/routing"
 )
 
-// stats renders GET /stats from one pass over the routing state.
+// stats renders GET /stats from one pass over the routing state. A
+// follower, which does not poll, answers with the leader's stats instead,
+// saying so, unless the leader cannot be reached.
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	if s.Leader != nil && r.Header.Get(api.FromFollowerHeader) == "" {
+		if leading, leader := s.Leader(); !leading && leader != "" {
+			if st, ok := s.leaderStats(r, leader); ok {
+				st.Replica = &api.ReplicaStats{Leading: false, Leader: leader, StatsFrom: leader}
+				writeJSON(w, http.StatusOK, st)
+				return
+			}
+		}
+	}
 	writeJSON(w, http.StatusOK, s.buildStats())
+}
+
+// leaderStatsTimeout bounds a follower's request for the leader's stats.
+const leaderStatsTimeout = 2 * time.Second
+
+// leaderStats asks the leader for its /stats with the caller's
+// credentials (the replicas share their token keys).
+func (s *Server) leaderStats(r *http.Request, leader string) (api.Stats, bool) {
+	ctx, cancel := context.WithTimeout(r.Context(), leaderStatsTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(leader, "/")+"/stats", nil)
+	if err != nil {
+		return api.Stats{}, false
+	}
+	req.Header.Set(api.FromFollowerHeader, "1")
+	if a := r.Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
+	res, err := s.peers.Do(req)
+	if err != nil {
+		s.logger.Debug("follower: leader's stats", "leader", leader, "err", err)
+		return api.Stats{}, false
+	}
+	defer res.Body.Close()
+	var st api.Stats
+	if res.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(res.Body, 64<<20)).Decode(&st) != nil {
+		return api.Stats{}, false
+	}
+	return st, true
 }
 
 func (s *Server) buildStats() api.Stats {
