@@ -33,6 +33,7 @@ type Metrics struct {
 	updates     *updateMetrics
 	proxy       *proxyMetrics
 	leader      prometheus.Gauge
+	following   atomic.Bool // SetLeader(false): a follower
 	// The decision and affinity series of every router of the table,
 	// resolved once in New: read-only afterwards.
 	decisions   map[decisionKey]prometheus.Observer
@@ -119,7 +120,7 @@ func New(state *routing.State) *Metrics {
 	m.reg.MustRegister(m.envUnmapped)
 	m.reg.MustRegister(&hangCollector{state: state, updates: m.updates, now: time.Now})
 	m.reg.MustRegister(m.leader, m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
-		&stateCollector{state: state},
+		&stateCollector{state: state, following: &m.following},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -127,7 +128,14 @@ func New(state *routing.State) *Metrics {
 }
 
 // SetLeader records whether this router routes.
+//
+// A follower does not poll: its view of the policies is every one unknown.
+// It exports no policy-state series then (policyrouter_policies and the
+// other live gauges of the routing state), so that a scrape of every
+// replica sums to the leader's figures and no dashboard or alert reads the
+// follower's blind view.
 func (m *Metrics) SetLeader(leading bool) {
+	m.following.Store(!leading)
 	if leading {
 		m.leader.Set(1)
 	} else {
@@ -248,7 +256,8 @@ func (m *Metrics) ObserveProbe(p routing.Probe, tr routing.Transition) {
 // stateCollector reads the routing state at scrape time, so the gauges are
 // never stale and cost nothing between scrapes.
 type stateCollector struct {
-	state *routing.State
+	state     *routing.State
+	following *atomic.Bool // set on a follower: nothing to export
 }
 
 var (
@@ -284,6 +293,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.following.Load() {
+		return
+	}
 	st := c.state.Stats()
 	type key struct{ node, state string }
 	counts := make(map[key]int)

@@ -169,3 +169,28 @@ func TestObserveCachedSeries(t *testing.T) {
 		}
 	}
 }
+
+// A follower exports no policy-state series (its policies all read
+// unknown: it does not poll), only that it does not lead; it exports them
+// again when it leads.
+func TestFollowerExportsNoPolicyStates(t *testing.T) {
+	st := routing.New(routing.Options{Polled: true})
+	if err := st.Update([]routing.Policy{{Index: 0, ID: "p0", URL: "http://127.0.0.1:9/p0"}}, routing.Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	m := New(st)
+	m.SetLeader(false)
+	families := scrape(t, m)
+	for _, name := range []string{"policyrouter_policies", "policyrouter_leases", "policyrouter_node_capacity"} {
+		if _, ok := families[name]; ok {
+			t.Errorf("a follower exports %s", name)
+		}
+	}
+	if got := value(t, families, "policyrouter_leader", nil); got != 0 {
+		t.Errorf("policyrouter_leader = %v on a follower; want 0", got)
+	}
+	m.SetLeader(true)
+	if got := value(t, scrape(t, m), "policyrouter_policies", map[string]string{"state": "unknown"}); got != 1 {
+		t.Errorf("leading: policies unknown = %v; want 1", got)
+	}
+}
