@@ -157,6 +157,16 @@ func (m *Manager) List() []Update {
 func (m *Manager) Latest() (Update, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	latest := m.latestLocked()
+	if latest == nil {
+		return Update{}, false
+	}
+	return latest.clone(), true
+}
+
+// latestLocked returns the running update, else the one started last, or
+// nil. Caller must hold mu.
+func (m *Manager) latestLocked() *Update {
 	latest := m.running
 	if latest == nil {
 		for _, u := range m.updates {
@@ -165,10 +175,7 @@ func (m *Manager) Latest() (Update, bool) {
 			}
 		}
 	}
-	if latest == nil {
-		return Update{}, false
-	}
-	return latest.clone(), true
+	return latest
 }
 
 // Running returns the running update, if any.
@@ -534,14 +541,7 @@ func (m *Manager) setFloorLocked(ctx context.Context, u *Update) {
 func (m *Manager) Quarantined() map[string]string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	latest := m.running
-	if latest == nil {
-		for _, u := range m.updates {
-			if latest == nil || u.Created.After(latest.Created) {
-				latest = u
-			}
-		}
-	}
+	latest := m.latestLocked()
 	out := map[string]string{}
 	if latest != nil {
 		for _, p := range latest.Policies {
