@@ -78,15 +78,14 @@ var errRetryable = errors.New("upstream answered 502 or 503")
 
 // attempt is one forwarding of a proxied request to one policy.
 type attempt struct {
-	d       routing.Decision
-	apiKey  string
-	start   time.Time
-	retry   bool // ended before the response began, retryably
-	failed  bool // the policy failed: count it against its health
-	reason  string
-	status  int
-	ttfb    time.Duration
-	written bool // the ErrorHandler answered the client
+	d      routing.Decision
+	apiKey string
+	start  time.Time
+	retry  bool // ended before the response began, retryably
+	failed bool // the policy failed: count it against its health
+	reason string
+	status int
+	ttfb   time.Duration
 }
 
 type attemptKey struct{}
@@ -145,10 +144,10 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 			case isDialError(err):
 				a.retry, a.failed, a.reason = true, true, "connect: "+err.Error()
 			case errors.Is(err, context.DeadlineExceeded):
-				a.failed, a.written = true, true
+				a.failed = true
 				s.writeError(w, r, errorf(api.CodeUpstreamTimeout, "the policy did not answer within --proxy-timeout ("+s.Proxy.Timeout.String()+")"))
 			default:
-				a.failed, a.written = true, true
+				a.failed = true
 				s.writeError(w, r, errorf(api.CodeUpstreamFailed, "the policy failed before answering: "+err.Error()))
 			}
 		},
@@ -270,7 +269,7 @@ func (s *Server) proxySelectRequest(r *http.Request) (routing.SelectRequest, str
 	}
 	row, ok := routing.LookupRouter(name)
 	if !ok || !row.Leases() {
-		return routing.SelectRequest{}, "", fieldError(HeaderRouter, "must be a router that leases: "+routing.NameList(leasingRouters())+", not "+strconv.Quote(name))
+		return routing.SelectRequest{}, "", fieldError(HeaderRouter, "must be a router that leases: "+routing.NameList(routing.LeasingRouterNames())+", not "+strconv.Quote(name))
 	}
 	req := routing.SelectRequest{Router: row.Select, EnvID: h.Get(HeaderEnvID), Wait: s.DefaultSelectWait, Stop: s.stopping.Done()}
 	if len(req.EnvID) > 256 {
@@ -304,17 +303,6 @@ func (s *Server) proxySelectRequest(r *http.Request) (routing.SelectRequest, str
 		req.LeaseTTL = req.Wait + s.Proxy.Timeout + time.Minute
 	}
 	return req, name, nil
-}
-
-// leasingRouters lists the routers proxy mode accepts.
-func leasingRouters() []string {
-	var out []string
-	for _, r := range routing.Routers() {
-		if r.Leases() {
-			out = append(out, r.Name)
-		}
-	}
-	return out
 }
 
 func isEventStream(h http.Header) bool {

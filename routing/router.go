@@ -138,6 +138,10 @@ func SelectRouterNames() []string {
 // a name of DefaultRouterNames.
 const DefaultRouter = "simple"
 
+// LeasingRouterNames lists the routers whose /select leases (Leases), in
+// table order: those proxy mode accepts.
+func LeasingRouterNames() []string { return names(Router.Leases) }
+
 // DefaultRouterNames lists the names a server-wide default may take: those
 // offered by both /assign and /select.
 func DefaultRouterNames() []string {
