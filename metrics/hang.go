@@ -25,22 +25,9 @@ var (
 		"How long the policy longest in a draining or updating phase of the running rolling update has been in it; 0 when none.", nil, nil)
 )
 
-// hangCollector exports the hang gauges.
-type hangCollector struct {
-	state   *routing.State
-	updates *updateMetrics
-	now     func() time.Time
-}
-
-func (c *hangCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- oldestLeaseDesc
-	ch <- oldestTaskDesc
-	ch <- leaseTTLDesc
-	ch <- phaseAgeDesc
-}
-
-func (c *hangCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.state.Stats()
+// collectHang exports the hang gauges from st, the scrape's one read of
+// the routing state.
+func (c *stateCollector) collectHang(ch chan<- prometheus.Metric, st routing.Stats) {
 	ch <- prometheus.MustNewConstMetric(oldestLeaseDesc, prometheus.GaugeValue, st.OldestLease.Seconds())
 	ch <- prometheus.MustNewConstMetric(oldestTaskDesc, prometheus.GaugeValue, st.OldestTask.Seconds())
 	ch <- prometheus.MustNewConstMetric(leaseTTLDesc, prometheus.GaugeValue, c.state.LeaseTTL().Seconds())

@@ -114,13 +114,12 @@ func New(state *routing.State) *Metrics {
 	})
 	m.updates = newUpdateMetrics()
 	m.reg.MustRegister(m.updates.collectors()...)
-	m.proxy = newProxyMetrics(state)
+	m.proxy = newProxyMetrics()
 	m.reg.MustRegister(m.proxy.collectors()...)
 	m.envUnmapped = newEnvUnmapped()
 	m.reg.MustRegister(m.envUnmapped)
-	m.reg.MustRegister(&hangCollector{state: state, updates: m.updates, now: time.Now})
 	m.reg.MustRegister(m.leader, m.requests, m.latency, m.decision, m.affinity, m.probes, m.probeTime, m.transitions,
-		&stateCollector{state: state, following: &m.following},
+		&stateCollector{state: state, following: &m.following, updates: m.updates, now: time.Now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -255,9 +254,14 @@ func (m *Metrics) ObserveProbe(p routing.Probe, tr routing.Transition) {
 
 // stateCollector reads the routing state at scrape time, so the gauges are
 // never stale and cost nothing between scrapes.
+//
+// One scrape reads the routing state once, for every series below and the
+// per-policy in-flight and hang gauges (proxy.go, hang.go).
 type stateCollector struct {
 	state     *routing.State
-	following *atomic.Bool // set on a follower: nothing to export
+	following *atomic.Bool // set on a follower: no policy-state series
+	updates   *updateMetrics
+	now       func() time.Time
 }
 
 var (
@@ -290,13 +294,20 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- capacityDesc
 	ch <- versionDesc
 	ch <- stickyDesc
+	ch <- policyInflightDesc
+	ch <- oldestLeaseDesc
+	ch <- oldestTaskDesc
+	ch <- leaseTTLDesc
+	ch <- phaseAgeDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.state.Stats()
+	collectPolicyInflight(ch, st)
+	c.collectHang(ch, st)
 	if c.following.Load() {
 		return
 	}
-	st := c.state.Stats()
 	type key struct{ node, state string }
 	counts := make(map[key]int)
 	loads := make(map[string]int64)

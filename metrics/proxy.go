@@ -10,22 +10,21 @@ import (
 )
 
 // proxyMetrics are the figures of proxy mode: proxied requests by policy
-// and status, time to the first byte of the answer, whole duration, and
-// the requests in flight per policy (its leases, read at each scrape).
+// and status, time to the first byte of the answer and whole duration.
+// The requests in flight per policy (its leases) are read at each scrape
+// with the rest of the routing state (collectPolicyInflight).
 type proxyMetrics struct {
 	requests *prometheus.CounterVec
 	ttfb     prometheus.Histogram
 	duration prometheus.Histogram
-	state    *routing.State
 }
 
 var policyInflightDesc = prometheus.NewDesc("policyrouter_policy_inflight",
 	"Requests in flight per policy: its leases out, which in proxy mode are exactly its proxied requests.",
 	[]string{"policy"}, nil)
 
-func newProxyMetrics(state *routing.State) *proxyMetrics {
+func newProxyMetrics() *proxyMetrics {
 	return &proxyMetrics{
-		state: state,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyrouter_proxy_requests_total",
 			Help: "Proxied requests by policy index and the policy's status code (502: it could not be reached).",
@@ -44,14 +43,12 @@ func newProxyMetrics(state *routing.State) *proxyMetrics {
 }
 
 func (p *proxyMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{p.requests, p.ttfb, p.duration, p}
+	return []prometheus.Collector{p.requests, p.ttfb, p.duration}
 }
 
-// Describe and Collect export the per-policy in-flight gauge.
-func (p *proxyMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- policyInflightDesc }
-
-func (p *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
-	for _, ps := range p.state.Stats().Policies {
+// collectPolicyInflight exports the per-policy in-flight gauge from st.
+func collectPolicyInflight(ch chan<- prometheus.Metric, st routing.Stats) {
+	for _, ps := range st.Policies {
 		ch <- prometheus.MustNewConstMetric(policyInflightDesc, prometheus.GaugeValue, float64(ps.Inflight), strconv.Itoa(ps.Policy.Index))
 	}
 }
