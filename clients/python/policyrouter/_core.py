@@ -367,7 +367,7 @@ def get_topology() -> Call[Any]:
 
 def assign(num_tasks: int, current_loads: Optional[Sequence[int]], env_ids: Optional[Sequence[str]],
            router: Optional[str], min_version: Optional[int], session_ids: Optional[Sequence[Optional[str]]],
-           load_factor: Optional[float]) -> Call[Any]:
+           load_factor: Optional[float], assign_ttl_ms: Optional[int] = None) -> Call[Any]:
     body = _omit_none(
         num_tasks=int(num_tasks),
         current_loads=None if current_loads is None else [int(x) for x in current_loads],
@@ -376,6 +376,7 @@ def assign(num_tasks: int, current_loads: Optional[Sequence[int]], env_ids: Opti
         min_version=_opt_int(min_version),
         session_ids=None if session_ids is None else [None if s is None else str(s) for s in session_ids],
         load_factor=_opt_float(load_factor),
+        assign_ttl_ms=_opt_int(assign_ttl_ms),
     )
     return Call("POST", "/assign", body)
 

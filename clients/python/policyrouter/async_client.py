@@ -197,9 +197,10 @@ class AsyncClient(_core.ClientCore):
         min_version: Optional[int] = None,
         session_ids: Optional[Sequence[Optional[str]]] = None,
         load_factor: Optional[float] = None,
+        assign_ttl_ms: Optional[int] = None,
     ) -> AssignResult:
         return await self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
-                                             load_factor))
+                                             load_factor, assign_ttl_ms))
 
     async def select(
         self,

@@ -286,6 +286,7 @@ class Client(_core.ClientCore):
         min_version: Optional[int] = None,
         session_ids: Optional[Sequence[Optional[str]]] = None,
         load_factor: Optional[float] = None,
+        assign_ttl_ms: Optional[int] = None,
     ) -> AssignResult:
         """``POST /assign``: spread ``num_tasks`` tasks over the policies.
 
@@ -301,11 +302,14 @@ class Client(_core.ClientCore):
         whose factor ``load_factor`` sets (default: the server's
         ``--sticky-load-factor``). Returns ``{"assignments": [...],
         "policies": {"<index>": {...}}}``, and ``sticky`` per task when
-        ``session_ids`` were given. Not retried once sent (tracked loads
-        would be raised twice).
+        ``session_ids`` were given. ``assign_ttl_ms``: with tracked loads,
+        how long these tasks count in their policies' loads unless
+        :meth:`complete` reports them first (default: the server's
+        ``--assign-ttl``). Not retried once sent (tracked loads would be
+        raised twice).
         """
         return self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
-                                       load_factor))
+                                       load_factor, assign_ttl_ms))
 
     def select(
         self,

@@ -27,7 +27,7 @@ from policyrouter.client import request_was_not_sent
 from policyrouter.errors import parse_retry_after
 
 from tests import seed_reference as seed
-from tests._server import ServerTestCase
+from tests._server import ServerTestCase, wait_until
 from tests._stub import LoopbackServer, drop, reply
 
 
@@ -410,6 +410,20 @@ class SelectTest(ServerTestCase):
         with self.assertRaises(ValidationError) as cm:
             self.client.select(session_id="s", load_factor=0.5)
         self.assertIn("load_factor", cm.exception.fields)
+
+    def test_assign_ttl(self):
+        self.register_n(1)
+        self.client.assign(3, assign_ttl_ms=60000)
+        stats = self.client.stats()
+        self.assertEqual(stats["policies"][0]["load"], 3)
+        self.assertGreaterEqual(stats["oldest_task_seconds"], 0)
+        # The tasks expire unless completed: one that expires in 50 ms
+        # leaves the load.
+        self.client.assign(1, assign_ttl_ms=50)
+        self.assertTrue(wait_until(lambda: self.client.stats()["policies"][0]["load"] == 3, timeout=10))
+        with self.assertRaises(ValidationError) as cm:
+            self.client.assign(1, assign_ttl_ms=0)
+        self.assertIn("assign_ttl_ms", cm.exception.fields)
 
     def test_assign_session_ids(self):
         # A group lands on its home as a unit when the home's capacity
