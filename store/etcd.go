@@ -285,25 +285,40 @@ func (e *Etcd) PutUpdate(ctx context.Context, id string, doc []byte) error {
 	return nil
 }
 
-// Watch implements Store with an etcd watch of the prefix. A watch that
-// ends (its member lost the cluster's leader, the revision was compacted,
-// the connection broke) is started again after a pause, with one
-// notification for whatever was missed.
+// Watch implements Store with an etcd watch of the prefix. The first
+// notification comes once the watch stands, so a Load made after it sees
+// every later change. A watch that ends (its member lost the cluster's
+// leader, the connection broke) is started again after a pause from the
+// revision after the last one seen, so no change falls between the two;
+// if that revision was compacted meanwhile, it starts from the present,
+// with one notification for whatever was missed.
 func (e *Etcd) Watch(ctx context.Context) <-chan struct{} {
 	ch := make(chan struct{}, 1)
-	ch <- struct{}{}
 	go func() {
+		var seen int64 // the last revision this watch has reported
 		for ctx.Err() == nil {
+			opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
+			if seen > 0 {
+				opts = append(opts, clientv3.WithRev(seen+1))
+			}
 			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			for resp := range e.cli.Watch(wctx, e.prefix, clientv3.WithPrefix()) {
+			for resp := range e.cli.Watch(wctx, e.prefix, opts...) {
+				if resp.CompactRevision != 0 {
+					e.logger.Warn("etcd watch fell behind a compaction; reloading", "prefix", e.prefix, "compacted", resp.CompactRevision)
+					seen = 0
+					wake(ch)
+					break
+				}
 				if err := resp.Err(); err != nil {
 					e.logger.Warn("etcd watch lost; watching again", "prefix", e.prefix, "err", err)
 					break
 				}
-				wake(ch)
+				if resp.Header.Revision > seen {
+					seen = resp.Header.Revision
+				}
+				wake(ch) // the created notice, or changes
 			}
 			cancel()
-			wake(ch)
 			select {
 			case <-ctx.Done():
 			case <-time.After(200 * time.Millisecond):

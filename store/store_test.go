@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/policyrouter/policyrouter/internal/etcdtest"
@@ -78,7 +79,11 @@ func openEtcd(tb testing.TB, name string) *Etcd {
 	if err != nil {
 		tb.Fatalf("OpenEtcd: %v", err)
 	}
-	tb.Cleanup(func() { _ = s.Close() })
+	tb.Cleanup(func() {
+		// Leave the prefix empty for the next run of the same test (-count).
+		_, _ = s.Client().Delete(context.Background(), s.Prefix(), clientv3.WithPrefix())
+		_ = s.Close()
+	})
 	return s
 }
 
