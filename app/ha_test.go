@@ -48,17 +48,23 @@ func (b *logBuffer) String() string {
 	return b.buf.String()
 }
 
-func startReplica(t *testing.T, endpoint, prefix string) *replica {
+// startReplica starts a replica on etcd at endpoint, with a leader ttl of
+// 1s unless a configure function sets it.
+func startReplica(t *testing.T, endpoint, prefix string, configure ...func(*Config)) *replica {
 	t.Helper()
 	var handler atomic.Pointer[http.Handler]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &logBuffer{}
-	a, err := New(ctx, Config{
+	cfg := Config{
 		Store: StoreEtcd, EtcdEndpoints: []string{endpoint}, EtcdPrefix: prefix, LeaderTTL: time.Second,
 		AdvertiseURL: srv.URL, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-	})
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	a, err := New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -361,5 +367,123 @@ func TestEtcdDownIsStoreUnavailable(t *testing.T) {
 	}
 	if n := len(r.app.State.Snapshot().Policies()); n != 0 {
 		t.Errorf("%d policies published although nothing was stored", n)
+	}
+}
+
+// etcd stops for 5 s under load and comes back: a replica routes again
+// within 2× the leader ttl of etcd's return, no request meets a 500, and a
+// registration change made after the restart reaches every replica.
+func TestEtcdRestartUnderLoad(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	var policies [3]*httptest.Server
+	for i := range policies {
+		policies[i] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, `{"idle": true}`)
+		}))
+		defer policies[i].Close()
+	}
+	// The default leader ttl: etcd raises shorter lease ttls to its
+	// minimum (1.5× its election timeout, 2s by default) anyway.
+	var rs []*replica
+	for range 3 {
+		rs = append(rs, startReplica(t, etcd.Endpoint, "/ha-restart/", func(c *Config) { c.LeaderTTL = DefaultLeaderTTL }))
+	}
+	leader, _ := leaderOf(t, rs...)
+	for i, p := range policies[:2] {
+		if code, _, body := post(t, rs[0].url, "/policies", map[string]any{"url": p.URL, "index": i}); code != http.StatusCreated {
+			t.Fatalf("register: %d %v", code, body)
+		}
+	}
+	waitFor(t, "the leader's first probe round", func() bool { return leader.app.Ready() == nil })
+
+	// Load: every replica is asked to route, in turn, without pause; the
+	// time of each routed answer is kept, and any 5xx but 503 is a fault.
+	var (
+		mu     sync.Mutex
+		routed []time.Time
+		faults []string
+	)
+	stop := make(chan struct{})
+	loadDone := make(chan struct{})
+	hc := &http.Client{Timeout: 10 * time.Second}
+	go func() {
+		defer close(loadDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := rs[i%len(rs)]
+			resp, err := hc.Post(r.url+"/select", "application/json", strings.NewReader(`{"timeout_ms": 100}`))
+			if err != nil {
+				continue
+			}
+			var body map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			mu.Lock()
+			switch {
+			case resp.StatusCode == http.StatusOK:
+				routed = append(routed, time.Now())
+				if lease, _ := body["lease_id"].(string); lease != "" {
+					rel, err := hc.Post(r.url+"/release", "application/json", strings.NewReader(`{"lease_id": "`+lease+`"}`))
+					if err == nil {
+						rel.Body.Close()
+					}
+				}
+			case resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable:
+				faults = append(faults, fmt.Sprintf("%s: %d %v", r.url, resp.StatusCode, body))
+			}
+			mu.Unlock()
+		}
+	}()
+	defer func() { close(stop); <-loadDone }()
+	routedAfter := func(t0 time.Time) (time.Duration, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, at := range routed {
+			if at.After(t0) {
+				return at.Sub(t0), true
+			}
+		}
+		return 0, false
+	}
+	waitFor(t, "routing under load", func() bool { _, ok := routedAfter(time.Time{}); return ok })
+
+	back, err := etcd.Restart(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := rs[0].app.Config.LeaderTTL
+	waitFor(t, "routing after etcd's return", func() bool { _, ok := routedAfter(back); return ok })
+	if d, _ := routedAfter(back); d > 2*ttl {
+		t.Errorf("routing resumed %s after etcd's return; want within 2× the leader ttl (%s)", d.Round(time.Millisecond), ttl)
+		for i, r := range rs {
+			t.Logf("replica %d:\n%s", i, r.logs.String())
+		}
+		t.Logf("back at %s", back.Format(time.RFC3339Nano))
+	} else {
+		t.Logf("routing resumed %s after etcd's return (leader ttl %s)", d.Round(time.Millisecond), ttl)
+	}
+
+	// A registration change after the restart reaches every replica.
+	for {
+		code, _, body := post(t, rs[1].url, "/policies", map[string]any{"url": policies[2].URL, "index": 2})
+		if code == http.StatusCreated {
+			break
+		}
+		if e, _ := body["error"].(map[string]any); code != http.StatusServiceUnavailable || e["code"] != api.CodeStoreDown {
+			t.Fatalf("register after the restart: %d %v", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i, r := range rs {
+		waitFor(t, fmt.Sprintf("replica %d to hear of the new policy", i), func() bool { return len(r.app.State.Snapshot().Policies()) == 3 })
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(faults) > 0 {
+		t.Errorf("%d answers were faults, the first: %s", len(faults), faults[0])
 	}
 }

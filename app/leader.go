@@ -2,11 +2,13 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -61,13 +63,12 @@ func (a *App) campaign(ctx context.Context, ttl int) error {
 	}
 	defer func() {
 		// Revoked, not left to expire, so that another replica takes over
-		// at once; bounded, since etcd may be what failed.
+		// at once. When etcd itself is what failed, the revoke is retried
+		// until etcd is back: a lease outlives an etcd restart with its
+		// ttl renewed, and its campaign key would hold back the next
+		// election by that long.
 		sess.Orphan()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		if _, err := cli.Revoke(rctx, sess.Lease()); err != nil {
-			a.Config.Logger.Warn("leader election: session not revoked; it expires after the leader ttl", "err", err)
-		}
+		a.revoke(ctx, sess.Lease())
 	}()
 	term, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -90,6 +91,37 @@ func (a *App) campaign(ctx context.Context, ttl int) error {
 	}
 	return nil
 }
+
+// revoke revokes the lease of a session that ended. While ctx lasts it
+// tries again, for at most revokeFor, as long as etcd cannot be reached
+// (no campaign can succeed before etcd is back anyway); once ctx is done
+// (the replica stops) it makes one attempt of a second.
+func (a *App) revoke(ctx context.Context, lease clientv3.LeaseID) {
+	cli := a.etcd.Client()
+	deadline := time.Now().Add(revokeFor)
+	for attempt := 1; ; attempt++ {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_, err := cli.Revoke(rctx, lease)
+		cancel()
+		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			if attempt > 1 {
+				a.Config.Logger.Info("leader election: the ended session is revoked", "attempts", attempt)
+			}
+			return
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			a.Config.Logger.Warn("leader election: session not revoked; it expires after the leader ttl", "err", err)
+			return
+		}
+		if attempt == 1 {
+			a.Config.Logger.Warn("leader election: session not revoked; trying again until etcd answers", "err", err)
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// revokeFor bounds the retries of revoke.
+const revokeFor = time.Minute
 
 // lead is one term of leadership: it ends when ctx is done. The routing
 // state starts from nothing (every policy unknown until probed, no

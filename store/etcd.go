@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/policyrouter/policyrouter/routing"
 )
@@ -96,6 +98,13 @@ func OpenEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 		// The client's own zap logs would interleave a second format with
 		// the router's log; its errors reach us through the calls.
 		Logger: zap.NewNop(),
+		// gRPC's default reconnect backoff grows to 120 s: after an etcd
+		// restart the router would stay cut off for seconds after etcd is
+		// back. Reconnect attempts here are at most a second apart.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: opts.DialTimeout,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: open etcd %s: %w", strings.Join(opts.Endpoints, ","), err)

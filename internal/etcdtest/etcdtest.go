@@ -20,6 +20,7 @@ import (
 // Server is a running embedded etcd.
 type Server struct {
 	etcd     *embed.Etcd
+	cfg      *embed.Config
 	dir      string
 	Endpoint string // the client URL, http://127.0.0.1:<port>
 }
@@ -77,19 +78,45 @@ func startServer(tc *TLS) (*Server, error) {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
+	s := &Server{cfg: cfg, dir: dir, Endpoint: client.String()}
+	if err := s.start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start embedded etcd: %w", err)
+		return nil, err
 	}
-	s := &Server{etcd: e, dir: dir, Endpoint: client.String()}
+	return s, nil
+}
+
+// start starts the server on its configuration and waits until it serves.
+func (s *Server) start() error {
+	e, err := embed.StartEtcd(s.cfg)
+	if err != nil {
+		return fmt.Errorf("start embedded etcd: %w", err)
+	}
+	s.etcd = e
 	select {
 	case <-e.Server.ReadyNotify():
-		return s, nil
+		return nil
 	case <-time.After(30 * time.Second):
-		s.Stop()
-		return nil, errors.New("embedded etcd not ready within 30s")
+		e.Close()
+		s.etcd = nil
+		return errors.New("embedded etcd not ready within 30s")
 	}
+}
+
+// Restart stops the server, keeping its data, stays down for down, and
+// starts it again on the same ports and data, as an operator's restart
+// or a crash and recovery would. It returns the time the server was
+// started again (before it was ready), from which a client's recovery is
+// measured.
+func (s *Server) Restart(down time.Duration) (time.Time, error) {
+	if s.etcd == nil {
+		return time.Time{}, errors.New("etcdtest: restart of a stopped server")
+	}
+	s.etcd.Close()
+	s.etcd = nil
+	time.Sleep(down)
+	started := time.Now()
+	return started, s.start()
 }
 
 // Stop stops the server and removes its data; later calls do nothing.
