@@ -3,7 +3,7 @@ package dashboard_test
 // Browser tests: the dashboard in headless Chromium, against the real
 // binary's demo and against an in-process router stand-in (for the token
 // flow and for a thousand policies). They skip when Chromium is not
-// installed, unless CI=true.
+// installed, unless CI=true or POLICYROUTER_CI is set (.ci/run sets it).
 
 import (
 	"bufio"
@@ -41,12 +41,13 @@ type browser struct {
 }
 
 // newBrowser starts Chromium for the test and closes it at the end. It
-// skips the test when Chromium is missing, except in CI.
+// skips the test when Chromium is missing, except in CI (CI=true, or
+// POLICYROUTER_CI set, as .ci/run does), where it fails.
 func newBrowser(tb testing.TB) *browser {
 	tb.Helper()
 	path := chromiumPath
 	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") == "true" {
+		if os.Getenv("CI") == "true" || os.Getenv("POLICYROUTER_CI") != "" {
 			tb.Fatalf("chromium is required in CI: %v", err)
 		}
 		tb.Skipf("chromium not installed (%v); apt-get install -y chromium", err)

@@ -1,11 +1,15 @@
 // Package dashboard serves a live status page for people watching a
 // training run: every registered policy as a tile, grouped by node, with
 // its state, load, in-flight work against capacity, recent throughput and
-// last poll, plus the router's totals.
+// last poll, plus the router's totals; during a rolling update (and for
+// the latest one) each policy's phase in it, by wave, with its step, its
+// reported and expected version and why it failed.
 //
 // The page is four static files embedded in the binary (HTML, CSS and
 // JavaScript; no CDN, fonts or build step). The script reads GET /stats of
-// the same origin once a second and renders it. When /stats answers 401
+// the same origin once a second and renders it, and GET /updates/{id} of
+// the update /stats names while it runs and once when it ends (scope read
+// too). When /stats answers 401
 // the page asks for a bearer token with scope read and keeps it in the
 // browser's sessionStorage; the page itself needs no token, since it holds
 // no data.

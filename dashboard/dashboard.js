@@ -1,10 +1,13 @@
 // policyrouter dashboard: reads GET /stats once a second and renders every
-// policy as a tile, grouped by node. Data is only ever written with
-// textContent (never as HTML): policy and node ids come from clients.
+// policy as a tile, grouped by node, and during a rolling update each
+// policy's phase in it, by wave (GET /updates/{id}). Data is only ever
+// written with textContent (never as HTML): policy and node ids come from
+// clients.
 "use strict";
 
 (() => {
   const STATS_URL = "/stats";
+  const UPDATES_URL = "/updates/"; // + the id of the update /stats names
   const TOKEN_KEY = "policyrouter.token";
   const DENSITY_KEY = "policyrouter.density";
   const REFRESH_MS = 1000;
@@ -407,6 +410,258 @@
     if (lastStats) render(lastStats);
   };
 
+  // ---- rolling update ---------------------------------------------------
+
+  // The running update, else the latest one, policy by policy: read from
+  // GET /updates/{id} once a second while it runs, once more when it
+  // ends. Its document lists the policies its waves have taken; the
+  // registered ones below the version that no wave has taken yet are
+  // pending, from /stats.
+  const PHASES = ["pending", "draining", "updating", "done", "failed"];
+  const PHASE_ABBR = { pending: "WAIT", draining: "DRAIN", updating: "UPD", done: "DONE", failed: "FAIL" };
+  const PENDING_WAVE = 0; // the group of the policies no wave has taken yet
+
+  const ro = {
+    key: "", // id and state of the document shown
+    id: "", // the update shown
+    groups: new Map(), // wave -> group
+    items: new Map(), // policy id -> item
+    order: "",
+  };
+
+  const newGroup = (wave) => {
+    const g = {};
+    g.root = el("section", "ro-wave");
+    g.root.dataset.wave = String(wave);
+    const head = el("div", "ro-wave-head");
+    g.title = el("h3", "", wave === PENDING_WAVE ? "not in a wave yet" : "wave " + wave);
+    g.current = el("span", "ro-current", "current wave");
+    g.counts = el("span", "ro-counts");
+    head.append(g.title, g.current, g.counts);
+    g.list = el("ol", "ro-list");
+    g.root.append(head, g.list);
+    return g;
+  };
+
+  const newItem = () => {
+    const it = {};
+    it.root = el("li", "ro-p");
+    const head = el("div", "ro-head");
+    it.idx = el("span", "ro-idx");
+    it.badge = el("span", "ro-phase");
+    const g = el("i", "glyph");
+    g.setAttribute("aria-hidden", "true");
+    it.word = el("span", "word");
+    it.abbr = el("span", "abbr");
+    it.badge.append(g, it.word, it.abbr);
+    head.append(it.idx, it.badge);
+    it.step = el("div", "ro-step");
+    it.ver = el("div", "ro-ver");
+    it.err = el("div", "ro-err");
+    it.root.append(head, it.step, it.ver, it.err);
+    it.cls = "";
+    return it;
+  };
+
+  const fmtCall = (c) => c.method + " " + c.path + " → " + (c.status || "no answer") +
+    " in " + fmtMS(c.duration_ms) + (c.error ? ": " + c.error : "");
+
+  const updateItem = (it, p, u) => {
+    const phase = PHASES.includes(p.phase) ? p.phase : "other";
+    const cls = "ro-p p-" + phase;
+    if (it.cls !== cls) {
+      it.root.className = cls;
+      it.cls = cls;
+    }
+    it.root.dataset.phase = p.phase || "";
+    it.root.dataset.wave = String(p.wave || 0);
+    it.root.dataset.index = String(p.index);
+    setText(it.idx, String(p.index));
+    setText(it.word, p.phase || "?");
+    setText(it.abbr, PHASE_ABBR[phase] || "?");
+    // Where a policy in flight stands, and for how long: a number that
+    // keeps growing is an update that hangs.
+    let step = "";
+    if (p.phase === "updating") step = (p.step || "starting") + " · " + fmtMS(p.in_step_ms);
+    else if (p.phase === "draining") step = "for " + fmtMS(p.in_phase_ms);
+    setText(it.step, step);
+    it.step.hidden = step === "";
+    const at = p.reported_version >= p.expected_version;
+    setText(it.ver, at ? "v" + p.reported_version : "v" + (p.reported_version || 0) + " → v" + p.expected_version);
+    it.ver.classList.toggle("at", at);
+    it.ver.title = "reported version " + (p.reported_version || 0) + (p.weight_version ? " (" + p.weight_version + ")" : "") +
+      ", expected " + p.expected_version;
+    let err = p.error || "";
+    if (!err && p.phase === "failed" && p.last_call && p.last_call.error) err = p.last_call.error;
+    if (!err && p.drain_timed_out) err = "drain timed out: updated with work on it";
+    setText(it.err, err);
+    it.err.hidden = err === "";
+    it.err.classList.toggle("warn", p.phase !== "failed" && !p.error);
+    const title = [
+      "policy " + p.index + " — " + (p.phase || "?") + (p.step ? " (" + p.step + ")" : "") +
+        (p.wave ? " in wave " + p.wave : ", in no wave yet"),
+      p.id ? "id: " + p.id : "",
+      "node: " + (p.node_id || "(none)"),
+      p.engine ? "engine: " + p.engine : "",
+      p.in_phase_ms ? "in this phase for " + fmtMS(p.in_phase_ms) : "",
+      "version: reported " + (p.reported_version || 0) + (p.weight_version ? " (" + p.weight_version + ")" : "") + ", expected " + p.expected_version,
+      p.drain_timed_out ? "drain timed out after " + fmtMS(u.drain_timeout_ms) + ": updated with work still on it" : "",
+      p.aborted_leases ? "leases aborted: " + p.aborted_leases : "",
+      p.last_call ? "last call: " + fmtCall(p.last_call) : "",
+      p.error ? "error: " + p.error : "",
+    ].filter(Boolean).join("\n");
+    if (it.root.title !== title) it.root.title = title;
+  };
+
+  // rolloutPolicies is every policy of the update, with the registered
+  // policies below its version that no wave has taken as pending; it also
+  // counts those at the version already, which no wave will take.
+  const rolloutPolicies = (u, registered) => {
+    const list = (u.policies || []).slice();
+    const taken = new Set(list.map((p) => p.id));
+    let atVersion = 0;
+    for (const p of registered || []) {
+      if (taken.has(p.id)) continue;
+      if ((p.version || 0) >= u.version) {
+        atVersion++;
+        continue;
+      }
+      list.push({ id: p.id, index: p.index, node_id: p.node_id, phase: "pending", wave: 0, engine: p.engine,
+        expected_version: u.version, reported_version: p.version || 0, weight_version: p.weight_version || "" });
+    }
+    return { list, atVersion };
+  };
+
+  const renderRollout = (u, registered) => {
+    if (u.id !== ro.id) { // another update: start afresh, opened
+      for (const g of ro.groups.values()) g.root.remove();
+      ro.groups.clear();
+      ro.items.clear();
+      ro.order = "";
+      ro.id = u.id;
+      $("ro-details").open = true;
+    }
+    const root = $("rollout");
+    root.hidden = false;
+    root.dataset.state = u.state;
+    root.dataset.update = u.id;
+    const running = u.state === "running";
+    const { list, atVersion } = rolloutPolicies(u, registered);
+    list.sort((a, b) => (a.wave || Infinity) - (b.wave || Infinity) || a.index - b.index);
+
+    const counts = {};
+    for (const p of list) counts[p.phase] = (counts[p.phase] || 0) + 1;
+    const byPhase = ["updating", "draining", "failed", "done", "pending"].filter((ph) => counts[ph]).map((ph) => counts[ph] + " " + ph);
+    setText($("ro-title"), "rolling update to v" + u.version + " · " + u.state);
+    setText($("ro-meta"), [
+      u.waves ? "wave " + u.waves + (running ? " running" : " last") : "no wave yet",
+      byPhase.join(", "),
+      atVersion ? atVersion + " at v" + u.version + " already" : "",
+      running ? u.capacity_held + " out of routing" : "",
+      u.failures ? u.failures + " failed of " + u.max_failures + " tolerated" : "",
+      u.external ? "the trainer moves the weights" : u.model_path ? "from " + u.model_path : "",
+      "started " + fmtClock(Date.parse(u.created)) + (u.ended ? ", ended " + fmtClock(Date.parse(u.ended)) : ""),
+      "id " + shortID(u.id),
+    ].filter(Boolean).join(" · "));
+    setText($("ro-error"), u.error || "");
+    $("ro-error").hidden = !u.error;
+    setText($("ro-note"), "");
+    $("ro-note").hidden = true;
+
+    const seen = new Set();
+    const waves = new Map();
+    const keys = [];
+    for (const p of list) {
+      const wave = p.wave || PENDING_WAVE;
+      if (!waves.has(wave)) {
+        waves.set(wave, []);
+        keys.push("w" + wave);
+      }
+      waves.get(wave).push(p);
+      keys.push(p.id);
+      seen.add(p.id);
+      let it = ro.items.get(p.id);
+      if (!it) {
+        it = newItem();
+        ro.items.set(p.id, it);
+      }
+      updateItem(it, p, u);
+    }
+    for (const [id, it] of ro.items) {
+      if (!seen.has(id)) {
+        it.root.remove();
+        ro.items.delete(id);
+      }
+    }
+    for (const [wave, g] of ro.groups) {
+      if (!waves.has(wave)) {
+        g.root.remove();
+        ro.groups.delete(wave);
+      }
+    }
+    for (const [wave, ps] of waves) {
+      let g = ro.groups.get(wave);
+      if (!g) {
+        g = newGroup(wave);
+        ro.groups.set(wave, g);
+      }
+      const current = running && wave === u.waves && wave !== PENDING_WAVE;
+      g.root.classList.toggle("current", current);
+      g.current.hidden = !current;
+      if (current) g.root.setAttribute("aria-current", "step");
+      else g.root.removeAttribute("aria-current");
+      const c = {};
+      for (const p of ps) c[p.phase] = (c[p.phase] || 0) + 1;
+      setText(g.counts, Object.entries(c).map(([ph, n]) => n + " " + ph).join(", "));
+    }
+    const order = keys.join("\u0001");
+    if (order !== ro.order) { // a wave started or the registration changed
+      const box = $("ro-waves");
+      for (const [wave, ps] of waves) {
+        const g = ro.groups.get(wave);
+        for (const p of ps) g.list.append(ro.items.get(p.id).root);
+        box.append(g.root);
+      }
+      ro.order = order;
+    }
+  };
+
+  // readUpdate reads the update /stats names and shows it; it leaves an
+  // ended update it has shown alone. A failure shows in the panel only:
+  // the tiles do not depend on it.
+  const readUpdate = async (sum, headers, registered) => {
+    if (!sum) {
+      $("rollout").hidden = true;
+      ro.key = "";
+      return;
+    }
+    if (sum.state !== "running" && ro.key === sum.id + "\u0001" + sum.state) return;
+    const ctl = new AbortController();
+    const t = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
+    try {
+      const res = await fetch(UPDATES_URL + encodeURIComponent(sum.id), { headers, cache: "no-store", credentials: "same-origin", signal: ctl.signal });
+      if (!res.ok) {
+        const msg = await errorMessage(res);
+        throw new Error("it answered " + res.status + (msg ? ": " + msg : ""));
+      }
+      const u = await res.json();
+      renderRollout(u, registered);
+      ro.key = u.id + "\u0001" + u.state;
+    } catch (e) {
+      const why = e && e.name === "AbortError" ? "no answer within " + FETCH_TIMEOUT_MS / 1000 + " s" : String((e && e.message) || e);
+      ro.key = "";
+      $("rollout").hidden = false;
+      if (ro.id !== sum.id) {
+        setText($("ro-title"), "rolling update to v" + sum.version + " · " + sum.state);
+        setText($("ro-meta"), fmtUpdate(sum));
+      }
+      setText($("ro-note"), "Cannot read GET /updates/" + sum.id + ": " + why + "." + (ro.id === sum.id ? " The phases below are from an earlier read." : ""));
+      $("ro-note").hidden = false;
+    } finally {
+      clearTimeout(t);
+    }
+  };
+
   // ---- connection -------------------------------------------------------
 
   const setConn = (status, text) => {
@@ -471,6 +726,7 @@
       setConn("live", "live");
       setText($("updated"), "updated " + fmtClock(Date.parse(s.time) || Date.now()));
       showBanner("");
+      await readUpdate(s.update, headers, s.policies);
       return REFRESH_MS;
     } catch (e) {
       const why = e && e.name === "AbortError" ? "no answer within " + FETCH_TIMEOUT_MS / 1000 + " s" : String((e && e.message) || e);

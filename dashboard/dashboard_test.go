@@ -33,9 +33,9 @@ func TestServesAssets(t *testing.T) {
 		contentType string
 		contains    []string
 	}{
-		{"/", "text/html; charset=utf-8", []string{`<script src="dashboard.js"`, `href="dashboard.css"`, `id="nodes"`, `id="f-sticky"`, "scope <code>read</code>"}},
-		{"/dashboard.js", "text/javascript; charset=utf-8", []string{`"/stats"`, "fetch(STATS_URL", "Authorization", "sessionStorage", "401", "hit_rate"}},
-		{"/dashboard.css", "text/css; charset=utf-8", []string{".tile", ".s-unhealthy"}},
+		{"/", "text/html; charset=utf-8", []string{`<script src="dashboard.js"`, `href="dashboard.css"`, `id="nodes"`, `id="f-sticky"`, `id="rollout"`, "scope <code>read</code>"}},
+		{"/dashboard.js", "text/javascript; charset=utf-8", []string{`"/stats"`, "fetch(STATS_URL", "Authorization", "sessionStorage", "401", "hit_rate", `"/updates/"`, "encodeURIComponent(sum.id)"}},
+		{"/dashboard.css", "text/css; charset=utf-8", []string{".tile", ".s-unhealthy", ".p-updating", ".ro-wave.current"}},
 		{"/ui/", "text/html; charset=utf-8", []string{"<title>policyrouter</title>"}}, // mounted under a prefix
 	}
 	for _, tt := range tests {
