@@ -169,7 +169,8 @@
     t.root.hidden = filter !== null && filter !== state;
     setText(t.idx, String(p.index));
     setText(t.ver, "v" + (p.version || 0));
-    setText(t.word, p.state || "unknown");
+    // update_failed is shown as unhealthy, in two words that fit a tile.
+    setText(t.word, (p.state || "unknown").replace("_", " "));
     setText(t.abbr, ABBR[state]);
     setText(t.id, shortID(p.id || ""));
     setText(t.load, fmtCount(p.load));

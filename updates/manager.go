@@ -348,7 +348,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 
 	switch {
 	case u.Failures > u.Spec.MaxFailures:
-		m.endLocked(ctx, u, StateFailed, fmt.Sprintf("%d policies failed, more than max_failures %d", u.Failures, u.Spec.MaxFailures))
+		m.endLocked(ctx, u, StateFailed, fmt.Sprintf("%d of the policies failed, more than max_failures %d", u.Failures, u.Spec.MaxFailures))
 		return
 	case !u.inWave():
 		skip := map[string]bool{}
