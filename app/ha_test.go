@@ -17,6 +17,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/internal/etcdtest"
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/internal/testpki"
 	"github.com/policyrouter/policyrouter/registry"
 )
@@ -101,22 +102,10 @@ func post(t *testing.T, url, path string, body any) (int, http.Header, map[strin
 	return resp.StatusCode, resp.Header, out
 }
 
-// waitFor polls cond for up to 15 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // leaderOf returns the replica that leads, once exactly one does.
 func leaderOf(t *testing.T, rs ...*replica) (leader *replica, followers []*replica) {
 	t.Helper()
-	waitFor(t, "one leader", func() bool {
+	poll.Until(t, "one leader", func() bool {
 		leader, followers = nil, nil
 		for _, r := range rs {
 			if leading, _ := r.app.Leader(); leading {
@@ -152,7 +141,7 @@ func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
 	leader, followers := leaderOf(t, a, b)
 	follower := followers[0]
 	// The follower says, at INFO, whom it follows.
-	waitFor(t, "the follower to log its leader", func() bool {
+	poll.Until(t, "the follower to log its leader", func() bool {
 		return strings.Contains(follower.logs.String(), `"level":"INFO","msg":"leader election: following","leader":"`+leader.url+`"`)
 	})
 
@@ -162,11 +151,11 @@ func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
 			t.Fatalf("register on the follower: %d %v", code, body)
 		}
 	}
-	waitFor(t, "the leader to hear of the follower's registrations", func() bool { return len(leader.app.State.Snapshot().Policies()) == 3 })
+	poll.Until(t, "the leader to hear of the follower's registrations", func() bool { return len(leader.app.State.Snapshot().Policies()) == 3 })
 
 	// The follower, which does not poll, answers /stats with the leader's
 	// view of the policies, and says so.
-	waitFor(t, "the leader to hear from its policies", func() bool { return leader.app.State.Stats().Idle == 3 })
+	poll.Until(t, "the leader to hear from its policies", func() bool { return leader.app.State.Stats().Idle == 3 })
 	statesOf := func(body map[string]any) []any {
 		var out []any
 		ps, _ := body["policies"].([]any)
@@ -193,7 +182,7 @@ func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
 	}
 
 	// The leader hands out policy 0, whose client then keeps it busy.
-	waitFor(t, "the leader's first probe round", func() bool { return leader.app.Ready() == nil })
+	poll.Until(t, "the leader's first probe round", func() bool { return leader.app.Ready() == nil })
 	code, _, sel := post(t, leader.url, "/select", map[string]any{"timeout_ms": 2000, "router": "simple"})
 	if code != http.StatusOK {
 		t.Fatalf("leader /select = %d %v", code, sel)
@@ -212,7 +201,7 @@ func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
 		_, _, body := post(t, leader.url, "/select", map[string]any{"timeout_ms": 30000, "router": "simple"})
 		waiting <- body
 	}()
-	waitFor(t, "a waiting /select", func() bool { return leader.app.State.Stats().Waiters == 1 })
+	poll.Until(t, "a waiting /select", func() bool { return leader.app.State.Stats().Waiters == 1 })
 
 	leader.stop()
 	if e, _ := (<-waiting)["error"].(map[string]any); e["code"] != api.CodeNotLeader {
@@ -222,7 +211,7 @@ func TestReplicasElectOneLeaderAndFailOver(t *testing.T) {
 	if newLeader != follower {
 		t.Fatal("the follower did not take over")
 	}
-	waitFor(t, "the new leader's first probe round", func() bool { return follower.app.Ready() == nil })
+	poll.Until(t, "the new leader's first probe round", func() bool { return follower.app.Ready() == nil })
 	got := map[int]bool{}
 	for range 2 {
 		code, _, s := post(t, follower.url, "/select", map[string]any{"timeout_ms": 2000, "router": "simple"})
@@ -292,7 +281,7 @@ func TestRollingUpdateContinuesAfterFailOver(t *testing.T) {
 			t.Fatalf("register: %d %v", code, body)
 		}
 	}
-	waitFor(t, "the leader to route all four", func() bool {
+	poll.Until(t, "the leader to route all four", func() bool {
 		return len(leader.app.State.Snapshot().Policies()) == 4 && leader.app.Ready() == nil
 	})
 	code, _, u := post(t, leader.url, "/updates", map[string]any{"version": 8, "max_unavailable": 1, "action": map[string]any{"path": "/update"}})
@@ -300,13 +289,13 @@ func TestRollingUpdateContinuesAfterFailOver(t *testing.T) {
 		t.Fatalf("POST /updates = %d %v", code, u)
 	}
 	id, _ := u["id"].(string)
-	waitFor(t, "the second wave's action to be in flight", func() bool { return blocked.Load() >= 1 })
+	poll.Until(t, "the second wave's action to be in flight", func() bool { return blocked.Load() >= 1 })
 
 	leader.stop()
 	next, _ := leaderOf(t, followers[0])
 	close(gate)
 	var last map[string]any
-	waitFor(t, "the update to end on the new leader", func() bool {
+	poll.Until(t, "the update to end on the new leader", func() bool {
 		code, body := getJSON(t, next.url, "/updates/"+id)
 		last = body
 		return code == http.StatusOK && body["state"] != "running"
@@ -394,7 +383,7 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 			t.Fatalf("register: %d %v", code, body)
 		}
 	}
-	waitFor(t, "the leader's first probe round", func() bool { return leader.app.Ready() == nil })
+	poll.Until(t, "the leader's first probe round", func() bool { return leader.app.Ready() == nil })
 
 	// Load: every replica is asked to route, in turn, without pause; the
 	// time of each routed answer is kept, and any 5xx but 503 is a fault.
@@ -449,14 +438,14 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 		}
 		return 0, false
 	}
-	waitFor(t, "routing under load", func() bool { _, ok := routedAfter(time.Time{}); return ok })
+	poll.Until(t, "routing under load", func() bool { _, ok := routedAfter(time.Time{}); return ok })
 
 	back, err := etcd.Restart(5 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ttl := rs[0].app.Config.LeaderTTL
-	waitFor(t, "routing after etcd's return", func() bool { _, ok := routedAfter(back); return ok })
+	poll.Until(t, "routing after etcd's return", func() bool { _, ok := routedAfter(back); return ok })
 	if d, _ := routedAfter(back); d > 2*ttl {
 		t.Errorf("routing resumed %s after etcd's return; want within 2× the leader ttl (%s)", d.Round(time.Millisecond), ttl)
 		for i, r := range rs {
@@ -479,7 +468,7 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	for i, r := range rs {
-		waitFor(t, fmt.Sprintf("replica %d to hear of the new policy", i), func() bool { return len(r.app.State.Snapshot().Policies()) == 3 })
+		poll.Until(t, fmt.Sprintf("replica %d to hear of the new policy", i), func() bool { return len(r.app.State.Snapshot().Policies()) == 3 })
 	}
 	mu.Lock()
 	defer mu.Unlock()

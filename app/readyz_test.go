@@ -9,6 +9,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/internal/etcdtest"
+	"github.com/policyrouter/policyrouter/internal/poll"
 )
 
 // readyz returns the status and error code of the replica's /readyz.
@@ -34,7 +35,7 @@ func TestReadyzOnEtcd(t *testing.T) {
 	}))
 	defer policy.Close()
 	r := startReplica(t, etcd.Endpoint, "/readyz-test/")
-	waitFor(t, "leadership", func() bool { leading, _ := r.app.Leader(); return leading })
+	poll.Until(t, "leadership", func() bool { leading, _ := r.app.Leader(); return leading })
 	if code, ecode := readyz(t, r); code != http.StatusServiceUnavailable || ecode != api.CodeNoPolicies {
 		t.Errorf("leader with no policies: /readyz %d %q, want 503 no_policies", code, ecode)
 	}
@@ -44,7 +45,7 @@ func TestReadyzOnEtcd(t *testing.T) {
 	if code, _, body := post(t, r.url, "/policies", map[string]any{"url": policy.URL, "index": 0}); code != http.StatusCreated {
 		t.Fatalf("register: %d %v", code, body)
 	}
-	waitFor(t, "/readyz 200", func() bool { code, _ := readyz(t, r); return code == http.StatusOK })
+	poll.Until(t, "/readyz 200", func() bool { code, _ := readyz(t, r); return code == http.StatusOK })
 
 	etcd.Stop()
 	code, ecode := readyz(t, r)

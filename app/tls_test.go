@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/internal/testpki"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
@@ -194,7 +195,7 @@ func TestServedCertificateRotates(t *testing.T) {
 		t.Fatalf("served %q; want first", got)
 	}
 	ca.Server(t, "second").Write(t, dir, "server")
-	eventually(t, func() bool { return servedCN() == "second" })
+	poll.Until(t, "the second certificate to be served", func() bool { return servedCN() == "second" })
 }
 
 // Probes of an https:// policy trust --policy-ca and present the client
@@ -235,7 +236,7 @@ func TestPolicyOverHTTPS(t *testing.T) {
 			defer cancel()
 			wg.Go(func() { _ = a.Run(ctx) })
 			var got routing.PolicyStats
-			eventually(t, func() bool {
+			poll.Until(t, "the policy state "+tc.wantState, func() bool {
 				got = a.State.Stats().Policies[0]
 				return got.State == tc.wantState
 			})
@@ -271,18 +272,6 @@ func TestSlowHeaderCutOff(t *testing.T) {
 	}
 	if bytes.Contains(got, []byte("200 OK")) {
 		t.Errorf("a request with unfinished headers was answered: %q", got)
-	}
-}
-
-// eventually polls cond until it holds, failing after a generous deadline.
-func eventually(tb testing.TB, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatal("condition not reached within 20s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

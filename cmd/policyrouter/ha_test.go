@@ -17,6 +17,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/internal/etcdtest"
+	"github.com/policyrouter/policyrouter/internal/poll"
 )
 
 // heldPolicy is a capacity-1 policy server that answers /idle busy while a
@@ -377,7 +378,7 @@ func TestHAFailover(t *testing.T) {
 
 		// Load resumes on the new leader; then a replacement joins.
 		n := selects.Load()
-		eventually(t, func() bool { return selects.Load() >= n+10 })
+		poll.Until(t, "ten more routed selects", func() bool { return selects.Load() >= n+10 })
 		startReplica(t, args, procs, cl)
 	}
 	close(stop)
@@ -430,7 +431,7 @@ func TestHAFailover(t *testing.T) {
 	urls, _ := cl.snapshot()
 	for _, u := range urls {
 		var missing []string
-		eventually(t, func() bool {
+		poll.Until(t, "every policy registered on "+u, func() bool {
 			missing = missingPolicies(u, want)
 			return len(missing) == 0
 		})
@@ -478,7 +479,7 @@ func missingPolicies(u string, want []string) []string {
 func waitLeader(tb testing.TB, c *haCluster) string {
 	tb.Helper()
 	var leader string
-	eventually(tb, func() bool {
+	poll.Until(tb, "one leader", func() bool {
 		urls, _ := c.snapshot()
 		leader = ""
 		var named []string

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/internal/testpki"
 )
 
@@ -140,7 +141,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 		t.Fatalf("served %q; want first", got)
 	}
 	serverCA.Server(t, "second").Write(t, dir, "server")
-	eventually(t, func() bool { return servedCN() == "second" })
+	poll.Until(t, "the second certificate to be served", func() bool { return servedCN() == "second" })
 	if code, _, _, err := tlsCall(trainer, "GET", base+"/stats", read, ""); err != nil || code != http.StatusOK {
 		t.Errorf("GET /stats after the rotation: %d %v", code, err)
 	}
@@ -176,7 +177,7 @@ func TestHTTPSPolicies(t *testing.T) {
 				t.Fatalf("register: %d %s", code, body)
 			}
 			var got api.PolicyStats
-			eventually(t, func() bool {
+			poll.Until(t, "the policy state "+tc.wantState, func() bool {
 				got = policyStats(t, base)
 				return got.State == tc.wantState
 			})
@@ -256,7 +257,7 @@ func TestMaxWaiters(t *testing.T) {
 			resp.Body.Close()
 		}
 	})
-	eventually(t, func() bool {
+	poll.Until(t, "GET /stats", func() bool {
 		resp, err := http.Get(base + "/stats")
 		if err != nil {
 			t.Fatal(err)
@@ -281,18 +282,6 @@ func TestMaxWaiters(t *testing.T) {
 	// SIGTERM ends the waiting select.
 	if err := p.stop(t); err != nil {
 		t.Fatalf("exit: %v", err)
-	}
-}
-
-// eventually polls cond until it holds, failing after a generous deadline.
-func eventually(tb testing.TB, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatal("condition not reached within 20s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
