@@ -7,6 +7,8 @@ package api
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // RouterSimple is the wire name of the "simple" router, the default
@@ -89,24 +91,14 @@ type RegistrationRequest struct {
 // Registration is the body of GET /registration and the answer to PUT
 // /registration.
 type Registration struct {
-	Policies []Policy `json:"policies"`
-	Topology Topology `json:"topology"`
+	Policies []Policy         `json:"policies"`
+	Topology routing.Topology `json:"topology"`
 }
 
 // PolicyList is the body of GET /policies and the answer to PUT /policies.
 type PolicyList struct {
 	Policies []Policy `json:"policies"`
 }
-
-// Component lists the ids of one kind of component on a node.
-type Component struct {
-	IDs []int `json:"ids"`
-}
-
-// Topology is the seed's component_distribution as is: node id ->
-// component kind ("env", "eval", or any other the trainer uses) -> ids.
-// Only env and eval are used for routing.
-type Topology map[string]map[string]Component
 
 // AssignRequest is the body of POST /assign.
 type AssignRequest struct {

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // maxErrorBody bounds how much of a non-2xx answer is read for the error.
@@ -145,7 +146,7 @@ func (c *Client) Complete(ctx context.Context, req api.CompleteRequest) (api.Com
 
 // PutRegistration is PUT /registration: the policies and the topology in
 // one atomic call.
-func (c *Client) PutRegistration(ctx context.Context, policies []api.PolicyRequest, topo api.Topology) (api.Registration, error) {
+func (c *Client) PutRegistration(ctx context.Context, policies []api.PolicyRequest, topo routing.Topology) (api.Registration, error) {
 	var out api.Registration
 	t, err := json.Marshal(topo)
 	if err != nil {

@@ -9,10 +9,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/policyrouter/policyrouter"
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -364,9 +364,9 @@ func TestTopology(t *testing.T) {
 	ps := ts.register(t, 3)
 	body := `{"node-a":{"env":{"ids":[0,1]},"eval":{"ids":[0,1]}},"node-b":{"env":{"ids":[2]},"eval":{"ids":[2]}}}`
 	want(t, ts.do(t, "PUT", "/topology", body), http.StatusOK, nil)
-	var got api.Topology
+	var got routing.Topology
 	want(t, ts.do(t, "GET", "/topology", ""), http.StatusOK, &got)
-	if ids := got["node-b"]["eval"].IDs; len(ids) != 1 || ids[0] != 2 {
+	if ids := got.Eval("node-b"); len(ids) != 1 || ids[0] != 2 {
 		t.Errorf("topology not stored as sent: %+v", got)
 	}
 	// Policies registered without a node take the topology's.
@@ -428,7 +428,7 @@ func TestSelectDisconnectConsumesNothing(t *testing.T) {
 		ts.h.ServeHTTP(rec, req)
 		done <- rec
 	}()
-	waitFor(t, func() bool { return ts.State.Stats().Waiters == 1 })
+	poll.Until(t, "one waiter", func() bool { return ts.State.Stats().Waiters == 1 })
 	cancel()
 	<-done
 	// The release goes to nobody gone: the policy is idle again.
@@ -459,20 +459,8 @@ func (ts *testServer) waitingSelect(tb testing.TB) <-chan *httptest.ResponseReco
 		ts.h.ServeHTTP(rec, ts.request("POST", "/select", `{"timeout_ms":60000}`))
 		done <- rec
 	}()
-	waitFor(tb, func() bool { return ts.State.Stats().Waiters == before+1 })
+	poll.Until(tb, "one more waiter", func() bool { return ts.State.Stats().Waiters == before+1 })
 	return done
-}
-
-// waitFor polls cond until it holds, failing after a generous deadline.
-func waitFor(tb testing.TB, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatal("condition not reached")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestSelectOverloaded fills the waiter list and checks that one more

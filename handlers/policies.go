@@ -225,12 +225,12 @@ func (s *Server) putRegistration(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.awaitFirstProbes(r, reg.Policies)
-	writeJSON(w, http.StatusOK, api.Registration{Policies: s.toAPIList(reg.Policies).Policies, Topology: topologyToAPI(reg.Topology)})
+	writeJSON(w, http.StatusOK, api.Registration{Policies: s.toAPIList(reg.Policies).Policies, Topology: orEmpty(reg.Topology)})
 }
 
 func (s *Server) getRegistration(w http.ResponseWriter, r *http.Request) {
 	reg := s.Registry.Current()
-	writeJSON(w, http.StatusOK, api.Registration{Policies: s.toAPIList(reg.Policies).Policies, Topology: topologyToAPI(reg.Topology)})
+	writeJSON(w, http.StatusOK, api.Registration{Policies: s.toAPIList(reg.Policies).Policies, Topology: orEmpty(reg.Topology)})
 }
 
 // byIndexSegment is the path segment of administration by index:

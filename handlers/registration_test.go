@@ -25,7 +25,7 @@ func TestRegistration(t *testing.T) {
 	want(t, ts.do(t, "PUT", "/registration", small), http.StatusOK, nil)
 	reg = api.Registration{}
 	want(t, ts.do(t, "GET", "/registration", ""), http.StatusOK, &reg)
-	if len(reg.Policies) != 1 || len(reg.Topology) != 1 || reg.Topology["node-a"]["eval"].IDs[0] != 0 {
+	if len(reg.Policies) != 1 || len(reg.Topology) != 1 || reg.Topology.Eval("node-a")[0] != 0 {
 		t.Errorf("GET /registration = %+v; want the small registration", reg)
 	}
 	// A bad topology, or a bad policy, changes nothing.

@@ -7,19 +7,18 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/policyrouter/policyrouter/api"
-	"github.com/policyrouter/policyrouter/store"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // componentKinds are the component kinds a topology node may have: the
 // seed's routers read env workers and eval policies, nothing else.
-var componentKinds = []string{"env", "eval"}
+var componentKinds = []string{routing.KindEnv, routing.KindEval}
 
 // decodeTopology reads the seed's component_distribution strictly, so that
 // every mistake is a 422 naming its JSON path under field ("topology"):
 // a node that is not an object, a kind other than env or eval (a typo
 // such as "envs"), a component that is not {"ids": [...]}, an empty node.
-func decodeTopology(raw json.RawMessage, field string) (store.Topology, error) {
+func decodeTopology(raw json.RawMessage, field string) (routing.Topology, error) {
 	if isNull(raw) {
 		return nil, fieldError(field, `must be an object of nodes, e.g. {"node-a": {"env": {"ids": [0]}, "eval": {"ids": [0]}}}`)
 	}
@@ -27,7 +26,7 @@ func decodeTopology(raw json.RawMessage, field string) (store.Topology, error) {
 	if err := json.Unmarshal(raw, &nodes); err != nil {
 		return nil, fieldError(field, `must be an object of nodes, e.g. {"node-a": {"env": {"ids": [0]}, "eval": {"ids": [0]}}}`)
 	}
-	t := make(store.Topology, len(nodes))
+	t := make(routing.Topology, len(nodes))
 	for node, rawNode := range nodes {
 		path := field + "." + node
 		if len(node) > 253 {
@@ -95,20 +94,17 @@ func (s *Server) putTopology(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, topologyToAPI(t))
+	writeJSON(w, http.StatusOK, t)
 }
 
 func (s *Server) getTopology(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, topologyToAPI(s.Registry.Current().Topology))
+	writeJSON(w, http.StatusOK, orEmpty(s.Registry.Current().Topology))
 }
 
-func topologyToAPI(t store.Topology) api.Topology {
-	out := make(api.Topology, len(t))
-	for node, kinds := range t {
-		out[node] = make(map[string]api.Component, len(kinds))
-		for kind, ids := range kinds {
-			out[node][kind] = api.Component{IDs: ids}
-		}
+// orEmpty answers an unset topology as {}, not null.
+func orEmpty(t routing.Topology) routing.Topology {
+	if t == nil {
+		return routing.Topology{}
 	}
-	return out
+	return t
 }

@@ -67,10 +67,10 @@ func value(tb testing.TB, families map[string]*dto.MetricFamily, name string, wa
 
 func TestMetricsFamilies(t *testing.T) {
 	st := routing.New(routing.Options{FailThreshold: 1})
-	topo := routing.Topology{Nodes: map[string]routing.Components{
-		"a": {Env: []int{0}, Eval: []int{0}},
-		"b": {Env: []int{1}, Eval: []int{1, 2}},
-	}}
+	topo := routing.Topology{
+		"a": {routing.KindEnv: {0}, routing.KindEval: {0}},
+		"b": {routing.KindEnv: {1}, routing.KindEval: {1, 2}},
+	}
 	if err := st.Update([]routing.Policy{{Index: 0, ID: "p0"}, {Index: 1, ID: "p1"}, {Index: 2, ID: "p2"}}, topo); err != nil {
 		t.Fatal(err)
 	}

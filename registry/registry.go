@@ -292,7 +292,7 @@ func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]routing.Policy,
 // ReplaceRegistration replaces every policy and the topology in one durable
 // write, checked as a whole: what a trainer does at start-up, and how to
 // shrink or reshape a fleet the topology describes.
-func (r *Registry) ReplaceRegistration(ctx context.Context, specs []Spec, t store.Topology) (store.Registration, error) {
+func (r *Registry) ReplaceRegistration(ctx context.Context, specs []Spec, t routing.Topology) (store.Registration, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var next []routing.Policy
@@ -361,7 +361,7 @@ func (r *Registry) planLocked(specs []Spec) ([]routing.Policy, error) {
 
 // evalsRegistered is ErrConflict when t names as an eval worker an index
 // that ps does not register.
-func evalsRegistered(ps []routing.Policy, t store.Topology) error {
+func evalsRegistered(ps []routing.Policy, t routing.Topology) error {
 	have := make(map[int]bool, len(ps))
 	for _, p := range ps {
 		have[p.Index] = true
@@ -474,7 +474,7 @@ func (r *Registry) SetWeights(ctx context.Context, w store.Weights) error {
 }
 
 // SetTopology replaces the topology.
-func (r *Registry) SetTopology(ctx context.Context, t store.Topology) error {
+func (r *Registry) SetTopology(ctx context.Context, t routing.Topology) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t = t.Clone()
@@ -490,8 +490,8 @@ func (r *Registry) SetTopology(ctx context.Context, t store.Topology) error {
 // routing rules, and that no policy's node_id contradicts the topology
 // (the seed allowed that, and its affinity routers then disagree about
 // where the policy is; a stored registration that has it still loads).
-func (r *Registry) checkLocked(ps []routing.Policy, t store.Topology) error {
-	if err := r.state.Check(ps, RoutingTopology(t)); err != nil {
+func (r *Registry) checkLocked(ps []routing.Policy, t routing.Topology) error {
+	if err := r.state.Check(ps, t); err != nil {
 		return err
 	}
 	evalNode := make(map[int]string)
@@ -598,22 +598,9 @@ func (r *Registry) Follow(ctx context.Context, onError func(error)) {
 // publishLocked publishes reg to the routers: policies, topology and the
 // weight-version floor.
 func (r *Registry) publishLocked(reg store.Registration) error {
-	if err := r.state.Update(reg.Policies, RoutingTopology(reg.Topology)); err != nil {
+	if err := r.state.Update(reg.Policies, reg.Topology); err != nil {
 		return err
 	}
 	r.state.SetMinVersion(reg.Weights.MinVersion())
 	return nil
-}
-
-// RoutingTopology keeps the env and eval components of a stored topology,
-// the only ones the routers use.
-func RoutingTopology(t store.Topology) routing.Topology {
-	if t == nil {
-		return routing.Topology{}
-	}
-	out := routing.Topology{Nodes: make(map[string]routing.Components, len(t))}
-	for node, kinds := range t {
-		out.Nodes[node] = routing.Components{Env: kinds["env"], Eval: kinds["eval"]}
-	}
-	return out
 }

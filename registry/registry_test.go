@@ -49,7 +49,7 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 	if _, _, err := r.Register(ctx, Spec{URL: "http://a:1", ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	topo := store.Topology{"n": {"env": {0}, "eval": {0}}}
+	topo := routing.Topology{"n": {"env": {0}, "eval": {0}}}
 	st.fail = true
 	steps := map[string]func() error{
 		"register": func() error { _, _, err := r.Register(ctx, Spec{URL: "http://b:1", ID: "b"}); return err },
@@ -89,7 +89,7 @@ func TestOpenRestoresDrainAndTopology(t *testing.T) {
 	_, _ = mem.Apply(ctx, store.AnyRevision, store.Change{Put: []routing.Policy{
 		{Index: 0, ID: "a", URL: "http://a:1", Capacity: 1, Draining: true},
 		{Index: 1, ID: "b", URL: "http://b:1", Capacity: 2},
-	}, Topology: &store.Topology{"n": {"env": {0}, "eval": {1}}}})
+	}, Topology: &routing.Topology{"n": {"env": {0}, "eval": {1}}}})
 	state := routing.New(routing.Options{})
 	if _, err := Open(ctx, mem, state); err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestOpenRestoresDrainAndTopology(t *testing.T) {
 
 	// A stored registration the routers reject is reported, not half-used.
 	bad := store.NewMemory()
-	_, _ = bad.Apply(ctx, store.AnyRevision, store.Change{Topology: &store.Topology{"n": {"env": {0}, "eval": {7}}}})
+	_, _ = bad.Apply(ctx, store.AnyRevision, store.Change{Topology: &routing.Topology{"n": {"env": {0}, "eval": {7}}}})
 	if _, err := Open(ctx, bad, routing.New(routing.Options{})); err == nil {
 		t.Error("Open accepted a topology naming an unregistered eval index")
 	}
@@ -160,7 +160,7 @@ func TestCallerMapsAreNeitherChangedNorKept(t *testing.T) {
 	}
 	ps[0].Labels["gpu"] = "changed by the caller of Replace"
 	specs[0].Labels["gpu"] = "changed by the caller of Replace"
-	topo := store.Topology{"node-a": {"env": {0}, "eval": {0}}}
+	topo := routing.Topology{"node-a": {"env": {0}, "eval": {0}}}
 	if err := r.SetTopology(ctx, topo); err != nil {
 		t.Fatal(err)
 	}
@@ -216,14 +216,14 @@ func TestConflictsSayWhatDiffers(t *testing.T) {
 	}
 	// Shrinking under a topology that names the policy points to the call
 	// that changes both.
-	if err := r.SetTopology(ctx, store.Topology{"n": {"env": {0}, "eval": {0, 1}}}); err != nil {
+	if err := r.SetTopology(ctx, routing.Topology{"n": {"env": {0}, "eval": {0, 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := r.Replace(ctx, []Spec{{URL: "http://a:1", Index: ptr(0)}})
 	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "PUT /registration") {
 		t.Errorf("Replace removing an eval policy = %v; want a conflict pointing to PUT /registration", err)
 	}
-	reg, err := r.ReplaceRegistration(ctx, []Spec{{URL: "http://a:1", Index: ptr(0)}}, store.Topology{"n": {"env": {0}, "eval": {0}}})
+	reg, err := r.ReplaceRegistration(ctx, []Spec{{URL: "http://a:1", Index: ptr(0)}}, routing.Topology{"n": {"env": {0}, "eval": {0}}})
 	if err != nil || len(reg.Policies) != 1 || reg.Policies[0].ID != "a" {
 		t.Errorf("ReplaceRegistration = %+v, %v; want policy a kept alone", reg, err)
 	}

@@ -24,14 +24,15 @@ func benchLoads(p int) []int64 {
 // number.
 func benchCluster(p, nodes int) ([]Policy, Topology) {
 	ps := make([]Policy, p)
-	topo := Topology{Nodes: make(map[string]Components, nodes)}
+	topo := make(Topology, nodes)
 	for i := range ps {
 		node := "node-" + strconv.Itoa(i%nodes)
 		ps[i] = Policy{Index: i, ID: "p" + strconv.Itoa(i)}
-		c := topo.Nodes[node]
-		c.Env = append(c.Env, i)
-		c.Eval = append(c.Eval, i)
-		topo.Nodes[node] = c
+		if topo[node] == nil {
+			topo[node] = map[string][]int{}
+		}
+		topo[node][KindEnv] = append(topo[node][KindEnv], i)
+		topo[node][KindEval] = append(topo[node][KindEval], i)
 	}
 	return ps, topo
 }

@@ -11,9 +11,9 @@ import (
 
 // nodes builds a Topology from node -> (env ids, eval ids).
 func nodes(spec map[string][2][]int) Topology {
-	t := Topology{Nodes: make(map[string]Components, len(spec))}
+	t := make(Topology, len(spec))
 	for node, c := range spec {
-		t.Nodes[node] = Components{Env: c[0], Eval: c[1]}
+		t[node] = map[string][]int{KindEnv: c[0], KindEval: c[1]}
 	}
 	return t
 }

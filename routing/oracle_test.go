@@ -42,8 +42,8 @@ type oracleNode struct {
 
 func oracleTopology(t Topology) map[string]oracleNode {
 	out := map[string]oracleNode{}
-	for node, c := range t.Nodes {
-		out[node] = oracleNode{Env: oracleIDs{IDs: c.Env}, Eval: oracleIDs{IDs: c.Eval}}
+	for node := range t {
+		out[node] = oracleNode{Env: oracleIDs{IDs: t.Env(node)}, Eval: oracleIDs{IDs: t.Eval(node)}}
 	}
 	return out
 }

@@ -59,8 +59,8 @@ func TestNodeAffinityMatchesReference(t *testing.T) {
 			in.Nodes = append(in.Nodes, node)
 			refNodes = append(refNodes, node)
 		}
-		for node, comp := range c.topo.Nodes {
-			for _, e := range comp.Env {
+		for node := range c.topo {
+			for _, e := range c.topo.Env(node) {
 				in.EnvNode[e] = node
 			}
 		}

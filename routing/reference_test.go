@@ -63,8 +63,8 @@ func refEnvNode(topo Topology, envID string) string {
 	if !ok {
 		return ""
 	}
-	for node, c := range topo.Nodes {
-		for _, e := range c.Env {
+	for node := range topo {
+		for _, e := range topo.Env(node) {
 			if strconv.Itoa(e) == digits {
 				return node
 			}
@@ -140,8 +140,8 @@ func refPolicyNode(topo Topology, p Policy) string {
 	if p.NodeID != "" {
 		return p.NodeID
 	}
-	for node, c := range topo.Nodes {
-		if slices.Contains(c.Eval, p.Index) {
+	for node := range topo {
+		if slices.Contains(topo.Eval(node), p.Index) {
 			return node
 		}
 	}
@@ -158,7 +158,7 @@ type refRoundRobin struct {
 
 func (r *refRoundRobin) selectPolicy(envID string) int {
 	node := refEnvNode(r.topo, envID)
-	if ps := r.topo.Nodes[node].Eval; node != "" && len(ps) > 0 {
+	if ps := r.topo.Eval(node); node != "" && len(ps) > 0 {
 		p := ps[r.rr[node]%len(ps)]
 		r.rr[node]++
 		return p
@@ -213,7 +213,7 @@ func genCase(r *rand.Rand, dense bool) randCase {
 // genTopology places some registered policies' indices and env workers
 // 0..workers-1 on up to numNodes nodes, keeping the co-location rule.
 func genTopology(r *rand.Rand, policies []Policy, numNodes, workers int) Topology {
-	topo := Topology{Nodes: map[string]Components{}}
+	topo := Topology{}
 	if numNodes == 0 || len(policies) == 0 {
 		return topo
 	}
@@ -227,7 +227,6 @@ func genTopology(r *rand.Rand, policies []Policy, numNodes, workers int) Topolog
 	var used []string
 	for k := range numNodes {
 		node := "n" + strconv.Itoa(k)
-		var c Components
 		take := 0
 		if len(evals) > 0 {
 			take = r.IntN(len(evals) + 1)
@@ -235,9 +234,10 @@ func genTopology(r *rand.Rand, policies []Policy, numNodes, workers int) Topolog
 				take = len(evals)
 			}
 		}
-		c.Eval, evals = evals[:take], evals[take:]
-		if len(c.Eval) > 0 {
-			topo.Nodes[node] = c
+		var eval []int
+		eval, evals = evals[:take], evals[take:]
+		if len(eval) > 0 {
+			topo[node] = map[string][]int{KindEval: eval}
 			used = append(used, node)
 		}
 	}
@@ -250,24 +250,20 @@ func genTopology(r *rand.Rand, policies []Policy, numNodes, workers int) Topolog
 		if i >= len(perm) {
 			break
 		}
-		c := topo.Nodes[node]
-		c.Env = append(c.Env, perm[i])
-		topo.Nodes[node] = c
+		topo[node][KindEnv] = append(topo[node][KindEnv], perm[i])
 	}
 	for _, w := range perm[min(len(used), len(perm)):] {
 		if r.IntN(4) == 0 {
 			continue
 		}
 		node := used[r.IntN(len(used))]
-		c := topo.Nodes[node]
-		c.Env = append(c.Env, w)
-		topo.Nodes[node] = c
+		topo[node][KindEnv] = append(topo[node][KindEnv], w)
 	}
 	// Nodes whose only env worker was not drawn lose their eval workers'
 	// partner: drop such nodes to keep the rule.
-	for node, c := range topo.Nodes {
-		if len(c.Env) == 0 {
-			delete(topo.Nodes, node)
+	for node := range topo {
+		if len(topo.Env(node)) == 0 {
+			delete(topo, node)
 		}
 	}
 	return topo

@@ -173,11 +173,10 @@ func newSnapshot(policies []Policy, topo Topology) (*Snapshot, error) {
 
 	evalNode := make(map[int]string)
 	for _, node := range s.topology.nodeIDs() {
-		c := s.topology.Nodes[node]
-		for _, e := range c.Env {
+		for _, e := range s.topology.Env(node) {
 			s.envNode[e] = node
 		}
-		for _, idx := range c.Eval {
+		for _, idx := range s.topology.Eval(node) {
 			pos, ok := s.posOf[idx]
 			if !ok {
 				return nil, inputErr("topology."+node+".eval.ids", "eval id %d on node %q is not a registered policy index", idx, node)

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"unicode"
@@ -11,17 +12,77 @@ import (
 // request allocate without limit.
 const MaxIndex = 1 << 20
 
-// Components is one node's entry in the seed's component_distribution: the
-// env worker ids and the eval (policy) indices placed on that node.
-type Components struct {
-	Env  []int
-	Eval []int
+// Topology is the seed's component_distribution: node id -> component
+// kind (KindEnv, KindEval) -> ids: the env worker ids and the eval
+// (policy) indices placed on that node. It is the one topology type of
+// the API, the store and the routers. Its JSON is the API's form,
+// {"node-a": {"env": {"ids": [0]}, "eval": {"ids": [0]}}}.
+type Topology map[string]map[string][]int
+
+// The component kinds of a topology node: the seed's routers read env
+// workers and eval policies, nothing else.
+const (
+	KindEnv  = "env"
+	KindEval = "eval"
+)
+
+// Env returns the env worker ids on node.
+func (t Topology) Env(node string) []int { return t[node][KindEnv] }
+
+// Eval returns the eval (policy) indices on node.
+func (t Topology) Eval(node string) []int { return t[node][KindEval] }
+
+// component is one kind's entry in the API's form of a topology.
+type component struct {
+	IDs []int `json:"ids"`
 }
 
-// Topology is the seed's component_distribution: node id -> components.
-// The zero value is an empty topology.
-type Topology struct {
-	Nodes map[string]Components
+// MarshalJSON writes the API's form; a nil topology is null, as the
+// stores keep it apart from an empty one.
+func (t Topology) MarshalJSON() ([]byte, error) {
+	if t == nil {
+		return []byte("null"), nil
+	}
+	out := make(map[string]map[string]component, len(t))
+	for node, kinds := range t {
+		out[node] = make(map[string]component, len(kinds))
+		for kind, ids := range kinds {
+			out[node][kind] = component{IDs: ids}
+		}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads the API's form, and also the bare id lists
+// ({"env": [0, 1]}) of registrations stored by earlier versions. It is
+// lenient: the API's strict checks, which name the field at fault, are the
+// handlers'.
+func (t *Topology) UnmarshalJSON(b []byte) error {
+	var raw map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if raw == nil {
+		*t = nil
+		return nil
+	}
+	out := make(Topology, len(raw))
+	for node, kinds := range raw {
+		out[node] = make(map[string][]int, len(kinds))
+		for kind, v := range kinds {
+			var ids []int
+			if err := json.Unmarshal(v, &ids); err != nil {
+				var c component
+				if err := json.Unmarshal(v, &c); err != nil {
+					return fmt.Errorf("topology.%s.%s: %w", node, kind, err)
+				}
+				ids = c.IDs
+			}
+			out[node][kind] = ids
+		}
+	}
+	*t = out
+	return nil
 }
 
 // InputError reports input the routers cannot accept. Field names the
@@ -48,20 +109,20 @@ func (t Topology) Validate() error {
 	envSeen := make(map[int]string)
 	evalSeen := make(map[int]string)
 	for _, node := range t.nodeIDs() {
-		c := t.Nodes[node]
+		env, eval := t.Env(node), t.Eval(node)
 		if node == "" {
 			return inputErr("topology", "node id must not be empty")
 		}
-		if len(c.Env) > 0 && len(c.Eval) == 0 {
+		if len(env) > 0 && len(eval) == 0 {
 			return inputErr("topology."+node+".eval.ids", "node %q has env workers but no eval workers; they must be on the same node", node)
 		}
-		if len(c.Eval) > 0 && len(c.Env) == 0 {
+		if len(eval) > 0 && len(env) == 0 {
 			return inputErr("topology."+node+".env.ids", "node %q has eval workers but no env workers; they must be on the same node", node)
 		}
-		if err := checkIDs(node, "env", c.Env, envSeen); err != nil {
+		if err := checkIDs(node, KindEnv, env, envSeen); err != nil {
 			return err
 		}
-		if err := checkIDs(node, "eval", c.Eval, evalSeen); err != nil {
+		if err := checkIDs(node, KindEval, eval, evalSeen); err != nil {
 			return err
 		}
 	}
@@ -87,8 +148,8 @@ func checkIDs(node, kind string, ids []int, seen map[int]string) error {
 
 // nodeIDs returns the node ids in sorted order.
 func (t Topology) nodeIDs() []string {
-	ids := make([]string, 0, len(t.Nodes))
-	for id := range t.Nodes {
+	ids := make([]string, 0, len(t))
+	for id := range t {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
@@ -96,14 +157,18 @@ func (t Topology) nodeIDs() []string {
 }
 
 // Clone returns a deep copy, so that a snapshot never shares slices with its
-// caller.
+// caller. A nil topology stays nil.
 func (t Topology) Clone() Topology {
-	if t.Nodes == nil {
-		return Topology{}
+	if t == nil {
+		return nil
 	}
-	out := Topology{Nodes: make(map[string]Components, len(t.Nodes))}
-	for id, c := range t.Nodes {
-		out.Nodes[id] = Components{Env: slices.Clone(c.Env), Eval: slices.Clone(c.Eval)}
+	out := make(Topology, len(t))
+	for node, kinds := range t {
+		k := make(map[string][]int, len(kinds))
+		for kind, ids := range kinds {
+			k[kind] = slices.Clone(ids)
+		}
+		out[node] = k
 	}
 	return out
 }

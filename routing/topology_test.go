@@ -292,9 +292,9 @@ func TestSnapshotNodes(t *testing.T) {
 	}
 
 	// The snapshot owns its copies: the caller's slices may change.
-	topo.Nodes["a"].Eval[0] = 9
+	topo["a"][KindEval][0] = 9
 	ps[0].Index = 9
-	if got := snap.Topology().Nodes["a"].Eval; !slices.Equal(got, ints(0, 2)) {
+	if got := snap.Topology().Eval("a"); !slices.Equal(got, ints(0, 2)) {
 		t.Errorf("snapshot topology changed with the caller's: eval ids %v", got)
 	}
 	if got := snap.Policies()[2].Index; got != 2 {

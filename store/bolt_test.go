@@ -36,7 +36,7 @@ func TestBoltReopenKeepsEverything(t *testing.T) {
 	if err := deletePolicy(ctx, s, testPolicy(0).ID); err != nil {
 		t.Fatalf("DeletePolicy: %v", err)
 	}
-	topo := Topology{"node-a": {"env": {0, 1}, "eval": {0}}, "node-b": {"env": {}, "eval": nil}}
+	topo := routing.Topology{"node-a": {"env": {0, 1}, "eval": {0}}, "node-b": {"env": {}, "eval": nil}}
 	if err := putTopology(ctx, s, topo); err != nil {
 		t.Fatalf("PutTopology: %v", err)
 	}

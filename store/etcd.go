@@ -161,9 +161,9 @@ func (e *Etcd) keyUpdates() string      { return e.prefix + "updates/" }
 
 // registrationRecord is the stored JSON of the registration key.
 type registrationRecord struct {
-	Policies []policyRecord `json:"policies"`
-	Topology Topology       `json:"topology"`
-	Weights  Weights        `json:"weights"`
+	Policies []policyRecord   `json:"policies"`
+	Topology routing.Topology `json:"topology"`
+	Weights  Weights          `json:"weights"`
 }
 
 func encodeRegistration(reg Registration) ([]byte, error) {

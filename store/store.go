@@ -18,26 +18,6 @@ import (
 // ErrNotFound is returned for a policy id that is not stored.
 var ErrNotFound = errors.New("not found")
 
-// Topology is the seed's component_distribution: node id -> component kind
-// ("env", "eval", ...) -> ids.
-type Topology map[string]map[string][]int
-
-// Clone returns a copy that shares nothing with t.
-func (t Topology) Clone() Topology {
-	if t == nil {
-		return nil
-	}
-	out := make(Topology, len(t))
-	for node, kinds := range t {
-		k := make(map[string][]int, len(kinds))
-		for kind, ids := range kinds {
-			k[kind] = slices.Clone(ids)
-		}
-		out[node] = k
-	}
-	return out
-}
-
 // Weights is the trainer's current weight version and how stale a policy
 // may be: policies below Version - MaxStaleness get no work. A nil
 // MaxStaleness sets no floor.
@@ -67,7 +47,7 @@ func (w Weights) MinVersion() int64 {
 // Registration is everything a Store holds.
 type Registration struct {
 	Policies []routing.Policy // in index order
-	Topology Topology
+	Topology routing.Topology
 	Weights  Weights
 	// Updates holds the rolling updates' documents by id, opaque to the
 	// store.
@@ -101,7 +81,7 @@ type Change struct {
 	// not stored (and then nothing changes).
 	Delete []string
 	// Topology, when set, replaces the topology.
-	Topology *Topology
+	Topology *routing.Topology
 	// Weights, when set, replaces the weights setting.
 	Weights *Weights
 }

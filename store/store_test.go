@@ -133,7 +133,7 @@ func replacePolicies(ctx context.Context, s Store, ps []routing.Policy) error {
 	return err
 }
 
-func putTopology(ctx context.Context, s Store, t Topology) error {
+func putTopology(ctx context.Context, s Store, t routing.Topology) error {
 	_, err := s.Apply(ctx, AnyRevision, Change{Topology: &t})
 	return err
 }
@@ -195,7 +195,7 @@ func wantPolicies(tb testing.TB, s Store, want []routing.Policy) {
 	}
 }
 
-func wantTopology(tb testing.TB, s Store, want Topology) {
+func wantTopology(tb testing.TB, s Store, want routing.Topology) {
 	tb.Helper()
 	got := mustLoad(tb, s).Topology
 	if !reflect.DeepEqual(got, want) {
@@ -228,10 +228,10 @@ var storeCases = []struct {
 	{"PutRegistration replaces policies and topology together", func(t *testing.T, s Store) {
 		ctx := context.Background()
 		mustPut(t, s, testPolicy(0), testPolicy(1), testPolicy(2))
-		if err := putTopology(ctx, s, Topology{"old": {"env": {0}, "eval": {0}}}); err != nil {
+		if err := putTopology(ctx, s, routing.Topology{"old": {"env": {0}, "eval": {0}}}); err != nil {
 			t.Fatal(err)
 		}
-		topo := Topology{"node-a": {"env": {1}, "eval": {1}}}
+		topo := routing.Topology{"node-a": {"env": {1}, "eval": {1}}}
 		if err := putRegistration(ctx, s, Registration{Policies: []routing.Policy{testPolicy(1), testPolicy(5)}, Topology: topo}); err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +240,7 @@ var storeCases = []struct {
 		// A cancelled call changes nothing.
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if err := putRegistration(cctx, s, Registration{Topology: Topology{}}); !errors.Is(err, context.Canceled) {
+		if err := putRegistration(cctx, s, Registration{Topology: routing.Topology{}}); !errors.Is(err, context.Canceled) {
 			t.Errorf("PutRegistration with a cancelled context = %v; want context.Canceled", err)
 		}
 		wantPolicies(t, s, []routing.Policy{testPolicy(1), testPolicy(5)})
@@ -313,7 +313,7 @@ var storeCases = []struct {
 	}},
 	{"replace policies keeps the topology", func(t *testing.T, s Store) {
 		ctx := context.Background()
-		topo := Topology{"node-a": {"eval": {0}}}
+		topo := routing.Topology{"node-a": {"eval": {0}}}
 		if err := putTopology(ctx, s, topo); err != nil {
 			t.Fatalf("PutTopology: %v", err)
 		}
@@ -324,7 +324,7 @@ var storeCases = []struct {
 	}},
 	{"topology put and load, nil versus empty", func(t *testing.T, s Store) {
 		ctx := context.Background()
-		steps := []Topology{
+		steps := []routing.Topology{
 			{
 				"node-a": {"env": {0, 1}, "eval": {0}},
 				"node-b": {"env": {2, 3}, "eval": {1, 2}, "learner": {}},
@@ -343,7 +343,7 @@ var storeCases = []struct {
 		}
 		// A topology write leaves the policies alone.
 		mustPut(t, s, testPolicy(0))
-		if err := putTopology(ctx, s, Topology{}); err != nil {
+		if err := putTopology(ctx, s, routing.Topology{}); err != nil {
 			t.Fatalf("PutTopology: %v", err)
 		}
 		wantPolicies(t, s, []routing.Policy{testPolicy(0)})
@@ -351,7 +351,7 @@ var storeCases = []struct {
 	{"load returns copies and put copies its argument", func(t *testing.T, s Store) {
 		ctx := context.Background()
 		p := testPolicy(1)
-		topo := Topology{"node-a": {"env": {0, 1}, "eval": {1}}}
+		topo := routing.Topology{"node-a": {"env": {0, 1}, "eval": {1}}}
 		mustPut(t, s, p)
 		if err := putTopology(ctx, s, topo); err != nil {
 			t.Fatalf("PutTopology: %v", err)
@@ -369,7 +369,7 @@ var storeCases = []struct {
 		delete(reg.Topology, "node-a")
 
 		wantPolicies(t, s, []routing.Policy{testPolicy(1)})
-		wantTopology(t, s, Topology{"node-a": {"env": {0, 1}, "eval": {1}}})
+		wantTopology(t, s, routing.Topology{"node-a": {"env": {0, 1}, "eval": {1}}})
 	}},
 	{"load is sorted by index, then id", func(t *testing.T, s Store) {
 		ctx := context.Background()
@@ -488,13 +488,13 @@ var storeCases = []struct {
 		}
 		waitNotified(t, ch, "an update document")
 		drain(ch)
-		if err := putTopology(ctx, s, Topology{"n": {"env": {0}}}); err != nil {
+		if err := putTopology(ctx, s, routing.Topology{"n": {"env": {0}}}); err != nil {
 			t.Fatal(err)
 		}
 		waitNotified(t, ch, "a topology")
 	}},
 	{"cancelled context returns an error and writes nothing", func(t *testing.T, s Store) {
-		topo := Topology{"node-a": {"eval": {0}}}
+		topo := routing.Topology{"node-a": {"eval": {0}}}
 		mustPut(t, s, testPolicy(0), testPolicy(1))
 		if err := putTopology(context.Background(), s, topo); err != nil {
 			t.Fatalf("PutTopology: %v", err)
@@ -512,7 +512,7 @@ var storeCases = []struct {
 			"ReplacePolicies": func() error {
 				return replacePolicies(ctx, s, []routing.Policy{testPolicy(9)})
 			},
-			"PutTopology": func() error { return putTopology(ctx, s, Topology{}) },
+			"PutTopology": func() error { return putTopology(ctx, s, routing.Topology{}) },
 			"Load": func() error {
 				_, err := s.Load(ctx)
 				return err

@@ -61,7 +61,7 @@ func newEngineFleet(t *testing.T, st store.Store, n int, opts fakepolicy.Options
 	fl := &fleet{f: f, st: st, nodes: 4}
 	fl.open(t)
 	var specs []registry.Spec
-	topo := store.Topology{}
+	topo := routing.Topology{}
 	for i := range n {
 		idx := i
 		s := registry.Spec{URL: f.URL(i), Index: &idx, Engine: opts.Engine}

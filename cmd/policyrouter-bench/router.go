@@ -148,22 +148,18 @@ func startRouter(ctx context.Context, cfg routerConfig, hc *http.Client) (_ *rou
 // i % nodes, with max(policies, envs) env workers.
 func (r *routerUnderTest) register(ctx context.Context, nodes, envs int) error {
 	var policies []api.PolicyRequest
-	topo := api.Topology{}
+	topo := routing.Topology{}
 	for i := range max(r.fleet.Len(), envs) {
 		node := nodeName(i, nodes)
 		if topo[node] == nil {
-			topo[node] = map[string]api.Component{}
+			topo[node] = map[string][]int{}
 		}
-		env := topo[node]["env"]
-		env.IDs = append(env.IDs, i)
-		topo[node]["env"] = env
+		topo[node][routing.KindEnv] = append(topo[node][routing.KindEnv], i)
 		if i >= r.fleet.Len() {
 			continue
 		}
 		policies = append(policies, api.PolicyRequest{URL: r.fleet.URL(i), Index: &i})
-		eval := topo[node]["eval"]
-		eval.IDs = append(eval.IDs, i)
-		topo[node]["eval"] = eval
+		topo[node][routing.KindEval] = append(topo[node][routing.KindEval], i)
 	}
 	_, err := r.API.PutRegistration(ctx, policies, topo)
 	return err

@@ -35,6 +35,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/app"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // composeRoot is the repository root, where docker-compose.yml,
@@ -343,7 +344,7 @@ func TestComposeRegistration(t *testing.T) {
 
 	var policies api.ReplacePoliciesRequest
 	policiesJSON := decodeStrict(t, filepath.Join(composeRoot, "deploy", "policies.json"), &policies)
-	var topo api.Topology
+	var topo routing.Topology
 	topoJSON := decodeStrict(t, filepath.Join(composeRoot, "deploy", "topology.json"), &topo)
 
 	fakes := fakePolicies(t, p)
@@ -363,7 +364,7 @@ func TestComposeRegistration(t *testing.T) {
 				t.Errorf("%s: no service %q", pr.URL, u.Hostname())
 			}
 		}
-		if pr.Index == nil || !slices.Contains(topo[pr.NodeID]["eval"].IDs, *pr.Index) {
+		if pr.Index == nil || !slices.Contains(topo.Eval(pr.NodeID), *pr.Index) {
 			t.Errorf("policy %s (index %v) is not an eval worker of its node %q in deploy/topology.json", pr.URL, pr.Index, pr.NodeID)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/app"
 	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // demoConfig is `serve`'s configuration plus the simulation's.
@@ -130,7 +131,7 @@ func demoUpdateHint(base, engine string) string {
 func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet, engine string) error {
 	n := fleet.Len()
 	var req api.ReplacePoliciesRequest
-	topo := api.Topology{"node-a": {}, "node-b": {}}
+	topo := routing.Topology{"node-a": {}, "node-b": {}}
 	var envA, envB, evalA, evalB []int
 	for i := range n {
 		idx := i
@@ -141,8 +142,8 @@ func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet, engine
 			evalB, envB = append(evalB, i), append(envB, i)
 		}
 	}
-	topo["node-a"]["env"], topo["node-a"]["eval"] = api.Component{IDs: envA}, api.Component{IDs: evalA}
-	topo["node-b"]["env"], topo["node-b"]["eval"] = api.Component{IDs: envB}, api.Component{IDs: evalB}
+	topo["node-a"][routing.KindEnv], topo["node-a"][routing.KindEval] = envA, evalA
+	topo["node-b"][routing.KindEnv], topo["node-b"][routing.KindEval] = envB, evalB
 	if err := call(ctx, http.MethodPut, base+"/policies", req, nil); err != nil {
 		return err
 	}
