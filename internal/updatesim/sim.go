@@ -180,13 +180,13 @@ type request struct {
 }
 
 type policy struct {
-	phase      int
-	routable   bool
-	version    int
-	epoch      int // cache epoch: an update flushes the cache
-	reqs       []*request
-	acctAt     float64
-	group      *group // its group in the current update, if any
+	phase    int
+	routable bool
+	version  int
+	epoch    int // cache epoch: an update flushes the cache
+	reqs     []*request
+	acctAt   float64
+	group    *group // its group in the current update, if any
 }
 
 // running is how many of its requests are generating (not frozen).
