@@ -78,6 +78,9 @@ type rolloutConfig struct {
 	Charts        string
 	PollInterval  time.Duration
 	LogLevel      string
+	// Sweep runs the weight-update sweep of internal/updatesim with this
+	// many seeds instead of the live run; 0 runs the live run.
+	Sweep int
 }
 
 // strategy is one routing strategy of the comparison.
@@ -151,6 +154,7 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 	fs.StringVar(&c.Charts, "charts", "", "directory to write the SVG charts to (utilisation over time, env wait distribution, per load); empty writes none")
 	fs.DurationVar(&c.PollInterval, "poll-interval", 100*time.Millisecond, "the router's /idle poll interval")
 	fs.StringVar(&c.LogLevel, "log-level", "warn", "level of the router's JSON log, written to io.Discard")
+	fs.IntVar(&c.Sweep, "sweep", 0, "run the weight-update sweep (the model of internal/updatesim, in simulated time) with seeds 1..n instead, and exit")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -304,7 +308,10 @@ func (c rolloutConfig) bestHitRate() float64 {
 // writes the charts and prints the report.
 func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseRolloutConfig(args, stderr)
-	if err != nil {
+	if err != nil || cfg.Sweep > 0 {
+		if err == nil {
+			err = runSweep(cfg.Sweep, cfg.Charts, stdout, stderr)
+		}
 		return err
 	}
 	rep, err := simulate(ctx, cfg, stderr)

@@ -68,6 +68,7 @@ type strategyResult struct {
 	// drained for them, and UpdateIdleGPUSeconds those of it drained with
 	// no work while not loading weights (waiting for a barrier or a wave).
 	Updates              int     `json:"updates,omitempty"`
+	UpdatesLate          int     `json:"updates_late,omitempty"` // started late: a cycle did not fit the period
 	UpdateCycleSeconds   float64 `json:"update_cycle_seconds,omitempty"`
 	UpdateLostGPUSeconds float64 `json:"update_lost_gpu_seconds,omitempty"`
 	UpdateIdleGPUSeconds float64 `json:"update_idle_gpu_seconds,omitempty"`
@@ -253,6 +254,12 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 			if p == nil {
 				continue
 			}
+			if r.Updates != p.Updates || r.UpdatesLate+p.UpdatesLate > 0 {
+				// Unequal work: a rate over fewer or later updates says nothing.
+				parts = append(parts, fmt.Sprintf("%s at load %g: not comparable, %d whole updates (%d late) against %d (%d late)",
+					base, lr.Load, r.Updates, r.UpdatesLate, p.Updates, p.UpdatesLate))
+				continue
+			}
 			judged = true
 			ok := r.EpisodesPerSecond >= aimUpdateFactor*p.EpisodesPerSecond
 			allOK = allOK && ok
@@ -266,6 +273,8 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 	}
 	if judged {
 		update.Met = verdict(allOK)
+	}
+	if len(parts) > 0 {
 		update.Detail = strings.Join(parts, "; ")
 	}
 	return []rolloutAim{util, wait, sticky, update}
@@ -293,7 +302,7 @@ func writeRolloutTable(w io.Writer, rep *rolloutReport) {
 		fmt.Fprintf(w, "  %-32s %9s %7s %7s %7s %7s %10s %10s %8s %8s %8s %7s %7s", "strategy", "episodes", "eps/s", "÷oracle",
 			"util", "÷bound", "wait p50", "wait p99", "hits", "÷best", "cross", "gen ms", "run s")
 		if wl.UpdateEveryMS > 0 {
-			fmt.Fprintf(w, " %8s %8s %9s %9s %9s", "updates", "cycle s", "upd GPU-s", "idle GPU-s", "routable")
+			fmt.Fprintf(w, " %8s %5s %8s %9s %9s %9s", "updates", "late", "cycle s", "upd GPU-s", "idle GPU-s", "routable")
 		}
 		fmt.Fprintln(w)
 		for _, r := range lr.Strategies {
@@ -301,7 +310,7 @@ func writeRolloutTable(w io.Writer, rep *rolloutReport) {
 				r.Strategy, r.Episodes, r.EpisodesPerSecond, r.EpisodesRatio, r.Utilisation, r.UtilRatio,
 				r.WaitP50MS, r.WaitP99MS, 100*r.HitRate, r.HitRatio, 100*r.CrossNode, r.MeanGenerationMS, r.Seconds)
 			if wl.UpdateEveryMS > 0 {
-				fmt.Fprintf(w, " %8d %8.2f %9.1f %9.2f %9d", r.Updates, r.UpdateCycleSeconds, r.UpdateLostGPUSeconds, r.UpdateIdleGPUSeconds, r.MinRoutable)
+				fmt.Fprintf(w, " %8d %5d %8.2f %9.1f %9.2f %9d", r.Updates, r.UpdatesLate, r.UpdateCycleSeconds, r.UpdateLostGPUSeconds, r.UpdateIdleGPUSeconds, r.MinRoutable)
 			}
 			fmt.Fprintln(w)
 		}

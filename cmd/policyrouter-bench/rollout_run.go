@@ -104,7 +104,7 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	res := &strategyResult{
 		Strategy: s.Name, Router: s.Router, Sessions: s.Sessions, Update: s.Update,
 		Seconds: end.Sub(start).Seconds(), UtilisationSeries: series,
-		Updates: upd.updates, UpdateLostGPUSeconds: upd.lost, UpdateIdleGPUSeconds: upd.idle,
+		Updates: upd.updates, UpdatesLate: upd.late, UpdateLostGPUSeconds: upd.lost, UpdateIdleGPUSeconds: upd.idle,
 		UpdateCycleSeconds: upd.cycle, MinRoutable: upd.minRoutable,
 	}
 	res.Utilisation = busy.Seconds() / (float64(cfg.Policies) * res.Seconds)
@@ -283,7 +283,8 @@ func selectRetrying(ctx context.Context, c *client.Client, sel api.SelectRequest
 
 // updateOutcome is what the weight updates of one run did.
 type updateOutcome struct {
-	updates     int     // update cycles finished
+	updates     int     // update cycles finished by the deadline
+	late        int     // of those, started late: the previous cycle outlasted -update-every
 	cycle       float64 // their mean length, seconds
 	lost        float64 // policy-seconds out of routing (drained) for updates
 	idle        float64 // of those, drained with no work and not loading weights
@@ -333,6 +334,9 @@ func runUpdates(ctx context.Context, cfg rolloutConfig, mode string, rt *routerU
 		if !sleepUntil(ctx, next) {
 			return out
 		}
+		// sleepUntil returns at once for a time past: the previous cycle
+		// did not fit the period, and this one starts late.
+		late := time.Since(next) > 50*time.Millisecond
 		version++
 		t0 := time.Now()
 		var err error
@@ -350,7 +354,13 @@ func runUpdates(ctx context.Context, cfg rolloutConfig, mode string, rt *routerU
 			}
 			return out
 		}
+		if time.Now().After(deadline) {
+			return out // a cycle cut by the end of the run is not a whole update
+		}
 		out.updates++
+		if late {
+			out.late++
+		}
 		out.cycle += time.Since(t0).Seconds()
 	}
 	return out
