@@ -77,16 +77,7 @@ func (st *State) assignSessions(snap *Snapshot, req AssignRequest, in AffinityIn
 		}
 		return a
 	}
-	homeOn := func(r *hashRing, h uint64, ok func(p int) bool) (int, bool) {
-		if r == nil {
-			return -1, false
-		}
-		a := aggOf(r)
-		if a.n == 0 {
-			return -1, false
-		}
-		return r.homeUnder(h, loadBound(st.loadFactor(req.LoadFactor), a.total, a.n), ok, load)
-	}
+	c := st.loadFactor(req.LoadFactor)
 
 	kind := req.Kind
 	if kind == nil {
@@ -108,7 +99,6 @@ func (st *State) assignSessions(snap *Snapshot, req AssignRequest, in AffinityIn
 			envNode = snap.EnvNode(req.EnvIDs[g.tasks[0]])
 		}
 		h := sessionHash(g.key)
-		first, fallback := snap.ringsFor(envNode, affine)
 		// The group lands on its home as a unit, the bound checked once
 		// for the group; a home whose capacity cannot take it all takes
 		// what it can and the next successor the rest.
@@ -116,11 +106,10 @@ func (st *State) assignSessions(snap *Snapshot, req AssignRequest, in AffinityIn
 		tasks := g.tasks
 		for len(tasks) > 0 {
 			free := func(p int) bool { return avail(p) && !slices.Contains(used, p) }
-			p, natural := homeOn(first, h, free)
-			if p < 0 {
-				p, _ = homeOn(fallback, h, free)
-				natural = false
-			}
+			p, natural, _ := snap.home(h, envNode, affine, func(r *hashRing, p int) bool {
+				a := aggOf(r) // a ring a policy is on has a.n > 0 once it is free
+				return free(p) && load(p) < loadBound(c, a.total, max(a.n, 1))
+			})
 			if p < 0 {
 				break
 			}

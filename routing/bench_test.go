@@ -177,10 +177,12 @@ func BenchmarkStickyPick(b *testing.B) {
 			snap := st.Snapshot()
 			snap.rings() // built once per registration, not per pick
 			b.ReportAllocs()
+			filter := candidateFilter{}
+			accept := func(_ *hashRing, p int) bool { rt := snap.rts[p]; return rt.available() && filter.ok(rt) }
 			i := 0
 			for b.Loop() {
 				st.mu.Lock()
-				pos, _, _ := homeLocked(snap, sessionHash(keys[i%len(keys)]), "", false, &candidateFilter{})
+				pos, _, _ := snap.home(sessionHash(keys[i%len(keys)]), "", false, accept)
 				st.mu.Unlock()
 				if pos < 0 {
 					b.Fatal("no home")

@@ -38,7 +38,10 @@ func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector
 	snap := st.ledger.snap
 	envNode := snap.EnvNode(req.EnvID)
 	filter := candidateFilter{floor: floor, exclude: req.Exclude}
-	pos, natural, ring := homeLocked(snap, h, envNode, affine, &filter)
+	pos, natural, ring := snap.home(h, envNode, affine, func(_ *hashRing, p int) bool {
+		rt := snap.rts[p]
+		return rt.available() && filter.ok(rt)
+	})
 	if pos < 0 {
 		st.mu.Unlock()
 		st.sticky.misses.Add(1)
@@ -103,28 +106,6 @@ func (st *State) selectSticky(ctx context.Context, req SelectRequest, r Selector
 		st.giveBackLocked(w)
 		return Decision{}, true, err
 	}
-}
-
-// homeLocked returns the position of the home of the session hashed to h
-// in snap, for /select, and the ring it is on: the first successor that
-// is available and passes the request's filter (weight-version floor,
-// exclusions), on the env worker's
-// node's ring first for an env-affine router, then on the ring of all
-// policies. natural reports whether it is the session's first successor
-// of all. pos is -1 when no policy can be the home. Caller must hold mu.
-func homeLocked(snap *Snapshot, h uint64, envNode string, affine bool, filter *candidateFilter) (pos int, natural bool, ring *hashRing) {
-	ok := func(p int) bool { rt := snap.rts[p]; return rt.available() && filter.ok(rt) }
-	first, fallback := snap.ringsFor(envNode, affine)
-	if pos, natural = first.successor(h, ok); pos >= 0 {
-		return pos, natural, first
-	}
-	if fallback != nil {
-		// The node's ring has no home: the session's natural home is lost.
-		if pos, _ = fallback.successor(h, ok); pos >= 0 {
-			return pos, false, fallback
-		}
-	}
-	return -1, false, nil
 }
 
 // queueBoundLocked is the most sessions that may wait for one home of

@@ -87,13 +87,27 @@ func loadBound(c float64, total int64, available int) int64 {
 	return int64(math.Ceil(c * float64(total+1) / float64(available)))
 }
 
-// homeUnder returns the session's home on ring r: the first successor of
-// h that avail accepts and whose load is below bound. natural reports
-// whether the home is the session's first successor of all (its home when
-// every policy is available and under the bound). pos is -1 when no policy
-// qualifies.
-func (r *hashRing) homeUnder(h uint64, bound int64, avail func(pos int) bool, load func(pos int) int64) (pos int, natural bool) {
-	return r.successor(h, func(p int) bool { return avail(p) && load(p) < bound })
+// home is the one homing rule of the sticky stage, for /select (and so
+// the proxy) and /assign alike. It returns the home of the session hashed
+// to h: its first successor that the ring's test accepts, on the env
+// worker's node's ring first for an env-affine router, then on the ring of
+// all policies. accept tests a policy as the home on a ring: /select
+// accepts an available policy that passes the request's filter, /assign
+// one whose load is also below the ring's bound. natural reports whether
+// the home is the session's first successor of all; pos is -1 when no
+// policy can be the home.
+func (s *Snapshot) home(h uint64, envNode string, affine bool, accept func(r *hashRing, pos int) bool) (pos int, natural bool, ring *hashRing) {
+	first, fallback := s.ringsFor(envNode, affine)
+	if pos, natural = first.successor(h, func(p int) bool { return accept(first, p) }); pos >= 0 {
+		return pos, natural, first
+	}
+	if fallback != nil {
+		// The node's ring has no home: the session's natural home is lost.
+		if pos, _ = fallback.successor(h, func(p int) bool { return accept(fallback, p) }); pos >= 0 {
+			return pos, false, fallback
+		}
+	}
+	return -1, false, nil
 }
 
 // StickyStats counts the requests, or /assign tasks, that named a session.

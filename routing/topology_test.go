@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"encoding/json"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -325,5 +327,34 @@ func TestInputErrorText(t *testing.T) {
 	wantInputError(t, err, "current_loads")
 	if got := err.Error(); !strings.HasPrefix(got, "current_loads: ") {
 		t.Errorf("Error() = %q; want it to start with the field", got)
+	}
+}
+
+// A topology's JSON is the API's form, and registrations stored by
+// earlier versions, with bare id lists, still load.
+func TestTopologyJSON(t *testing.T) {
+	topo := Topology{"a": {KindEnv: {0, 1}, KindEval: {2}}}
+	b, err := json.Marshal(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"a":{"env":{"ids":[0,1]},"eval":{"ids":[2]}}}`; string(b) != want {
+		t.Errorf("Marshal = %s, want %s", b, want)
+	}
+	for _, in := range []string{string(b), `{"a":{"env":[0,1],"eval":[2]}}`} {
+		var got Topology
+		if err := json.Unmarshal([]byte(in), &got); err != nil {
+			t.Fatalf("Unmarshal(%s): %v", in, err)
+		}
+		if !reflect.DeepEqual(got, topo) {
+			t.Errorf("Unmarshal(%s) = %v, want %v", in, got, topo)
+		}
+	}
+	var none Topology
+	if err := json.Unmarshal([]byte(`null`), &none); err != nil || none != nil {
+		t.Errorf("Unmarshal(null) = %v, %v; want nil", none, err)
+	}
+	if err := json.Unmarshal([]byte(`{"a":{"env":"x"}}`), &none); err == nil {
+		t.Error("Unmarshal of a component that is neither form succeeded")
 	}
 }
