@@ -543,7 +543,9 @@ type UpdatePolicy struct {
 	ID     string `json:"id"`
 	Index  int    `json:"index"`
 	NodeID string `json:"node_id"`
-	// Phase is pending, draining, updating, done or failed.
+	// Phase is pending (below the version, in no wave yet: listed from
+	// the update's start), draining, updating, done or failed; Wave the
+	// wave that took the policy, 0 while pending.
 	Phase string    `json:"phase"`
 	Wave  int       `json:"wave"`
 	Since time.Time `json:"since"`

@@ -316,7 +316,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 		members = append(members, member{ID: ps.Policy.ID, Index: ps.Policy.Index, Node: ps.Node, Version: ps.Version,
 			Engine: ps.Policy.EngineName(), Available: ps.Available})
 	}
-	changed := false
+	changed := m.listPendingLocked(u, members, now)
 	for _, p := range u.Policies {
 		ps, ok := stats[p.ID]
 		switch {
@@ -394,6 +394,37 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 	if changed {
 		m.commitLocked(ctx, u)
 	}
+}
+
+// listPendingLocked keeps the pending policies of u listed: every
+// registered policy below the update's version that no wave has taken yet
+// is in u.Policies as pending, in wave 0, so that a client sees the whole
+// update from its start; a pending policy that was removed, or reached
+// the version without the update, leaves the list. It reports whether the
+// list changed.
+func (m *Manager) listPendingLocked(u *Update, members []member, now time.Time) bool {
+	listed := make(map[string]bool, len(u.Policies))
+	for _, p := range u.Policies {
+		listed[p.ID] = true
+	}
+	below := make(map[string]bool, len(members))
+	changed := false
+	for _, mb := range members {
+		if mb.Version >= u.Spec.Version {
+			continue
+		}
+		below[mb.ID] = true
+		if !listed[mb.ID] {
+			u.Policies = append(u.Policies, &Policy{ID: mb.ID, Index: mb.Index, Node: mb.Node, Engine: mb.Engine, Phase: PhasePending, Since: now})
+			changed = true
+		}
+	}
+	kept := slices.DeleteFunc(u.Policies, func(p *Policy) bool { return p.Phase == PhasePending && !below[p.ID] })
+	if len(kept) != len(u.Policies) {
+		changed = true
+	}
+	u.Policies = kept
+	return changed
 }
 
 // versionWait is how long a policy that reports versions may take, after

@@ -379,3 +379,48 @@ func TestExternalMode(t *testing.T) {
 	}
 	fl.wantNoViolations(t)
 }
+
+// An update lists every policy it is to update from its start: those a
+// wave has not taken yet are pending, in wave 0.
+func TestPendingPoliciesAreListed(t *testing.T) {
+	fl := newFleet(t, store.NewMemory(), time.Millisecond)
+	m, _ := fl.run(t)
+	fl.f.Policy(3).SetVersion(8) // at the version already: not in the update
+	poll.Until(t, "the router to see policy 3 at version 8", func() bool {
+		for _, ps := range fl.state.Stats().Policies {
+			if ps.Policy.Index == 3 {
+				return ps.Version == 8
+			}
+		}
+		return false
+	})
+	u, err := m.Start(context.Background(), updates.Spec{Version: 8, MaxUnavailable: 1, DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the first wave", func() bool {
+		u, _ = m.Get(u.ID)
+		return u.Waves == 1
+	})
+	phases := map[string]int{}
+	for _, p := range u.Policies {
+		phases[p.Phase]++
+		if p.Index == 3 {
+			t.Errorf("policy 3, at the version already, is listed as %s", p.Phase)
+		}
+		if (p.Phase == updates.PhasePending) != (p.Wave == 0) {
+			t.Errorf("policy %d is %s in wave %d", p.Index, p.Phase, p.Wave)
+		}
+	}
+	if len(u.Policies) != 15 || phases[updates.PhasePending] != 14 {
+		t.Fatalf("the update lists %d policies, phases %v; want 15, of which 14 pending", len(u.Policies), phases)
+	}
+	if u, err = m.Abort(context.Background(), u.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range u.Policies {
+		if p.Phase != updates.PhasePending {
+			t.Errorf("after the abort policy %d is %s; want pending", p.Index, p.Phase)
+		}
+	}
+}
