@@ -43,7 +43,7 @@ func (p *Policy) BusyTime() time.Duration {
 	now := p.fleet.opts.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.busy.at(now)
+	return p.busyAtLocked(now)
 }
 
 // BusyTimes returns every policy's BusyTime, in index order, read at one
@@ -53,7 +53,7 @@ func (f *Fleet) BusyTimes() []time.Duration {
 	out := make([]time.Duration, len(f.policies))
 	for i, p := range f.policies {
 		p.mu.Lock()
-		out[i] = p.busy.at(now)
+		out[i] = p.busyAtLocked(now)
 		p.mu.Unlock()
 	}
 	return out

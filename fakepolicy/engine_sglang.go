@@ -116,11 +116,14 @@ func (p *Policy) serveSGLangPause(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"object": "error", "message": "Invalid mode: " + req.Mode, "code": 400})
 		return
 	}
+	p.engine.pauseMode.Store(&req.Mode)
+	p.engine.paused.Store(true)
+	// Every mode stops the work (freeze.go); abort also ends it, and the
+	// requests the aborted ones' clients send again wait for the resume.
+	p.freeze()
 	if req.Mode == "abort" {
 		p.abortWork()
 	}
-	p.engine.pauseMode.Store(&req.Mode)
-	p.engine.paused.Store(true)
 	writeJSON(w, http.StatusOK, map[string]string{"message": "Generation paused successfully.", "status": "ok"})
 }
 
@@ -129,6 +132,7 @@ func (p *Policy) serveSGLangContinue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.engine.paused.Store(false)
+	p.thaw()
 	writeJSON(w, http.StatusOK, map[string]string{"message": "Generation continued successfully.", "status": "ok"})
 }
 

@@ -3,6 +3,7 @@ package fakepolicy
 import (
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // vllmRoutes are the endpoints of a simulated vLLM server, in the wire
@@ -71,11 +72,21 @@ func (p *Policy) serveVLLMPause(w http.ResponseWriter, r *http.Request) {
 	if mode == "" {
 		mode = "abort"
 	}
-	if mode == "abort" {
-		p.abortWork()
-	}
 	p.engine.pauseMode.Store(&mode)
 	p.engine.paused.Store(true)
+	switch mode {
+	case "wait":
+		// vLLM's wait lets the requests in flight finish before it
+		// answers; new ones wait for the resume meanwhile.
+		p.freezeNew()
+		for p.Load() > 0 && p.wait(r, 5*time.Millisecond) {
+		}
+	case "abort":
+		p.freeze()
+		p.abortWork()
+	default: // keep
+		p.freeze()
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "paused"})
 }
 
@@ -84,5 +95,6 @@ func (p *Policy) serveVLLMResume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.engine.paused.Store(false)
+	p.thaw()
 	writeJSON(w, http.StatusOK, map[string]string{"status": "resumed"})
 }

@@ -152,13 +152,21 @@ func (p *Policy) called(w http.ResponseWriter, r *http.Request) bool {
 
 // abortWork drops the policy's unfinished work items, as an engine paused
 // in abort mode aborts its requests in flight: its load reads 0 at once,
-// and the generations in flight end now with finish reason "abort"
-// (openai.go).
+// the generations in flight end now with finish reason "abort"
+// (openai.go), and the busy ledger ends its period now, so that work that
+// never ran does not count as busy.
 func (p *Policy) abortWork() {
+	now := p.fleet.opts.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	clear(p.jobs)
 	p.jobs = p.jobs[:0]
+	if p.busy.to.After(now) {
+		p.busy.to = now
+		if now.Before(p.busy.from) {
+			p.busy.to = p.busy.from
+		}
+	}
 	if p.aborted != nil {
 		close(p.aborted)
 	}

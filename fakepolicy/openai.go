@@ -92,6 +92,9 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 	if s := r.URL.Query().Get("session"); s != "" {
 		session = s
 	}
+	if !p.gate(r) { // paused: it starts at the resume
+		return
+	}
 	d, hit := p.prefix.generation(session, p.genDuration(n))
 	abort := p.abortSignal()
 	end := p.startWork(d)
@@ -99,7 +102,7 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 	g := &generation{p: p, k: k, id: id, n: n, busy: d, hit: hit}
 	if !req.Stream {
 		start := time.Now()
-		switch p.waitGen(r, end.Sub(p.fleet.opts.Now()), abort) {
+		switch p.waitEnd(r, end, abort) {
 		case genAborted:
 			g.aborted = true
 			g.n = min(n, int(time.Since(start)*time.Duration(n)/max(d, 1)))

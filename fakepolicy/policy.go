@@ -70,6 +70,12 @@ type Policy struct {
 	mu   sync.Mutex
 	jobs []time.Time // end times of unfinished work, by the fleet's clock
 	busy busyLedger  // guarded by mu
+	// frozenAt is when a pause froze the work (freeze.go), zero when not
+	// frozen; thawed, while not nil, holds new work and is closed by the
+	// thaw; frozenFor sums the freezes ended. Guarded by mu.
+	frozenAt  time.Time
+	thawed    chan struct{}
+	frozenFor time.Duration
 
 	prefix prefixCache
 
@@ -141,9 +147,12 @@ func (p *Policy) Load() int {
 // Idle reports whether the policy has no work.
 func (p *Policy) Idle() bool { return p.Load() == 0 }
 
-// pruneLocked drops the work done by now and returns the work left. Caller
-// must hold mu.
+// pruneLocked drops the work done by now (by the freeze, while frozen) and
+// returns the work left. Caller must hold mu.
 func (p *Policy) pruneLocked(now time.Time) int {
+	if !p.frozenAt.IsZero() && now.After(p.frozenAt) {
+		now = p.frozenAt
+	}
 	kept := p.jobs[:0]
 	for _, end := range p.jobs {
 		if end.After(now) {

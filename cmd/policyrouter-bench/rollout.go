@@ -22,9 +22,8 @@ package main
 //
 // Two configurations stand for what were workloads of their own: with
 // -episodes 1 and a load of E/P (no env step), a fixed batch of multi-turn
-// rollouts, without and with sessions; with -update-every, -updates 1 and
-// -update-modes none,rolling,all,pause-all, one weight update cycle under
-// saturating load in each way of doing it.
+// rollouts, without and with sessions; with -update-every, the weight
+// update strategies (rollout_update.go), live beside the model.
 
 import (
 	"context"
@@ -40,6 +39,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/updatesim"
 )
 
 // rolloutConfig is everything the rollout flags set.
@@ -64,20 +65,21 @@ type rolloutConfig struct {
 	Episodes int
 	Sample   time.Duration
 	Seed     uint64
-	// UpdateEvery, when positive, starts a weight update this often (at
-	// most Updates of them, when positive); each strategy then runs once
-	// per mode of UpdateModes. UpdateTime is how long a policy takes to
-	// load weights; UpdateRolling the max_unavailable of rolling updates.
-	UpdateEvery   time.Duration
-	Updates       int
-	UpdateModes   []string
-	UpdateTime    time.Duration
-	UpdateRolling int
-	Strategies    []string
-	JSON          bool
-	Charts        string
-	PollInterval  time.Duration
-	LogLevel      string
+	// UpdateEvery, when positive, is the update period: after one period
+	// of warm-up, Updates updates start one period apart, and each
+	// strategy runs once per update strategy of UpdateStrategies (names of
+	// updatesim.Strategies). UpdateTime is how long a policy takes to load
+	// weights; UpdateRolling is k, the max_unavailable of rolling updates.
+	UpdateEvery      time.Duration
+	Updates          int
+	UpdateStrategies []string
+	UpdateTime       time.Duration
+	UpdateRolling    int
+	Strategies       []string
+	JSON             bool
+	Charts           string
+	PollInterval     time.Duration
+	LogLevel         string
 	// Sweep runs the weight-update sweep of internal/updatesim with this
 	// many seeds instead of the live run; 0 runs the live run.
 	Sweep int
@@ -88,21 +90,10 @@ type strategy struct {
 	Name     string // the name in reports
 	Router   string // the /select router
 	Sessions bool   // session_id = the episode
-	// Update is how weight updates are done when -update-every is set,
-	// one of updateModes; "" runs none.
+	// Update is the update strategy (updatesim.Strategies) when
+	// -update-every is set; "" otherwise.
 	Update string
 }
-
-// Update modes of a strategy.
-const (
-	updateNone     = "none"      // no update: the baseline
-	updateRolling  = "rolling"   // POST /updates, max_unavailable -update-rolling
-	updateAll      = "all"       // POST /updates, max_unavailable "100%"
-	updatePauseAll = "pause-all" // the frameworks' drain all, barrier, update all, resume all
-)
-
-// updateModes lists the update modes, in report order.
-var updateModes = []string{updateNone, updateRolling, updateAll, updatePauseAll}
 
 // strategies are the routing strategies a run compares, in report order.
 var strategies = []strategy{
@@ -127,6 +118,10 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 	fs := flag.NewFlagSet("policyrouter-bench rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var loads, names, modes string
+	var updateNames []string
+	for _, s := range updatesim.Strategies {
+		updateNames = append(updateNames, s.Name)
+	}
 	fs.IntVar(&c.Envs, "envs", 32, "E, env workers, each running one episode at a time")
 	fs.IntVar(&c.Turns, "turns", 10, "T, turns of an episode")
 	fs.IntVar(&c.Policies, "policies", 16, "P, simulated policies, one generation at a time each")
@@ -144,9 +139,9 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 	fs.IntVar(&c.Episodes, "episodes", 0, "episodes each env worker runs before it stops, the run ending with the last (bounded by -duration); 0 runs episodes back to back for -duration")
 	fs.DurationVar(&c.Sample, "sample", 500*time.Millisecond, "interval of the utilisation samples")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the generation times and env steps, the same for every strategy")
-	fs.DurationVar(&c.UpdateEvery, "update-every", 0, "start a weight update this often, and run each strategy with rolling updates and with the frameworks' pause-all; 0 runs none")
-	fs.IntVar(&c.Updates, "updates", 0, "at most this many weight updates per run; 0: one every -update-every until the end")
-	fs.StringVar(&modes, "update-modes", updateRolling+","+updatePauseAll, "comma list of the update modes each strategy runs with, under -update-every: "+strings.Join(updateModes, ", "))
+	fs.DurationVar(&c.UpdateEvery, "update-every", 0, "P, the update period: run each strategy with each -update-strategies, warming up one period and then updating every P (the run lasts (updates+1) P, not -duration); 0 runs none")
+	fs.IntVar(&c.Updates, "updates", 2, "whole updates measured per run, under -update-every")
+	fs.StringVar(&modes, "update-strategies", strings.Join(updateNames, ","), "comma list of the update strategies each strategy runs with, under -update-every: "+strings.Join(updateNames, ", "))
 	fs.DurationVar(&c.UpdateTime, "update-time", time.Second, "how long a policy takes to load weights")
 	fs.IntVar(&c.UpdateRolling, "update-rolling", 2, "max_unavailable of the rolling updates")
 	fs.StringVar(&names, "strategies", strings.Join(strategyNames(), ","), "comma list of strategies: "+strings.Join(strategyNames(), ", "))
@@ -172,12 +167,15 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 		c.Loads = append(c.Loads, l)
 	}
 	for m := range strings.SplitSeq(modes, ",") {
-		if m = strings.TrimSpace(m); m != "" && !slices.Contains(c.UpdateModes, m) {
-			if !slices.Contains(updateModes, m) {
-				return c, fmt.Errorf("-update-modes: unknown mode %q (have %s)", m, strings.Join(updateModes, ", "))
+		if m = strings.TrimSpace(m); m != "" && !slices.Contains(c.UpdateStrategies, m) {
+			if _, ok := updatesim.Lookup(m); !ok {
+				return c, fmt.Errorf("-update-strategies: unknown strategy %q (have %s)", m, strings.Join(updateNames, ", "))
 			}
-			c.UpdateModes = append(c.UpdateModes, m)
+			c.UpdateStrategies = append(c.UpdateStrategies, m)
 		}
+	}
+	if c.UpdateEvery > 0 {
+		c.Duration = time.Duration(c.Updates+1) * c.UpdateEvery
 	}
 	for n := range strings.SplitSeq(names, ",") {
 		if n = strings.TrimSpace(n); n == "" {
@@ -224,12 +222,12 @@ func (c rolloutConfig) validate() error {
 		return errors.New("-episodes must be in [0, 10000]")
 	case c.Sample < 10*time.Millisecond || c.Sample > c.Duration:
 		return errors.New("-sample must be in [10ms, duration]")
-	case c.UpdateEvery < 0 || (c.UpdateEvery > 0 && c.UpdateEvery > c.Duration):
-		return errors.New("-update-every must be 0 or in (0, duration]")
-	case c.UpdateTime <= 0 || c.UpdateRolling < 1 || c.Updates < 0:
-		return errors.New("-update-time must be positive, -update-rolling at least 1 and -updates at least 0")
-	case c.UpdateEvery > 0 && len(c.UpdateModes) == 0:
-		return errors.New("-update-modes must name at least one mode")
+	case c.UpdateEvery < 0:
+		return errors.New("-update-every must be 0 or positive")
+	case c.UpdateTime <= 0 || c.UpdateRolling < 1 || c.Updates < 1:
+		return errors.New("-update-time must be positive, -update-rolling and -updates at least 1")
+	case c.UpdateEvery > 0 && len(c.UpdateStrategies) == 0:
+		return errors.New("-update-strategies must name at least one strategy")
 	case len(c.Strategies) == 0:
 		return errors.New("-strategies must name at least one strategy")
 	case c.PollInterval <= 0:
@@ -257,6 +255,11 @@ func lookupStrategy(name string) (strategy, bool) {
 // median * e^(sigma^2 / 2) for a log-normal.
 func (c rolloutConfig) meanGeneration() time.Duration {
 	return time.Duration(float64(c.GenMedian) * math.Exp(c.GenSigma*c.GenSigma/2))
+}
+
+// stepMedian is the median of the log-normal env step at the load.
+func (c rolloutConfig) stepMedian(load float64) time.Duration {
+	return time.Duration(float64(c.envStepMean(load)) * math.Exp(-c.EnvSigma*c.EnvSigma/2))
 }
 
 // envStepMean is the mean env step that makes the offered load the given
@@ -351,7 +354,7 @@ func simulate(ctx context.Context, cfg rolloutConfig, progress io.Writer) (*roll
 				runs = append(runs, s)
 				continue
 			}
-			for _, mode := range cfg.UpdateModes {
+			for _, mode := range cfg.UpdateStrategies {
 				u := s
 				u.Update, u.Name = mode, s.Name+" "+mode
 				runs = append(runs, u)
@@ -365,6 +368,11 @@ func simulate(ctx context.Context, cfg rolloutConfig, progress io.Writer) (*roll
 			}
 			res.score(cfg, load, lr.OracleEPS)
 			lr.Strategies = append(lr.Strategies, res)
+		}
+		if cfg.UpdateEvery > 0 {
+			if err := scoreUpdates(cfg, load, lr.Strategies); err != nil {
+				return nil, err
+			}
 		}
 		rep.Loads = append(rep.Loads, lr)
 	}

@@ -61,22 +61,12 @@ type strategyResult struct {
 	Strategy string `json:"strategy"`
 	Router   string `json:"router"`
 	Sessions bool   `json:"sessions"`
-	// Update is how weight updates ran (rolling, pause-all), or "".
+	// Update is the update strategy (updatesim.Strategies), or "".
 	Update string `json:"update,omitempty"`
-	// Updates counts the update cycles finished, UpdateCycleSeconds is
-	// their mean length; UpdateLostGPUSeconds adds the policy-seconds spent
-	// drained for them, and UpdateIdleGPUSeconds those of it drained with
-	// no work while not loading weights (waiting for a barrier or a wave).
-	Updates              int     `json:"updates,omitempty"`
-	UpdatesLate          int     `json:"updates_late,omitempty"` // started late: a cycle did not fit the period
-	UpdateCycleSeconds   float64 `json:"update_cycle_seconds,omitempty"`
-	UpdateLostGPUSeconds float64 `json:"update_lost_gpu_seconds,omitempty"`
-	UpdateIdleGPUSeconds float64 `json:"update_idle_gpu_seconds,omitempty"`
-	// MinRoutable is the fewest policies routable (neither drained,
-	// unhealthy nor unknown) at a 20 ms sample; 0 without -update-every.
-	MinRoutable int `json:"min_routable"`
+	// Updates is what the updates did, live and in the model.
+	Updates *updateReport `json:"updates,omitempty"`
 	// Seconds is the run's length: -duration, or with -episodes the time
-	// until the last episode ended.
+	// until the last episode ended; under updates, the measured window.
 	Seconds float64 `json:"seconds"`
 	// Episodes ended within Seconds; Turns counts every turn run, those
 	// in flight at the end included.
@@ -160,11 +150,10 @@ type rolloutAim struct {
 
 // Thresholds of the aims.
 const (
-	aimUtilRatio    = 0.95 // of the bound, at offered load >= capacity
-	aimWaitFactor   = 1.2  // idle_affinity's p99 wait over FIFO's
-	aimStickyRatio  = 0.9  // sticky hit rate at 80% load
-	aimUpdateFactor = 1.3  // rolling over pause-all episodes
-	aimStickyLoad   = 0.8
+	aimUtilRatio   = 0.95 // of the bound, at offered load >= capacity
+	aimWaitFactor  = 1.2  // idle_affinity's p99 wait over FIFO's
+	aimStickyRatio = 0.9  // sticky hit rate at 80% load
+	aimStickyLoad  = 0.8
 )
 
 // judgeAims checks the run against the aims.
@@ -236,48 +225,7 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 		}
 	}
 
-	update := rolloutAim{
-		Aim:    fmt.Sprintf("rolling updates serve >= %gx the episodes of pause-all over an update cycle", aimUpdateFactor),
-		Detail: "not applicable: no weight updates in this run (-update-every 0)",
-	}
-	if cfg.UpdateEvery > 0 {
-		update.Detail = "needs the rolling and pause-all update modes"
-	}
-	parts, allOK, judged = nil, true, false
-	for _, lr := range loads {
-		for _, r := range lr.Strategies {
-			if r.Update != updateRolling {
-				continue
-			}
-			base := strings.TrimSuffix(r.Strategy, " "+updateRolling)
-			p := find(lr, base+" "+updatePauseAll)
-			if p == nil {
-				continue
-			}
-			if r.Updates != p.Updates || r.UpdatesLate+p.UpdatesLate > 0 {
-				// Unequal work: a rate over fewer or later updates says nothing.
-				parts = append(parts, fmt.Sprintf("%s at load %g: not comparable, %d whole updates (%d late) against %d (%d late)",
-					base, lr.Load, r.Updates, r.UpdatesLate, p.Updates, p.UpdatesLate))
-				continue
-			}
-			judged = true
-			ok := r.EpisodesPerSecond >= aimUpdateFactor*p.EpisodesPerSecond
-			allOK = allOK && ok
-			lost := ""
-			if n := find(lr, base+" "+updateNone); n != nil {
-				lost = fmt.Sprintf(", turns lost against no update, pause-all / rolling: %.2f", ratio(float64(n.turnsByDeadline-p.turnsByDeadline), float64(n.turnsByDeadline-r.turnsByDeadline)))
-			}
-			parts = append(parts, fmt.Sprintf("%s at load %g: %.2fx, %.1f vs %.1f GPU-s drained%s (%s)",
-				base, lr.Load, ratio(r.EpisodesPerSecond, p.EpisodesPerSecond), r.UpdateLostGPUSeconds, p.UpdateLostGPUSeconds, lost, metWord(ok)))
-		}
-	}
-	if judged {
-		update.Met = verdict(allOK)
-	}
-	if len(parts) > 0 {
-		update.Detail = strings.Join(parts, "; ")
-	}
-	return []rolloutAim{util, wait, sticky, update}
+	return []rolloutAim{util, wait, sticky}
 }
 
 func metWord(ok bool) string {
@@ -301,18 +249,15 @@ func writeRolloutTable(w io.Writer, rep *rolloutReport) {
 		fmt.Fprintf(w, "\noffered load %g of capacity (mean env step %.1f ms); oracle %.2f episodes/s\n", lr.Load, lr.EnvStepMS, lr.OracleEPS)
 		fmt.Fprintf(w, "  %-32s %9s %7s %7s %7s %7s %10s %10s %8s %8s %8s %7s %7s", "strategy", "episodes", "eps/s", "÷oracle",
 			"util", "÷bound", "wait p50", "wait p99", "hits", "÷best", "cross", "gen ms", "run s")
-		if wl.UpdateEveryMS > 0 {
-			fmt.Fprintf(w, " %8s %5s %8s %9s %9s %9s", "updates", "late", "cycle s", "upd GPU-s", "idle GPU-s", "routable")
-		}
 		fmt.Fprintln(w)
 		for _, r := range lr.Strategies {
 			fmt.Fprintf(w, "  %-32s %9d %7.2f %7.3f %7.3f %7.3f %8.1fms %8.1fms %7.1f%% %8.3f %7.1f%% %7.1f %7.2f",
 				r.Strategy, r.Episodes, r.EpisodesPerSecond, r.EpisodesRatio, r.Utilisation, r.UtilRatio,
 				r.WaitP50MS, r.WaitP99MS, 100*r.HitRate, r.HitRatio, 100*r.CrossNode, r.MeanGenerationMS, r.Seconds)
-			if wl.UpdateEveryMS > 0 {
-				fmt.Fprintf(w, " %8d %5d %8.2f %9.1f %9.2f %9d", r.Updates, r.UpdatesLate, r.UpdateCycleSeconds, r.UpdateLostGPUSeconds, r.UpdateIdleGPUSeconds, r.MinRoutable)
-			}
 			fmt.Fprintln(w)
+		}
+		if wl.UpdateEveryMS > 0 {
+			writeUpdateTable(w, lr.Strategies)
 		}
 	}
 	fmt.Fprintln(w, "\naims:")

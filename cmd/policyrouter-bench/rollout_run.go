@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -16,7 +15,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
 	"github.com/policyrouter/policyrouter/fakepolicy"
-	"github.com/policyrouter/policyrouter/routing"
+	"github.com/policyrouter/policyrouter/internal/updatesim"
 )
 
 // stragglerGrace bounds how long the turns in flight at the end of a run
@@ -25,10 +24,11 @@ const stragglerGrace = 30 * time.Second
 
 // turnOutcome is what an env worker records of one turn.
 type turnOutcome struct {
-	wait      time.Duration // the turn's wall time less the generation's own
-	busy      time.Duration // the generation's time on the policy
-	hit       bool          // the policy had the episode's prefix cached
-	crossNode bool          // the policy sat on another node than the worker
+	start, end time.Time
+	wait       time.Duration // the turn's wall time less the generation's own
+	busy       time.Duration // the generation's time on the policy
+	hit        bool          // the policy had the episode's prefix cached
+	crossNode  bool          // the policy sat on another node than the worker
 }
 
 // workerOutcome is what one env worker did in a run.
@@ -48,18 +48,34 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	// generations queued at a busy policy); runCtx bounds the run instead.
 	hc.Timeout = 0
 	defer hc.CloseIdleConnections()
-	rt, err := startRouter(ctx, routerConfig{
+	// Under updates the policies are fake SGLang engines, registered as
+	// such once the router runs (startRouter registers native ones) and
+	// polled from then on.
+	rc := routerConfig{
 		Policies: cfg.Policies, Nodes: cfg.Nodes, Envs: cfg.Envs, Seed: cfg.Seed,
 		PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel,
 		Fleet: fakepolicy.Options{
-			GenMedian: cfg.GenMedian, GenSigma: cfg.GenSigma, Serial: true,
+			TokensPerSecond: tokensPerSecond, Serial: true,
 			PrefixCache: cfg.Cache, PrefixSpeedup: cfg.Speedup, UpdateTime: cfg.UpdateTime,
 		},
-	}, hc)
+	}
+	if s.Update != "" {
+		rc.PollInterval, rc.Fleet.Engine = 0, fakepolicy.EngineSGLang
+	}
+	rt, err := startRouter(ctx, rc, hc)
 	if err != nil {
 		return nil, err
 	}
 	defer rt.Close()
+	if s.Update != "" {
+		if err := registerSGLang(ctx, rt, cfg.Nodes, cfg.Envs); err != nil {
+			return nil, err
+		}
+		rt.startPolling()
+		if err := rt.waitReady(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
@@ -74,16 +90,15 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	var busy time.Duration // summed over policies, start to end
 	end := deadline
 	wg.Go(func() { series, busy, end = sampleUtilisation(sampleCtx, rt.fleet, start, deadline, cfg.Sample) })
-	var upd updateOutcome
+	var upd updateLive
 	if s.Update != "" {
-		wg.Go(func() { upd = runUpdates(sampleCtx, cfg, s.Update, rt, start, deadline) })
+		wg.Go(func() { upd = runUpdates(runCtx, cfg, s.Update, rt, start) })
 	}
 	outcomes := make([]workerOutcome, cfg.Envs)
-	stepMedian := time.Duration(float64(cfg.envStepMean(load)) * math.Exp(-cfg.EnvSigma*cfg.EnvSigma/2))
 	for k := range cfg.Envs {
 		w := envWorker{
 			k: k, cfg: cfg, s: s, hc: hc, router: rt.API,
-			node: nodeName(k, cfg.Nodes), stepMedian: stepMedian, deadline: deadline,
+			node: nodeName(k, cfg.Nodes), stepMedian: cfg.stepMedian(load), deadline: deadline,
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(k)+1)),
 		}
 		workers.Go(func() { outcomes[k] = w.run(runCtx) })
@@ -104,17 +119,17 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	res := &strategyResult{
 		Strategy: s.Name, Router: s.Router, Sessions: s.Sessions, Update: s.Update,
 		Seconds: end.Sub(start).Seconds(), UtilisationSeries: series,
-		Updates: upd.updates, UpdatesLate: upd.late, UpdateLostGPUSeconds: upd.lost, UpdateIdleGPUSeconds: upd.idle,
-		UpdateCycleSeconds: upd.cycle, MinRoutable: upd.minRoutable,
 	}
 	res.Utilisation = busy.Seconds() / (float64(cfg.Policies) * res.Seconds)
 	var busySum time.Duration
+	var all []turnOutcome
 	for _, o := range outcomes {
 		if o.err != nil {
 			return nil, o.err
 		}
 		res.Episodes += o.episodes
 		res.turnsByDeadline += o.done
+		all = append(all, o.turns...)
 		for _, t := range o.turns {
 			res.waits = append(res.waits, t.wait)
 			busySum += t.busy
@@ -130,6 +145,21 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	res.Turns = len(res.waits)
 	if res.Turns > 0 {
 		res.MeanGenerationMS = ms(busySum) / float64(res.Turns)
+	}
+	if s.Update != "" {
+		// The measured window: from the first update's start, on the
+		// fleet's own busy ledgers.
+		res.Seconds = upd.win.Sub(upd.winFrom).Seconds()
+		res.Utilisation = 1 - upd.Idle/(float64(cfg.Policies)*res.Seconds)
+		res.turnsByDeadline = 0
+		for _, t := range all {
+			if !t.end.Before(upd.winFrom) && !t.end.After(upd.win) {
+				res.turnsByDeadline++
+			}
+		}
+		waits := duringUpdates(all, upd.intervals)
+		upd.WaitP50, upd.WaitP99 = updatesim.Percentile(waits, 0.5), updatesim.Percentile(waits, 0.99)
+		res.Updates = &updateReport{Live: upd}
 	}
 	stats, err := rt.API.Stats(ctx)
 	res.Sticky = stats.Sticky
@@ -212,13 +242,13 @@ func (w envWorker) run(ctx context.Context) workerOutcome {
 				sel.LoadFactor = &w.cfg.LoadFactor
 			}
 		}
-		gen := []byte(`{"session_id":"` + episode + `"}`)
 		for range w.cfg.Turns {
 			step := time.Duration(float64(w.stepMedian) * math.Exp(w.cfg.EnvSigma*w.rng.NormFloat64()))
+			gen := min(time.Duration(float64(w.cfg.GenMedian)*math.Exp(w.cfg.GenSigma*w.rng.NormFloat64())), w.cfg.genCap())
 			if !time.Now().Add(step).Before(w.deadline) || !sleepUntil(ctx, time.Now().Add(step)) {
 				return out
 			}
-			t, err := w.turn(ctx, sel, gen)
+			t, err := w.turn(ctx, sel, episode, max(int(gen.Seconds()*tokensPerSecond), 1))
 			if err != nil {
 				if ctx.Err() != nil { // the run's hard bound, not a failure
 					return out
@@ -238,11 +268,11 @@ func (w envWorker) run(ctx context.Context) workerOutcome {
 	return out
 }
 
-// turn runs one turn: select, the cross-node latency if any, generate,
-// release.
-func (w envWorker) turn(ctx context.Context, sel api.SelectRequest, gen []byte) (turnOutcome, error) {
-	var t turnOutcome
-	t0 := time.Now()
+// turn runs one turn of n tokens: select, the cross-node latency if any,
+// generate (the rest again on the same policy after an abort, which that
+// policy holds until it resumes), release.
+func (w envWorker) turn(ctx context.Context, sel api.SelectRequest, episode string, n int) (turnOutcome, error) {
+	t := turnOutcome{start: time.Now()}
 	s, err := selectRetrying(ctx, w.router, sel)
 	if err != nil {
 		return t, err
@@ -251,21 +281,36 @@ func (w envWorker) turn(ctx context.Context, sel api.SelectRequest, gen []byte) 
 	if t.crossNode && w.cfg.CrossNode > 0 && !sleepUntil(ctx, time.Now().Add(w.cfg.CrossNode)) {
 		return t, ctx.Err()
 	}
-	var g struct {
-		BusyMS    float64 `json:"busy_ms"`
-		PrefixHit bool    `json:"prefix_hit"`
+	for left, first := n, true; left > 0; first = false {
+		var g struct {
+			BusyMS    float64 `json:"busy_ms"`
+			PrefixHit bool    `json:"prefix_hit"`
+			Meta      struct {
+				Tokens int `json:"completion_tokens"`
+				Finish struct {
+					Type string `json:"type"`
+				} `json:"finish_reason"`
+			} `json:"meta_info"`
+		}
+		body := []byte(`{"session_id":"` + episode + `","sampling_params":{"max_new_tokens":` + strconv.Itoa(left) + `}}`)
+		if err := client.New(s.URL, w.hc).Do(ctx, http.MethodPost, "/generate", body, &g); err != nil {
+			return t, fmt.Errorf("generate on policy %d: %w", s.Index, err)
+		}
+		if first {
+			t.busy, t.hit = time.Duration(g.BusyMS*float64(time.Millisecond)), g.PrefixHit
+		}
+		left -= g.Meta.Tokens
+		if g.Meta.Finish.Type != "abort" {
+			break
+		}
 	}
-	if err := client.New(s.URL, w.hc).Do(ctx, http.MethodPost, "/generate", gen, &g); err != nil {
-		return t, fmt.Errorf("generate on policy %d: %w", s.Index, err)
-	}
-	if s.LeaseID != "" { // round robin hands out no lease
+	if s.LeaseID != "" { // round robin hands out no lease; an aborted lease is released already
 		if _, err := w.router.Release(ctx, s.LeaseID); err != nil {
 			return t, err
 		}
 	}
-	t.busy = time.Duration(g.BusyMS * float64(time.Millisecond))
-	t.hit = g.PrefixHit
-	t.wait = max(time.Since(t0)-t.busy, 0)
+	t.end = time.Now()
+	t.wait = max(t.end.Sub(t.start)-t.busy, 0)
 	return t, nil
 }
 
@@ -279,153 +324,4 @@ func selectRetrying(ctx context.Context, c *client.Client, sel api.SelectRequest
 			return s, err
 		}
 	}
-}
-
-// updateOutcome is what the weight updates of one run did.
-type updateOutcome struct {
-	updates     int     // update cycles finished by the deadline
-	late        int     // of those, started late: the previous cycle outlasted -update-every
-	cycle       float64 // their mean length, seconds
-	lost        float64 // policy-seconds out of routing (drained) for updates
-	idle        float64 // of those, drained with no work and not loading weights
-	minRoutable int     // fewest policies routable (idle or busy) at a sample
-	err         error
-}
-
-// runUpdates starts a weight update every cfg.UpdateEvery until the
-// deadline (at most cfg.Updates of them, when set), each to the next
-// version and one at a time, by mode: rolling (POST /updates,
-// max_unavailable cfg.UpdateRolling), all (POST /updates, "100%"), or
-// pausing everything as frameworks do (pauseAll); none starts no update,
-// for the baseline. Meanwhile it samples how many policies are drained,
-// drained and idle, and routable.
-func runUpdates(ctx context.Context, cfg rolloutConfig, mode string, rt *routerUnderTest, start, deadline time.Time) (out updateOutcome) {
-	const sample = 20 * time.Millisecond
-	var drained, idle int
-	out.minRoutable = cfg.Policies
-	sampleCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for sleepUntil(sampleCtx, time.Now().Add(sample)) && time.Now().Before(deadline) {
-			stats, err := rt.API.Stats(sampleCtx)
-			if err != nil {
-				continue
-			}
-			t := stats.Totals
-			drained += t.Draining
-			out.minRoutable = min(out.minRoutable, t.Policies-t.Draining-t.Unhealthy-t.Unknown)
-			for _, p := range stats.Policies {
-				if p.State == routing.StateDraining && p.Index < rt.fleet.Len() && rt.fleet.Policy(p.Index).Idle() {
-					idle++
-				}
-			}
-		}
-	})
-	defer func() {
-		stop()
-		wg.Wait()
-		out.lost, out.idle = float64(drained)*sample.Seconds(), float64(idle)*sample.Seconds()
-		if out.updates > 0 {
-			out.cycle /= float64(out.updates)
-		}
-	}()
-	version := int64(1)
-	for next := start.Add(cfg.UpdateEvery); next.Before(deadline) && mode != updateNone && (cfg.Updates == 0 || out.updates < cfg.Updates); next = next.Add(cfg.UpdateEvery) {
-		if !sleepUntil(ctx, next) {
-			return out
-		}
-		// sleepUntil returns at once for a time past: the previous cycle
-		// did not fit the period, and this one starts late.
-		late := time.Since(next) > 50*time.Millisecond
-		version++
-		t0 := time.Now()
-		var err error
-		switch mode {
-		case updatePauseAll:
-			err = pauseAll(ctx, rt, version)
-		case updateAll:
-			err = rollingUpdate(ctx, rt.API, version, json.RawMessage(`"100%"`))
-		default:
-			err = rollingUpdate(ctx, rt.API, version, json.RawMessage(strconv.Itoa(cfg.UpdateRolling)))
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				out.err = err
-			}
-			return out
-		}
-		if time.Now().After(deadline) {
-			return out // a cycle cut by the end of the run is not a whole update
-		}
-		out.updates++
-		if late {
-			out.late++
-		}
-		out.cycle += time.Since(t0).Seconds()
-	}
-	return out
-}
-
-// rollingUpdate runs POST /updates to version with the given
-// max_unavailable, and waits for it to end.
-func rollingUpdate(ctx context.Context, c *client.Client, version int64, maxUnavailable json.RawMessage) error {
-	timeout := 60000
-	u, err := c.StartUpdate(ctx, api.UpdateRequest{
-		Version: &version, MaxUnavailable: maxUnavailable, DrainTimeoutMS: &timeout,
-		Action: &api.UpdateAction{Path: "/update_weights_from_disk", Body: json.RawMessage(`{"version": ` + strconv.FormatInt(version, 10) + `}`), TimeoutMS: &timeout},
-	})
-	for err == nil && u.State == "running" {
-		if !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
-			return ctx.Err()
-		}
-		u, err = c.Update(ctx, u.ID)
-	}
-	if err == nil && u.State != "succeeded" {
-		err = fmt.Errorf("update to version %d ended %s: %s", version, u.State, u.Error)
-	}
-	return err
-}
-
-// pauseAll updates every policy as training frameworks do: drain them
-// all, wait until the last request on any of them has ended, send every
-// policy the update at once, and resume them all when every update has
-// answered.
-func pauseAll(ctx context.Context, rt *routerUnderTest, version int64) error {
-	list, err := rt.API.Policies(ctx)
-	if err != nil {
-		return err
-	}
-	for _, p := range list.Policies {
-		if _, err := rt.API.Drain(ctx, p.ID); err != nil {
-			return err
-		}
-	}
-	for busy := true; busy; {
-		stats, err := rt.API.Stats(ctx)
-		if err != nil {
-			return err
-		}
-		busy = stats.Totals.Inflight > 0
-		if busy && !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
-			return ctx.Err()
-		}
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(list.Policies))
-	body := []byte(`{"version": ` + strconv.FormatInt(version, 10) + `}`)
-	for i, p := range list.Policies {
-		wg.Go(func() {
-			errs[i] = client.New(p.URL, rt.hc).Do(ctx, http.MethodPost, "/update_weights_from_disk", body, nil)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	for _, p := range list.Policies {
-		if _, err := rt.API.Resume(ctx, p.ID); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"github.com/policyrouter/policyrouter/internal/updatesim"
 	"io"
 	"math"
 	"os"
@@ -77,8 +78,8 @@ func TestRolloutSmoke(t *testing.T) {
 	if rr := lr.Strategies[0]; rr.CrossNode != 0 {
 		t.Errorf("round robin (node_affinity) sent %v of turns across nodes, want none: every node has policies", rr.CrossNode)
 	}
-	if len(rep.Aims) != 4 || rep.Aims[3].Met != nil {
-		t.Errorf("aims %+v: want four, the update aim not applicable", rep.Aims)
+	if len(rep.Aims) != 3 {
+		t.Errorf("aims %+v: want three", rep.Aims)
 	}
 
 	files, err := filepath.Glob(filepath.Join(dir, "*.svg"))
@@ -157,14 +158,14 @@ func TestRolloutEpisodes(t *testing.T) {
 	}
 }
 
-// The update cycle configuration: one update under saturating load in
-// every mode, beside a run without one.
-func TestRolloutUpdateModes(t *testing.T) {
+// The update configuration: every update strategy runs one whole update
+// on the same workload against the real router, with the model beside it.
+func TestRolloutUpdateStrategies(t *testing.T) {
 	var out bytes.Buffer
-	args := []string{"rollout", "-envs", "8", "-turns", "1", "-policies", "4", "-nodes", "2", "-loads", "2",
-		"-gen-median", "10ms", "-cache", "0", "-cross-node", "0", "-strategies", "idle_affinity", "-duration", "2s",
-		"-update-every", "500ms", "-updates", "1", "-update-time", "20ms", "-update-rolling", "1",
-		"-update-modes", "none,rolling,all,pause-all", "-poll-interval", "20ms", "-json"}
+	args := []string{"rollout", "-envs", "8", "-turns", "2", "-policies", "4", "-nodes", "2", "-loads", "2",
+		"-gen-median", "20ms", "-cache", "0", "-cross-node", "0", "-strategies", "idle_affinity",
+		"-update-every", "600ms", "-updates", "1", "-update-time", "50ms", "-update-rolling", "2",
+		"-poll-interval", "20ms", "-sample", "100ms", "-json"}
 	if err := run(context.Background(), args, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
@@ -173,54 +174,15 @@ func TestRolloutUpdateModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := rep.Loads[0].Strategies
-	if len(rs) != 4 {
-		t.Fatalf("got %d runs, want one per mode", len(rs))
+	if len(rs) != len(updatesim.Strategies) {
+		t.Fatalf("got %d runs, want one per update strategy", len(rs))
 	}
-	for i, want := range []struct {
-		mode             string
-		updates          int
-		routableLo, hiRt int
-	}{{updateNone, 0, 4, 4}, {updateRolling, 1, 3, 4}, {updateAll, 1, 0, 0}, {updatePauseAll, 1, 0, 0}} {
+	for i, st := range updatesim.Strategies {
 		r := rs[i]
-		if r.Update != want.mode || r.Updates != want.updates || r.Turns == 0 {
-			t.Errorf("run %d: %s with %d updates, %d turns; want %s with %d, some turns", i, r.Update, r.Updates, r.Turns, want.mode, want.updates)
+		want := map[bool]int{false: 1, true: 0}[st.Pause == ""]
+		if r.Update != st.Name || r.Updates == nil || r.Updates.Live.Updates != want || r.Updates.Model.Updates != want || r.Turns == 0 {
+			t.Errorf("run %d: %s, %+v, %d turns; want %s with %d whole update live and in the model, some turns", i, r.Update, r.Updates, r.Turns, st.Name, want)
 		}
-		if r.MinRoutable < want.routableLo || r.MinRoutable > want.hiRt {
-			t.Errorf("%s: %d of 4 routable at worst, want in [%d, %d]", r.Strategy, r.MinRoutable, want.routableLo, want.hiRt)
-		}
-		if want.updates > 0 && (r.UpdateCycleSeconds <= 0 || r.UpdateIdleGPUSeconds > r.UpdateLostGPUSeconds) {
-			t.Errorf("%s: cycle %v s, idle %v of %v GPU-s drained", r.Strategy, r.UpdateCycleSeconds, r.UpdateIdleGPUSeconds, r.UpdateLostGPUSeconds)
-		}
-	}
-	if a := rep.Aims[3]; a.Met == nil || !strings.Contains(a.Detail, "turns lost against no update") {
-		t.Errorf("update aim %+v: want it judged, with the turns lost", a)
-	}
-}
-
-// With -update-every, each strategy runs with rolling updates and with the
-// frameworks' pause-all, and the update aim is judged.
-func TestRolloutWithUpdates(t *testing.T) {
-	var out bytes.Buffer
-	args := append(append([]string{}, smokeRollout...), "-json", "-strategies", "idle_affinity",
-		"-duration", "3s", "-update-every", "1s", "-update-time", "100ms")
-	if err := run(context.Background(), args, &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	var rep rolloutReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
-	rs := rep.Loads[0].Strategies
-	if len(rs) != 2 || rs[0].Update != updateRolling || rs[1].Update != updatePauseAll {
-		t.Fatalf("strategies %+v; want idle_affinity rolling and pause-all", rs)
-	}
-	for _, r := range rs {
-		if r.Updates == 0 || r.UpdateLostGPUSeconds <= 0 || r.Turns == 0 {
-			t.Errorf("%s: %d updates, %.2f GPU-s drained, %d turns; want some of each", r.Strategy, r.Updates, r.UpdateLostGPUSeconds, r.Turns)
-		}
-	}
-	if a := rep.Aims[3]; a.Met == nil {
-		t.Errorf("update aim %+v not judged", a)
 	}
 }
 
@@ -229,7 +191,7 @@ func TestRolloutTable(t *testing.T) {
 	if err := run(context.Background(), append(append([]string{}, smokeRollout...), "-strategies", "fifo,idle_affinity"), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"fifo", "idle_affinity", "oracle", "aims:", "[n/a] rolling updates"} {
+	for _, want := range []string{"fifo", "idle_affinity", "oracle", "aims:"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
@@ -256,14 +218,14 @@ func TestRolloutFlags(t *testing.T) {
 		{[]string{"-loads", "3"}, "needs at least 48 env workers"},
 		{[]string{"-episodes", "-1"}, "-episodes"},
 		{[]string{"-updates", "-1"}, "-updates"},
-		{[]string{"-update-modes", "sometimes"}, "unknown mode"},
-		{[]string{"-update-every", "1s", "-update-modes", ","}, "-update-modes"},
+		{[]string{"-update-strategies", "sometimes"}, "unknown strategy"},
+		{[]string{"-update-every", "1s", "-update-strategies", ","}, "-update-strategies"},
 		{[]string{"-speedup", "0.5"}, "-speedup"},
 		{[]string{"-load-factor", "0.5"}, "-load-factor"},
 		{[]string{"-duration", "0s"}, "-duration"},
 		{[]string{"-sample", "1ms"}, "-sample"},
 		{[]string{"-update-every", "-1s"}, "-update-every"},
-		{[]string{"-update-every", "1m"}, "-update-every"},
+		{[]string{"-update-every", "-1s"}, "-update-every"},
 		{[]string{"-update-rolling", "0"}, "-update-rolling"},
 		{[]string{"-strategies", "random"}, "unknown strategy"},
 		{[]string{"-poll-interval", "0s"}, "-poll-interval"},
