@@ -7,16 +7,17 @@ import (
 
 // A paused engine holds its work as the real engines do:
 //
-//   - SGLang's pause_generation in mode "in_place" leaves the running
-//     requests in the batch with their KV cache and "retract" moves them
-//     back to the waiting queue; neither makes progress until
-//     continue_generation (sgl-project/sglang
-//     python/sglang/srt/managers/scheduler.py, pause_generation: the
-//     scheduler stops running batches while paused);
-//   - vLLM's pause with mode "keep" leaves the requests in the scheduler,
-//     frozen, and resume picks them up where they were
-//     (vllm-project/vllm vllm/v1/engine/async_llm.py, pause_generation:
-//     "keep" freezes requests in the queue, resumed after);
+//   - SGLang's pause_generation in mode "in_place" only sets the
+//     scheduler's _engine_paused flag, leaving the running batch and its
+//     KV cache untouched, and "retract" moves the running requests back to
+//     the waiting queue; while the flag is set the event loop launches no
+//     batch, so neither makes progress until continue_generation
+//     (sgl-project/sglang python/sglang/srt/managers/scheduler.py,
+//     Scheduler.pause_generation and the event loop's
+//     "if self._engine_paused: continue");
+//   - vLLM's pause mode "keep": "Freeze requests in queue; they resume on
+//     resume_generation()" (vllm-project/vllm vllm/v1/engine/__init__.py,
+//     PauseMode);
 //   - in every mode, a request that arrives while paused waits for the
 //     resume before it starts.
 //
