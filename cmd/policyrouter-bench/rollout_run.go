@@ -60,22 +60,13 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 		},
 	}
 	if s.Update != "" {
-		rc.PollInterval, rc.Fleet.Engine = 0, fakepolicy.EngineSGLang
+		rc.Fleet.Engine = fakepolicy.EngineSGLang // updates are driven through the engine's own endpoints
 	}
 	rt, err := startRouter(ctx, rc, hc)
 	if err != nil {
 		return nil, err
 	}
 	defer rt.Close()
-	if s.Update != "" {
-		if err := registerSGLang(ctx, rt, cfg.Nodes, cfg.Envs); err != nil {
-			return nil, err
-		}
-		rt.startPolling()
-		if err := rt.waitReady(ctx); err != nil {
-			return nil, err
-		}
-	}
 
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)

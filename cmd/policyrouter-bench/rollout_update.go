@@ -25,9 +25,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
-	"github.com/policyrouter/policyrouter/fakepolicy"
 	"github.com/policyrouter/policyrouter/internal/updatesim"
-	"github.com/policyrouter/policyrouter/routing"
 )
 
 // tokensPerSecond is the fake engines' speed: a turn of generation time g
@@ -202,27 +200,6 @@ func pauseAll(ctx context.Context, rt *routerUnderTest, version int64, pause str
 		}
 	}
 	return nil
-}
-
-// registerSGLang registers the fleet as SGLang engines, policy i and env
-// worker i on node i % nodes, as router.go's register does for native
-// policies.
-func registerSGLang(ctx context.Context, rt *routerUnderTest, nodes, envs int) error {
-	var policies []api.PolicyRequest
-	topo := routing.Topology{}
-	for i := range max(rt.fleet.Len(), envs) {
-		node := nodeName(i, nodes)
-		if topo[node] == nil {
-			topo[node] = map[string][]int{}
-		}
-		topo[node][routing.KindEnv] = append(topo[node][routing.KindEnv], i)
-		if i < rt.fleet.Len() {
-			policies = append(policies, api.PolicyRequest{URL: rt.fleet.URL(i), Index: &i, Engine: fakepolicy.EngineSGLang})
-			topo[node][routing.KindEval] = append(topo[node][routing.KindEval], i)
-		}
-	}
-	_, err := rt.API.PutRegistration(ctx, policies, topo)
-	return err
 }
 
 // scoreUpdates fills in the update figures of every run at one load: the

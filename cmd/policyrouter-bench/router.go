@@ -134,7 +134,7 @@ func startRouter(ctx context.Context, cfg routerConfig, hc *http.Client) (_ *rou
 	if cfg.PollInterval > 0 {
 		r.startPolling()
 	}
-	if err := r.register(ctx, cfg.Nodes, cfg.Envs); err != nil {
+	if err := r.register(ctx, cfg.Nodes, cfg.Envs, cfg.Fleet.Engine); err != nil {
 		return nil, fmt.Errorf("register the fleet: %w", err)
 	}
 	if cfg.PollInterval > 0 {
@@ -145,8 +145,9 @@ func startRouter(ctx context.Context, cfg routerConfig, hc *http.Client) (_ *rou
 
 // register puts the fleet and its topology through the router's own API,
 // as a trainer does at start-up: policy i and env worker i on node
-// i % nodes, with max(policies, envs) env workers.
-func (r *routerUnderTest) register(ctx context.Context, nodes, envs int) error {
+// i % nodes, with max(policies, envs) env workers, each policy registered
+// with the fleet's engine ("" for the native /idle).
+func (r *routerUnderTest) register(ctx context.Context, nodes, envs int, engine string) error {
 	var policies []api.PolicyRequest
 	topo := routing.Topology{}
 	for i := range max(r.fleet.Len(), envs) {
@@ -158,7 +159,7 @@ func (r *routerUnderTest) register(ctx context.Context, nodes, envs int) error {
 		if i >= r.fleet.Len() {
 			continue
 		}
-		policies = append(policies, api.PolicyRequest{URL: r.fleet.URL(i), Index: &i})
+		policies = append(policies, api.PolicyRequest{URL: r.fleet.URL(i), Index: &i, Engine: engine})
 		topo[node][routing.KindEval] = append(topo[node][routing.KindEval], i)
 	}
 	_, err := r.API.PutRegistration(ctx, policies, topo)
