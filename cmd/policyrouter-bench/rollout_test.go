@@ -160,11 +160,13 @@ func TestRolloutEpisodes(t *testing.T) {
 
 // The update configuration: every update strategy runs one whole update
 // on the same workload against the real router, with the model beside it.
+// The period leaves each update about 4x the time it takes, so that a
+// loaded machine does not push it past the window.
 func TestRolloutUpdateStrategies(t *testing.T) {
 	var out bytes.Buffer
 	args := []string{"rollout", "-envs", "8", "-turns", "2", "-policies", "4", "-nodes", "2", "-loads", "2",
 		"-gen-median", "20ms", "-cache", "0", "-cross-node", "0", "-strategies", "idle_affinity",
-		"-update-every", "600ms", "-updates", "1", "-update-time", "50ms", "-update-rolling", "2",
+		"-update-every", "1s", "-updates", "1", "-update-time", "50ms", "-update-rolling", "2",
 		"-poll-interval", "20ms", "-sample", "100ms", "-json"}
 	if err := run(context.Background(), args, &out, io.Discard); err != nil {
 		t.Fatal(err)
