@@ -322,3 +322,31 @@ func TestPolicyJoiningDuringUpdateIsHeld(t *testing.T) {
 		t.Errorf("joined policy at %q; want the update's 8", fl.f.Policy(4).WeightVersion())
 	}
 }
+
+// A policy an update failed with its engine paused gets its engine
+// resumed when an operator resumes the policy: the router routes to it
+// again, and a paused engine would hold that traffic.
+func TestResumingAFailedPolicyResumesItsEngine(t *testing.T) {
+	fl := newEngineFleet(t, store.NewMemory(), 2, fakepolicy.Options{Engine: fakepolicy.EngineSGLang, UpdateTime: time.Millisecond}, nil)
+	fl.f.Policy(1).SetFailUpdates(true)
+	m, _ := fl.run(t)
+	u, err := m.Start(context.Background(), updates.Spec{Version: 8, ModelPath: "/ckpt/8", MaxUnavailable: 1, DrainTimeout: time.Second, MaxFailures: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u = waitEnded(t, m, u.ID)
+	p := policyOf(u, 1)
+	if p.Phase != updates.PhaseFailed || !fl.f.Policy(1).Paused() {
+		t.Fatalf("policy 1: %s, engine paused %v; want failed with its engine paused", p.Phase, fl.f.Policy(1).Paused())
+	}
+	if _, err := fl.reg.SetDraining(context.Background(), p.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the engine to be resumed", func() bool { return !fl.f.Policy(1).Paused() })
+	if got, want := controlCalls(fl.f.Policy(1)), []string{"POST /pause_generation", "POST /update_weights_from_disk", "POST /continue_generation"}; !slices.Equal(got, want) {
+		t.Errorf("calls %v; want %v", got, want)
+	}
+	if u, _ = m.Get(u.ID); policyOf(u, 1).Paused {
+		t.Error("the update still records the engine as paused")
+	}
+}

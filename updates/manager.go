@@ -304,8 +304,14 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.cfg.Ready != nil && !m.cfg.Ready() {
+		return
+	}
+	if latest := m.latestLocked(); latest != nil && latest != m.running {
+		m.resumeReleasedLocked(ctx, latest)
+	}
 	u := m.running
-	if u == nil || (m.cfg.Ready != nil && !m.cfg.Ready()) {
+	if u == nil {
 		return
 	}
 	now := m.cfg.Now().UTC()
@@ -390,6 +396,27 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 			}
 		}
 		changed = true
+	}
+	if changed {
+		m.commitLocked(ctx, u)
+	}
+}
+
+// resumeReleasedLocked resumes the engine of each policy the ended
+// update u failed with its engine paused, once an operator has resumed
+// the policy (POST /policies/{id}/resume, on any replica): the router
+// routes to it again, and a paused engine would hold that traffic
+// forever.
+func (m *Manager) resumeReleasedLocked(ctx context.Context, u *Update) {
+	changed := false
+	for _, p := range u.Policies {
+		if p.Phase != PhaseFailed || !p.Paused {
+			continue
+		}
+		if ps, ok := m.cfg.State.PolicyStats(p.ID); ok && !ps.Draining {
+			m.resumeEngineLocked(p)
+			changed = changed || !p.Paused
+		}
 	}
 	if changed {
 		m.commitLocked(ctx, u)
