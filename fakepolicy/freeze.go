@@ -53,6 +53,27 @@ func (p *Policy) holdNewLocked() {
 	}
 }
 
+// waitThawed waits while the policy is frozen: a stream, like the work it
+// stands for, makes no progress until the thaw. It returns an outcome of
+// waitGen: genDone at once when the policy is not frozen.
+func (p *Policy) waitThawed(r *http.Request, abort <-chan struct{}) int {
+	p.mu.Lock()
+	frozen, thawed := !p.frozenAt.IsZero(), p.thawed
+	p.mu.Unlock()
+	if !frozen || thawed == nil {
+		return genDone
+	}
+	select {
+	case <-thawed:
+		return genDone
+	case <-abort:
+		return genAborted
+	case <-r.Context().Done():
+	case <-p.fleet.closed:
+	}
+	return genGone
+}
+
 // thaw restarts the work a freeze stopped, and lets the requests that
 // arrived meanwhile start.
 func (p *Policy) thaw() {

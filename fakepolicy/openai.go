@@ -121,7 +121,11 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 	flusher, _ := w.(http.Flusher)
 	step := d / time.Duration(n)
 	for i := 1; i <= n; i++ {
-		switch p.waitGen(r, step, abort) {
+		outcome := p.waitThawed(r, abort)
+		if outcome == genDone {
+			outcome = p.waitGen(r, step, abort)
+		}
+		switch outcome {
 		case genGone:
 			return
 		case genAborted:

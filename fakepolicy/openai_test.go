@@ -7,8 +7,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/poll"
 )
 
 // The simulated generate endpoints answer in the OpenAI and SGLang
@@ -123,5 +126,52 @@ func TestAbortEndsGenerations(t *testing.T) {
 		case <-time.After(2 * time.Second): // 100 tokens at 20/s would take 5 s
 			t.Fatal("the generations did not end at the abort")
 		}
+	}
+}
+
+// A keep pause (SGLang in_place) freezes a stream as it freezes other
+// work: no token while paused, the rest after the resume.
+func TestInPlacePauseFreezesStreams(t *testing.T) {
+	f, err := New(1, rand.NewPCG(1, 2), Options{Engine: EngineSGLang, TokensPerSecond: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	res, err := http.Post(f.URL(0)+"/generate", "application/json",
+		strings.NewReader(`{"text":"hi","stream":true,"sampling_params":{"max_new_tokens":20}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var mu sync.Mutex
+	events, done := 0, make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "data: {") {
+				mu.Lock()
+				events++
+				mu.Unlock()
+			}
+		}
+	}()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return events }
+	poll.Until(t, "the first token", func() bool { return count() > 0 })
+	post(t, f.URL(0)+"/pause_generation", `{"mode": "in_place"}`)
+	paused := count()
+	time.Sleep(300 * time.Millisecond) // 30 tokens' time at 100/s
+	// The token being made when the pause came may still arrive.
+	if got := count(); got > paused+1 {
+		t.Errorf("%d tokens streamed while paused", got-paused)
+	}
+	post(t, f.URL(0)+"/continue_generation", "{}")
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end after the resume")
+	}
+	if got := count(); got != 20 {
+		t.Errorf("%d tokens streamed; want all 20", got)
 	}
 }
