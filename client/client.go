@@ -132,18 +132,6 @@ func (c *Client) Release(ctx context.Context, leaseID string) (api.ReleaseRespon
 	return out, c.call(ctx, http.MethodPost, "/release", api.ReleaseRequest{LeaseID: leaseID}, &out)
 }
 
-// Assign is POST /assign.
-func (c *Client) Assign(ctx context.Context, req api.AssignRequest) (api.AssignResponse, error) {
-	var out api.AssignResponse
-	return out, c.call(ctx, http.MethodPost, "/assign", req, &out)
-}
-
-// Complete is POST /complete.
-func (c *Client) Complete(ctx context.Context, req api.CompleteRequest) (api.CompleteResponse, error) {
-	var out api.CompleteResponse
-	return out, c.call(ctx, http.MethodPost, "/complete", req, &out)
-}
-
 // PutRegistration is PUT /registration: the policies and the topology in
 // one atomic call.
 func (c *Client) PutRegistration(ctx context.Context, policies []api.PolicyRequest, topo routing.Topology) (api.Registration, error) {

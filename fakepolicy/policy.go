@@ -84,9 +84,6 @@ type Policy struct {
 	aborted chan struct{}
 }
 
-// Index returns the policy's index in its fleet.
-func (p *Policy) Index() int { return p.index }
-
 // URL returns the policy's base URL: GET URL()+"/idle" probes it.
 func (p *Policy) URL() string { return p.url }
 

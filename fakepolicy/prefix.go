@@ -1,8 +1,6 @@
 package fakepolicy
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -72,27 +70,6 @@ func (f *Fleet) PrefixStats() PrefixStats {
 		s.Size += ps.Size
 	}
 	return s
-}
-
-// generateBody is the optional body of POST /generate.
-type generateBody struct {
-	// SessionID names the trajectory or group whose prefix the request
-	// extends.
-	SessionID string `json:"session_id"`
-}
-
-// sessionOf reads the session key of a /generate request: the JSON body's
-// session_id, else the session query parameter; "" for none. A body that
-// is not such JSON names none.
-func sessionOf(r *http.Request) string {
-	if s := r.URL.Query().Get("session"); s != "" {
-		return s
-	}
-	var b generateBody
-	if r.Body != nil {
-		_ = json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&b)
-	}
-	return b.SessionID
 }
 
 // serveCache answers GET /cache with the policy's PrefixStats.
