@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
-	"github.com/policyrouter/policyrouter/internal/updatesim"
 	"io"
 	"math"
 	"os"
@@ -14,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/internal/updatesim"
 )
 
 // smokeRollout are the flags of the CI smoke run: a tiny workload, every
@@ -185,6 +187,14 @@ func TestRolloutUpdateStrategies(t *testing.T) {
 		if r.Update != st.Name || r.Updates == nil || r.Updates.Live.Updates != want || r.Updates.Model.Updates != want || r.Turns == 0 {
 			t.Errorf("run %d: %s, %+v, %d turns; want %s with %d whole update live and in the model, some turns", i, r.Update, r.Updates, r.Turns, st.Name, want)
 		}
+		if r.Updates == nil {
+			continue
+		}
+		// 4 policies, k = 2: rolling keeps at least 2 in routing,
+		// pause-all none, no update all 4.
+		if got := r.Updates.Live.MinRoutable; (st.Rolling && got < 2) || (!st.Rolling && st.Pause != "" && got != 0) || (st.Pause == "" && got != 4) {
+			t.Errorf("run %d (%s): %d policies routable at the least", i, st.Name, got)
+		}
 	}
 }
 
@@ -355,5 +365,23 @@ func TestPercentileAndNiceStep(t *testing.T) {
 		if got := niceStep(tt.x); math.Abs(got-tt.want) > 1e-12 {
 			t.Errorf("niceStep(%v) = %v, want %v", tt.x, got, tt.want)
 		}
+	}
+}
+
+// maxOut counts the policies out of routing at once from their drain and
+// end times; a wave that starts as the last one ends does not overlap it.
+func TestMaxOut(t *testing.T) {
+	at := func(ms int) *time.Time { v := time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond); return &v }
+	ps := []api.UpdatePolicy{
+		{Drained: at(0), Ended: at(10)}, {Drained: at(0), Ended: at(12)}, // wave 1
+		{Drained: at(12), Ended: at(20)}, {Drained: at(10), Ended: at(20)}, // wave 2, as slots free
+		{}, // pending: never out
+	}
+	if got := maxOut(ps); got != 2 {
+		t.Errorf("maxOut = %d, want 2", got)
+	}
+	ps[2].Drained = at(11) // drained before policy 1 ended
+	if got := maxOut(ps); got != 3 {
+		t.Errorf("maxOut = %d, want 3", got)
 	}
 }

@@ -12,6 +12,7 @@ package main
 // which holds them until it resumes.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,9 +60,13 @@ type updateLive struct {
 	MaxCycle float64 `json:"max_cycle"` // seconds
 	// Idle is policy-seconds not generating in the window, from the fake
 	// engines' own busy ledgers (loading weights is not busy).
-	Idle         float64 `json:"idle_policy_seconds"`
-	WaitP50      float64 `json:"wait_p50_s"` // over the turns that overlapped an update
-	WaitP99      float64 `json:"wait_p99_s"`
+	Idle    float64 `json:"idle_policy_seconds"`
+	WaitP50 float64 `json:"wait_p50_s"` // over the turns that overlapped an update
+	WaitP99 float64 `json:"wait_p99_s"`
+	// MinRoutable is the fewest policies in routing during the updates:
+	// pause-all drains them all; a rolling update's document says when
+	// each policy was drained and when it was done.
+	MinRoutable  int `json:"min_routable"`
 	intervals    [][2]time.Time
 	winFrom, win time.Time
 	busy0        time.Duration
@@ -88,6 +93,7 @@ func runUpdates(ctx context.Context, cfg rolloutConfig, name string, rt *routerU
 		return out
 	}
 	out.busy0 = sumBusy(rt)
+	out.MinRoutable = cfg.Policies
 	for i := range cfg.Updates {
 		if s.Pause == "" {
 			break
@@ -100,11 +106,13 @@ func runUpdates(ctx context.Context, cfg rolloutConfig, name string, rt *routerU
 		version := int64(i + 2)
 		t0 := time.Now()
 		var err error
+		drained := cfg.Policies // pause-all drains every policy
 		if s.Rolling {
-			err = rollingUpdate(ctx, rt.API, version, cfg.UpdateRolling, s.Pause)
+			drained, err = rollingUpdate(ctx, rt.API, version, cfg.UpdateRolling, s.Pause)
 		} else {
 			err = pauseAll(ctx, rt, version, s.Pause)
 		}
+		out.MinRoutable = min(out.MinRoutable, cfg.Policies-drained)
 		if err != nil {
 			if ctx.Err() == nil {
 				out.err = err
@@ -137,21 +145,46 @@ func sumBusy(rt *routerUnderTest) (s time.Duration) {
 func modelPath(version int64) string { return "/ckpt/v" + strconv.FormatInt(version, 10) }
 
 // rollingUpdate runs POST /updates to version with max_unavailable k and
-// the pause mode, and waits for it to end.
-func rollingUpdate(ctx context.Context, c *client.Client, version int64, k int, pause string) error {
+// the pause mode, waits for it to end, and returns the most policies it
+// held out of routing at once.
+func rollingUpdate(ctx context.Context, c *client.Client, version int64, k int, pause string) (int, error) {
 	timeout, mode := 60000, map[bool]string{true: sglangPause[pause], false: pause}[pause == updatesim.PauseKeep]
 	u, err := c.StartUpdate(ctx, api.UpdateRequest{Version: &version, MaxUnavailable: json.RawMessage(strconv.Itoa(k)),
 		DrainTimeoutMS: &timeout, ModelPath: modelPath(version), PauseMode: mode})
 	for err == nil && u.State == "running" {
 		if !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 		u, err = c.Update(ctx, u.ID)
 	}
 	if err == nil && u.State != "succeeded" {
 		err = fmt.Errorf("update to version %d ended %s: %s", version, u.State, u.Error)
 	}
-	return err
+	return maxOut(u.Policies), err
+}
+
+// maxOut is the most policies out of routing at once: each is out from
+// the drain to its end.
+func maxOut(ps []api.UpdatePolicy) int {
+	type edge struct {
+		at time.Time
+		d  int
+	}
+	var es []edge
+	for _, p := range ps {
+		if p.Drained != nil && p.Ended != nil {
+			es = append(es, edge{*p.Drained, 1}, edge{*p.Ended, -1})
+		}
+	}
+	// At equal times the ends come first: a wave that starts as the last
+	// ends does not overlap it.
+	slices.SortFunc(es, func(a, b edge) int { return cmp.Or(a.at.Compare(b.at), a.d-b.d) })
+	out, n := 0, 0
+	for _, e := range es {
+		n += e.d
+		out = max(out, n)
+	}
+	return out
 }
 
 // pauseAll updates every policy as training frameworks do: take them all
@@ -242,15 +275,15 @@ func duringUpdates(turns []turnOutcome, intervals [][2]time.Time) []float64 {
 // the model.
 func writeUpdateTable(w io.Writer, rs []*strategyResult) {
 	fmt.Fprintf(w, "\n  weight updates, live | model (updatesim.Run, same configuration):\n")
-	fmt.Fprintf(w, "  %-36s %9s %15s %19s %15s %15s %15s\n", "strategy", "updates", "eps/s", "lost pol-s/upd", "wait p50 s", "wait p99 s", "max cycle s")
+	fmt.Fprintf(w, "  %-36s %9s %15s %19s %15s %15s %15s %9s\n", "strategy", "updates", "eps/s", "lost pol-s/upd", "wait p50 s", "wait p99 s", "max cycle s", "routable")
 	for _, r := range rs {
 		l, m := r.Updates.Live, r.Updates.Model
 		late := ""
 		if l.Late > 0 || !m.Fits {
 			late = fmt.Sprintf(" (%d late; model fits: %t)", l.Late, m.Fits)
 		}
-		fmt.Fprintf(w, "  %-36s %4d|%-4d %7.2f|%-7.2f %9.2f|%-9.2f %7.3f|%-7.3f %7.3f|%-7.3f %7.2f|%-7.2f%s\n",
+		fmt.Fprintf(w, "  %-36s %4d|%-4d %7.2f|%-7.2f %9.2f|%-9.2f %7.3f|%-7.3f %7.3f|%-7.3f %7.2f|%-7.2f %4d|%-4d%s\n",
 			r.Strategy, l.Updates, m.Updates, r.EpisodesPerSecond, m.EpisodesPerSecond, r.Updates.LostPerUpdate, m.LostPerUpdate.Total(),
-			l.WaitP50, m.WaitP50, l.WaitP99, m.WaitP99, l.MaxCycle, m.MaxCycle, late)
+			l.WaitP50, m.WaitP50, l.WaitP99, m.WaitP99, l.MaxCycle, m.MaxCycle, l.MinRoutable, m.MinRoutable, late)
 	}
 }
