@@ -85,6 +85,10 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	peers, err := peerTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
 	a.Store, err = openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -134,6 +138,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		Metrics:         a.Metrics,
 		Auth:            cfg.Auth,
 		OpenAPI:         policyrouter.OpenAPI,
+		PeerTLS:         peers,
 		Proxy: handlers.ProxyConfig{
 			Retries:   cfg.ProxyRetries,
 			Timeout:   cfg.ProxyTimeout,

@@ -105,6 +105,12 @@ type Config struct {
 	EtcdCA        string
 	EtcdCert      string
 	EtcdKey       string
+	// PeerCA is a PEM file of CA certificates trusted, besides the
+	// system's, for the other replicas' https:// advertise URLs: a
+	// follower reads the leader's GET /stats there. PeerCert and PeerKey
+	// are the client certificate it presents to a leader that requires
+	// one (--tls-client-ca); they are read again when they change.
+	PeerCA, PeerCert, PeerKey string
 	// LeaderTTL is the etcd session TTL of the leader election, in whole
 	// seconds: a leader that dies is replaced after about that long.
 	LeaderTTL time.Duration
@@ -237,6 +243,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EtcdCA, "etcd-ca", c.EtcdCA, "PEM file of CA certificates trusted, besides the system's, for https:// etcd endpoints")
 	fs.StringVar(&c.EtcdCert, "etcd-cert", c.EtcdCert, "PEM file of the client certificate presented to etcd (mutual TLS)")
 	fs.StringVar(&c.EtcdKey, "etcd-key", c.EtcdKey, "PEM file of the key of --etcd-cert")
+	fs.StringVar(&c.PeerCA, "peer-ca", c.PeerCA, "PEM file of CA certificates trusted, besides the system's, for the other replicas' https:// --advertise-url (a follower reads the leader's /stats) (--store etcd)")
+	fs.StringVar(&c.PeerCert, "peer-cert", c.PeerCert, "PEM file of the client certificate a follower presents to a leader that requires one (--tls-client-ca); read again when it changes (--store etcd)")
+	fs.StringVar(&c.PeerKey, "peer-key", c.PeerKey, "PEM file of the key of --peer-cert")
 	fs.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "etcd session TTL of the leader election, whole seconds: a dead leader is replaced after about this long (--store etcd)")
 	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "this router's URL as clients reach it, named by followers as the leader's (--store etcd); default from --addr and the TLS flags")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", c.JWTSecret, "HS256 secret for bearer tokens (at least 32 bytes)")
@@ -358,10 +367,14 @@ func (c Config) Validate() error {
 // validateStore checks the store settings against each other.
 func (c Config) validateStore() error {
 	etcdSet := len(c.EtcdEndpoints) > 0 || c.EtcdCA != "" || c.EtcdCert != "" || c.EtcdKey != ""
+	peerSet := c.PeerCA != "" || c.PeerCert != "" || c.PeerKey != ""
 	switch c.Store {
 	case "", StoreMemory, StoreBolt:
 		if etcdSet {
 			return errors.New("--etcd-endpoints, --etcd-ca, --etcd-cert and --etcd-key need --store etcd")
+		}
+		if peerSet {
+			return errors.New("--peer-ca, --peer-cert and --peer-key are for replicas: they need --store etcd")
 		}
 		if c.Store == StoreBolt && c.DataDir == "" {
 			return errors.New("--store bolt needs --data-dir")
@@ -383,6 +396,9 @@ func (c Config) validateStore() error {
 		}
 		if (c.EtcdCert == "") != (c.EtcdKey == "") {
 			return errors.New("--etcd-cert and --etcd-key go together")
+		}
+		if (c.PeerCert == "") != (c.PeerKey == "") {
+			return errors.New("--peer-cert and --peer-key go together")
 		}
 		if c.LeaderTTL < time.Second || c.LeaderTTL%time.Second != 0 {
 			return fmt.Errorf("--leader-ttl must be whole seconds, at least 1s (etcd leases are), not %s", c.LeaderTTL)

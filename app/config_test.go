@@ -45,6 +45,10 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"bolt without data dir", func(c *Config) { c.Store = StoreBolt }, "--store bolt needs --data-dir"},
 		{"data dir in memory", func(c *Config) { c.Store, c.DataDir = StoreMemory, "/tmp/x" }, "--data-dir is the bolt store's"},
 		{"etcd flags without etcd", func(c *Config) { c.EtcdEndpoints = []string{"http://e:2379"} }, "need --store etcd"},
+		{"peer flags without etcd", func(c *Config) { c.PeerCA = "ca.pem" }, "--peer-ca, --peer-cert and --peer-key are for replicas"},
+		{"peer key", func(c *Config) {
+			c.Store, c.EtcdEndpoints, c.PeerCert = StoreEtcd, []string{"http://e:2379"}, "c.pem"
+		}, "--peer-cert and --peer-key go together"},
 		{"etcd without endpoints", func(c *Config) { c.Store = StoreEtcd }, "--store etcd needs --etcd-endpoints"},
 		{"etcd endpoint", func(c *Config) { c.Store, c.EtcdEndpoints = StoreEtcd, []string{"e:2379"} }, `--etcd-endpoints: "e:2379" is not`},
 		{"leader ttl", func(c *Config) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -474,5 +475,110 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 	defer mu.Unlock()
 	if len(faults) > 0 {
 		t.Errorf("%d answers were faults, the first: %s", len(faults), faults[0])
+	}
+}
+
+// Replicas that serve HTTPS with a private CA and require client
+// certificates: a follower reads the leader's /stats when --peer-ca trusts
+// the CA and --peer-cert is a certificate the leader accepts, and falls
+// back to its own view (no stats_from) without them.
+func TestFollowerStatsOverMutualTLS(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "replicas CA")
+	caFile := ca.WriteCert(t, dir, "ca.crt")
+	serverCert, serverKey := ca.Server(t, "replica").Write(t, dir, "server")
+	peerCert, peerKey := ca.Client(t, "peer").Write(t, dir, "peer")
+	policy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"idle": true}`) }))
+	defer policy.Close()
+
+	start := func(withPeer bool) (*App, string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{
+			Store: StoreEtcd, EtcdEndpoints: []string{etcd.Endpoint}, EtcdPrefix: "/ha-tls/", LeaderTTL: time.Second,
+			AdvertiseURL: "https://" + ln.Addr().String(), PollInterval: 20 * time.Millisecond,
+			TLSCert: serverCert, TLSKey: serverKey, TLSClientCA: caFile, Logger: slog.New(slog.DiscardHandler),
+		}
+		if withPeer {
+			cfg.PeerCA, cfg.PeerCert, cfg.PeerKey = caFile, peerCert, peerKey
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		a, err := New(ctx, cfg)
+		if err != nil {
+			cancel()
+			_ = ln.Close()
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- a.Serve(ctx, ln) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return a, cfg.AdvertiseURL
+	}
+	a, aURL := start(true)
+	b, bURL := start(true)
+	client := httpsClient(t, ca.Pool(), ca.Client(t, "operator").TLS())
+	var leader *App
+	var leaderURL string
+	poll.Until(t, "a leader", func() bool {
+		for _, r := range []struct {
+			a   *App
+			url string
+		}{{a, aURL}, {b, bURL}} {
+			if leading, _ := r.a.Leader(); leading {
+				leader, leaderURL = r.a, r.url
+				return true
+			}
+		}
+		return false
+	})
+	c, cURL := start(false) // a follower: the leader is elected
+
+	resp, err := client.Post(leaderURL+"/policies", "application/json", strings.NewReader(`{"url": "`+policy.URL+`", "index": 0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("register: %d", resp.StatusCode)
+	}
+	poll.Until(t, "the leader to hear from the policy", func() bool { return leader.State.Stats().Idle == 1 })
+
+	statsOf := func(url string) (from string, states []string) {
+		resp, err := client.Get(url + "/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st api.Stats
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Replica != nil {
+			from = st.Replica.StatsFrom
+		}
+		for _, p := range st.Policies {
+			states = append(states, p.State)
+		}
+		return from, states
+	}
+	for _, r := range []struct {
+		a        *App
+		url      string
+		withPeer bool
+	}{{a, aURL, true}, {b, bURL, true}, {c, cURL, false}} {
+		if r.a == leader {
+			continue
+		}
+		poll.Until(t, "the follower to hear of the policy", func() bool { return len(r.a.State.Snapshot().Policies()) == 1 })
+		from, states := statsOf(r.url)
+		switch {
+		case r.withPeer && (from != leaderURL || fmt.Sprint(states) != "[idle]"):
+			t.Errorf("follower %s with --peer-ca and --peer-cert: stats from %q, states %v; want the leader's (%s), [idle]", r.url, from, states, leaderURL)
+		case !r.withPeer && from != "":
+			t.Errorf("follower %s without --peer-ca: stats from %q; want its own view, the leader's certificate being untrusted", r.url, from)
+		}
 	}
 }

@@ -137,6 +137,13 @@ func policyTLS(cfg Config) (*tls.Config, error) {
 	return clientTLS(cfg.Logger, clientFiles{"--policy-ca", cfg.PolicyCA}, clientFiles{"--policy-client-cert", cfg.PolicyClientCert}, clientFiles{"--policy-client-key", cfg.PolicyClientKey})
 }
 
+// peerTLS returns the TLS configuration of a follower's requests to the
+// leader, or nil for the defaults: --peer-ca trusted besides the system's
+// roots, and the client certificate of a leader that requires one.
+func peerTLS(cfg Config) (*tls.Config, error) {
+	return clientTLS(cfg.Logger, clientFiles{"--peer-ca", cfg.PeerCA}, clientFiles{"--peer-cert", cfg.PeerCert}, clientFiles{"--peer-key", cfg.PeerKey})
+}
+
 // etcdTLS returns the TLS configuration towards etcd, or nil for plain
 // connections: --etcd-ca trusted besides the system's roots, and the
 // client certificate of a cluster that requires one.

@@ -5,6 +5,7 @@ package handlers
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -78,6 +79,9 @@ type Config struct {
 	Leader func() (leading bool, leader string)
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
+	// PeerTLS is the TLS configuration of a follower's requests for the
+	// leader's /stats (--peer-ca, --peer-cert); nil for the defaults.
+	PeerTLS *tls.Config
 	// Proxy configures proxy mode (proxy.go).
 	Proxy ProxyConfig
 	// Now is the clock; default time.Now.
@@ -153,7 +157,9 @@ func New(cfg Config) *Server {
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.reverseProxy = s.newReverseProxy()
-	s.peers = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	peers := http.DefaultTransport.(*http.Transport).Clone()
+	peers.TLSClientConfig = cfg.PeerTLS
+	s.peers = &http.Client{Transport: peers}
 	return s
 }
 
