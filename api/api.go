@@ -575,6 +575,9 @@ type UpdatePolicy struct {
 	LastCall *UpdateCall `json:"last_call"`
 	// AbortedLeases counts the leases pause mode abort ended.
 	AbortedLeases int `json:"aborted_leases"`
+	// Held: the policy was registered while the update ran, and gets no
+	// work until it reaches the update's version.
+	Held bool `json:"held,omitempty"`
 }
 
 // UpdateCall is a call a rolling update made to a policy: Status 0 while

@@ -201,7 +201,7 @@ func updateToAPI(u updates.Update, now time.Time) api.Update {
 		ap := api.UpdatePolicy{ID: p.ID, Index: p.Index, NodeID: p.Node, Phase: p.Phase, Wave: p.Wave,
 			Since: p.Since, Drained: utcOrNil(p.Drained), Ended: utcOrNil(p.Ended), DrainTimedOut: p.DrainTimedOut, Error: p.Error,
 			Engine: p.Engine, Step: p.Step, ExpectedVersion: u.Spec.Version, ReportedVersion: p.ReportedVersion,
-			WeightVersion: p.WeightVersion, AbortedLeases: p.AbortedLeases, InPhaseMS: msSince(now, p.Since)}
+			WeightVersion: p.WeightVersion, AbortedLeases: p.AbortedLeases, InPhaseMS: msSince(now, p.Since), Held: p.Held}
 		if p.Phase == updates.PhaseUpdating {
 			ap.InStepMS = msSince(now, p.StepSince)
 		}

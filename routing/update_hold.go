@@ -86,6 +86,21 @@ func (st *State) SetJoinFloor(v int64) {
 	}
 }
 
+// Hold holds the policy with the given id below version v, as
+// SetJoinFloor holds the policies registered during an update: a new
+// leader restores the holds of the update it continues. SetJoinFloor(0)
+// lifts it. It returns ErrUnknownPolicy for an unknown id.
+func (st *State) Hold(id string, v int64) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rt := st.runtimes[id]
+	if rt == nil {
+		return ErrUnknownPolicy
+	}
+	rt.hold.Store(max(v, 0))
+	return nil
+}
+
 // Held reports whether the policy with the given id is held below a
 // rolling update's version (SetJoinFloor) and the version it must reach.
 func (st *State) Held(id string) (int64, bool) {

@@ -277,28 +277,35 @@ func TestEngineFailureQuarantinesAndSetFloor(t *testing.T) {
 	}
 }
 
-// A policy registered while an update runs is held (no work) until it
-// reports the update's version; the update takes it too.
-func TestPolicyJoiningDuringUpdateIsHeld(t *testing.T) {
-	fl := newEngineFleet(t, store.NewMemory(), 5, fakepolicy.Options{Engine: fakepolicy.EngineSGLang, UpdateTime: 50 * time.Millisecond}, nil)
-	// Start with four: the fifth joins later.
+// withoutLast registers the fleet without its last policy, and out of the
+// topology, and returns that policy, to be registered later.
+func (fl *fleet) withoutLast(t *testing.T) routing.Policy {
+	t.Helper()
 	reg := fl.reg.Current()
-	last := reg.Policies[4]
-	reg.Policies = reg.Policies[:4]
+	n := len(reg.Policies) - 1
+	last := reg.Policies[n]
 	topo := reg.Topology.Clone()
 	for node, comps := range topo {
 		for kind, ids := range comps {
-			topo[node][kind] = slices.DeleteFunc(slices.Clone(ids), func(i int) bool { return i == 4 })
+			topo[node][kind] = slices.DeleteFunc(slices.Clone(ids), func(i int) bool { return i == last.Index })
 		}
 	}
 	var specs []registry.Spec
-	for _, p := range reg.Policies {
+	for _, p := range reg.Policies[:n] {
 		idx := p.Index
 		specs = append(specs, registry.Spec{URL: p.URL, ID: p.ID, Index: &idx, Engine: p.Engine})
 	}
 	if _, err := fl.reg.ReplaceRegistration(context.Background(), specs, topo); err != nil {
 		t.Fatal(err)
 	}
+	return last
+}
+
+// A policy registered while an update runs is held (no work) until it
+// reports the update's version; the update takes it too.
+func TestPolicyJoiningDuringUpdateIsHeld(t *testing.T) {
+	fl := newEngineFleet(t, store.NewMemory(), 5, fakepolicy.Options{Engine: fakepolicy.EngineSGLang, UpdateTime: 50 * time.Millisecond}, nil)
+	last := fl.withoutLast(t) // it joins later
 	m, _ := fl.run(t)
 	u, err := m.Start(context.Background(), updates.Spec{Version: 8, ModelPath: "/ckpt/8", MaxUnavailable: 1, DrainTimeout: time.Second})
 	if err != nil {
@@ -348,5 +355,43 @@ func TestResumingAFailedPolicyResumesItsEngine(t *testing.T) {
 	}
 	if u, _ = m.Get(u.ID); policyOf(u, 1).Paused {
 		t.Error("the update still records the engine as paused")
+	}
+}
+
+// A policy that joined during an update stays held on a router that
+// restarts (or a replica that takes over) and continues the update.
+func TestJoinerStaysHeldAcrossRestart(t *testing.T) {
+	st, err := store.OpenBolt(t.TempDir(), store.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fl := newEngineFleet(t, st, 3, fakepolicy.Options{Engine: fakepolicy.EngineSGLang}, nil)
+	last := fl.withoutLast(t) // it joins during the update
+	m, stop := fl.run(t)
+	// External mode: the first wave waits for the trainer, so the update
+	// is still running at the restart.
+	u, err := m.Start(context.Background(), updates.Spec{Version: 8, MaxUnavailable: 1, DrainTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := 2
+	if _, _, err := fl.reg.Register(context.Background(), registry.Spec{URL: last.URL, ID: last.ID, Index: &idx, Engine: last.Engine}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the update to record the joiner's hold", func() bool {
+		u, _ = m.Get(u.ID)
+		p := policyOf(u, 2)
+		return p != nil && p.Held
+	})
+	stop()
+
+	fl.open(t) // the restarted router
+	m2, _ := fl.run(t)
+	if got, ok := m2.Running(); !ok || got.ID != u.ID {
+		t.Fatalf("restarted router runs %v, %v; want update %s", got.ID, ok, u.ID)
+	}
+	if v, held := fl.state.Held(last.ID); !held || v != 8 {
+		t.Errorf("after the restart the joiner's Held = %d, %v; want 8, true", v, held)
 	}
 }

@@ -103,6 +103,11 @@ func (m *Manager) Restore(docs map[string][]byte) error {
 	clear(m.inflight)
 	if running != nil {
 		m.cfg.State.SetJoinFloor(running.Spec.Version)
+		for _, p := range running.Policies {
+			if p.Held && p.Phase == PhasePending {
+				_ = m.cfg.State.Hold(p.ID, running.Spec.Version) // an unknown id was removed meanwhile
+			}
+		}
 	} else {
 		m.cfg.State.SetJoinFloor(0)
 	}
@@ -427,8 +432,9 @@ func (m *Manager) resumeReleasedLocked(ctx context.Context, u *Update) {
 // registered policy below the update's version that no wave has taken yet
 // is in u.Policies as pending, in wave 0, so that a client sees the whole
 // update from its start; a pending policy that was removed, or reached
-// the version without the update, leaves the list. It reports whether the
-// list changed.
+// the version without the update, leaves the list. A pending policy that
+// routing holds (it joined during the update) is marked Held, so that a
+// new leader restores the hold. It reports whether the list changed.
 func (m *Manager) listPendingLocked(u *Update, members []member, now time.Time) bool {
 	listed := make(map[string]bool, len(u.Policies))
 	for _, p := range u.Policies {
@@ -444,6 +450,11 @@ func (m *Manager) listPendingLocked(u *Update, members []member, now time.Time) 
 		if !listed[mb.ID] {
 			u.Policies = append(u.Policies, &Policy{ID: mb.ID, Index: mb.Index, Node: mb.Node, Engine: mb.Engine, Phase: PhasePending, Since: now})
 			changed = true
+		}
+	}
+	for _, p := range u.Policies {
+		if _, held := m.cfg.State.Held(p.ID); held && !p.Held && p.Phase == PhasePending {
+			p.Held, changed = true, true
 		}
 	}
 	kept := slices.DeleteFunc(u.Policies, func(p *Policy) bool { return p.Phase == PhasePending && !below[p.ID] })

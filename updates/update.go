@@ -147,6 +147,10 @@ type Policy struct {
 	StepSince time.Time `json:"step_since,omitzero"`
 	// Paused: the update paused the engine and has not resumed it yet.
 	Paused bool `json:"paused,omitempty"`
+	// Held: the policy was registered while the update ran, and gets no
+	// work until it reaches the update's version (routing's join floor).
+	// It is stored so that a new leader holds it too.
+	Held bool `json:"held,omitempty"`
 	// ReportedVersion and WeightVersion are what the policy last reported
 	// (its integer and its engine's string).
 	ReportedVersion int64  `json:"reported_version"`
