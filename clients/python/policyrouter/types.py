@@ -139,13 +139,23 @@ class UpdatePolicy(TypedDict, total=False):
     id: str
     index: int
     node_id: str
-    phase: str  # pending, draining, updating, done, failed
-    wave: int
+    phase: str  # pending (listed from the update's start), draining, updating, done, failed
+    wave: int  # 0 while pending
     since: str
     drained: Optional[str]
     ended: Optional[str]
     drain_timed_out: bool
     error: str
+    engine: str
+    step: str  # while updating: pause, load, ready, version, resume, confirm
+    in_phase_ms: float
+    in_step_ms: float
+    expected_version: int
+    reported_version: int
+    weight_version: str
+    last_call: Optional[Dict[str, Any]]
+    aborted_leases: int
+    held: bool  # joined during the update: no work until at its version
 
 
 class Update(TypedDict, total=False):
