@@ -43,7 +43,17 @@ func (a *App) runReplica(ctx context.Context) error {
 	wg.Go(func() { a.watchLeader(ctx) })
 	ttl := int(math.Ceil(a.Config.LeaderTTL.Seconds()))
 	for ctx.Err() == nil {
-		if err := a.campaign(ctx, ttl); err != nil && ctx.Err() == nil {
+		lease, err := a.campaign(ctx, ttl)
+		if lease != clientv3.NoLease {
+			// The ended session is revoked, not left to expire, so that
+			// another replica takes over at once. When etcd itself is what
+			// failed, that is retried in the background until etcd is
+			// back: a lease outlives an etcd restart with its ttl renewed,
+			// and its campaign key would hold back the next election,
+			// this replica's included, by that long.
+			wg.Go(func() { a.revoke(ctx, lease) })
+		}
+		if err != nil && ctx.Err() == nil {
 			a.Config.Logger.Warn("leader election: campaign ended; campaigning again", "err", err)
 			sleep(ctx, 500*time.Millisecond)
 		}
@@ -52,24 +62,16 @@ func (a *App) runReplica(ctx context.Context) error {
 }
 
 // campaign runs one etcd session: it campaigns for leadership, leads
-// until the session is lost or ctx is done, and then gives the session up
-// (revoking it, so that another replica takes over at once when this one
-// stops in good order).
-func (a *App) campaign(ctx context.Context, ttl int) error {
+// until the session is lost or ctx is done, and then gives the session up,
+// returning its lease for the caller to revoke (NoLease when none was
+// granted).
+func (a *App) campaign(ctx context.Context, ttl int) (clientv3.LeaseID, error) {
 	cli := a.etcd.Client()
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("new session: %w", err)
+		return clientv3.NoLease, fmt.Errorf("new session: %w", err)
 	}
-	defer func() {
-		// Revoked, not left to expire, so that another replica takes over
-		// at once. When etcd itself is what failed, the revoke is retried
-		// until etcd is back: a lease outlives an etcd restart with its
-		// ttl renewed, and its campaign key would hold back the next
-		// election by that long.
-		sess.Orphan()
-		a.revoke(ctx, sess.Lease())
-	}()
+	defer sess.Orphan()
 	term, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -81,21 +83,20 @@ func (a *App) campaign(ctx context.Context, ttl int) error {
 	}()
 	el := concurrency.NewElection(sess, a.electionPrefix())
 	if err := el.Campaign(term, a.Config.AdvertiseURL); err != nil {
-		return fmt.Errorf("campaign: %w", err)
+		return sess.Lease(), fmt.Errorf("campaign: %w", err)
 	}
 	// Update documents are written only while this key stands.
 	a.etcd.Fence(el.Key(), el.Rev())
 	a.lead(term)
 	if ctx.Err() == nil {
-		return fmt.Errorf("etcd session lost (leader ttl %ds)", ttl)
+		return sess.Lease(), fmt.Errorf("etcd session lost (leader ttl %ds)", ttl)
 	}
-	return nil
+	return sess.Lease(), nil
 }
 
 // revoke revokes the lease of a session that ended. While ctx lasts it
-// tries again, for at most revokeFor, as long as etcd cannot be reached
-// (no campaign can succeed before etcd is back anyway); once ctx is done
-// (the replica stops) it makes one attempt of a second.
+// tries again, for at most revokeFor, while etcd cannot be reached; once
+// ctx is done (the replica stops) it makes one attempt of a second.
 func (a *App) revoke(ctx context.Context, lease clientv3.LeaseID) {
 	cli := a.etcd.Client()
 	deadline := time.Now().Add(revokeFor)
