@@ -300,7 +300,8 @@ func TestClientCAReload(t *testing.T) {
 		resp, err := get(c, url)
 		return err == nil && resp.StatusCode == http.StatusOK
 	}
-	if !served(old) || !served(old) || served(next) {
+	firstTime, resumed := served(old), served(old) // the second call resumes the session
+	if !firstTime || !resumed || served(next) {
 		t.Fatal("before the change: want the first CA's client served (twice, resuming), the second's refused")
 	}
 

@@ -67,7 +67,7 @@ func loadCompose(tb testing.TB, profiles ...string) *types.Project {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p, err := cli.ProjectFromOptions(ctx, opts)
+	p, err := opts.LoadProject(ctx)
 	if err != nil {
 		tb.Fatalf("docker-compose.yml: %v", err)
 	}
