@@ -63,15 +63,7 @@ func (p *Policy) waitThawed(r *http.Request, abort <-chan struct{}) int {
 	if !frozen || thawed == nil {
 		return genDone
 	}
-	select {
-	case <-thawed:
-		return genDone
-	case <-abort:
-		return genAborted
-	case <-r.Context().Done():
-	case <-p.fleet.closed:
-	}
-	return genGone
+	return waitUntil(p, r, thawed, abort)
 }
 
 // thaw restarts the work a freeze stopped, and lets the requests that

@@ -162,8 +162,14 @@ func (p *Policy) waitGen(r *http.Request, d time.Duration, abort <-chan struct{}
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	return waitUntil(p, r, t.C, abort)
+}
+
+// waitUntil waits for done, or until abort is closed, the client leaves
+// or the fleet closes, and says which.
+func waitUntil[T any](p *Policy, r *http.Request, done <-chan T, abort <-chan struct{}) int {
 	select {
-	case <-t.C:
+	case <-done:
 		return genDone
 	case <-abort:
 		return genAborted
