@@ -7,15 +7,15 @@ type idleAffinity struct{}
 
 var _ Selector = idleAffinity{}
 
-func (idleAffinity) pick(l *ledger, envNode string) (pick, bool) {
+func (idleAffinity) pick(l *ledger, f candidateFilter, envNode string) (pick, bool) {
 	var s *slot
 	if envNode != "" {
 		if nl := l.byNode[envNode]; nl != nil {
-			s = l.firstFresh(nl.head, nodeList)
+			s = f.first(nl.head, nodeList)
 		}
 	}
 	if s == nil {
-		s = l.firstFresh(l.global.head, globalList)
+		s = f.first(l.global.head, globalList)
 	}
 	return pick{slot: s}, s != nil
 }

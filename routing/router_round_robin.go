@@ -11,13 +11,13 @@ type roundRobin struct{}
 
 var _ Selector = roundRobin{}
 
-func (roundRobin) pick(l *ledger, envNode string) (pick, bool) {
+func (roundRobin) pick(l *ledger, f candidateFilter, envNode string) (pick, bool) {
 	snap := l.snap
 	if ps, ok := snap.evalPos[envNode]; ok && envNode != "" {
 		for range ps {
 			pos := ps[l.rr[envNode]%uint64(len(ps))]
 			l.rr[envNode]++
-			if rt := snap.rts[pos]; rt.available() && l.fresh(rt) {
+			if rt := snap.rts[pos]; rt.available() && f.ok(rt) {
 				return pick{pos: pos}, true
 			}
 		}
@@ -26,7 +26,7 @@ func (roundRobin) pick(l *ledger, envNode string) (pick, bool) {
 	for range n {
 		pos := int(l.grr % n)
 		l.grr++
-		if rt := snap.rts[pos]; rt.available() && l.fresh(rt) {
+		if rt := snap.rts[pos]; rt.available() && f.ok(rt) {
 			return pick{pos: pos}, true
 		}
 	}

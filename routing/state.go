@@ -213,9 +213,6 @@ type ledger struct {
 	// fires at the first.
 	batches    batchHeap
 	batchTimer *time.Timer
-	// filter narrows the candidates of the decision in progress: set by
-	// Select for the duration of a pick.
-	filter candidateFilter
 	// joinFloor is the hold of policies registered from now on
 	// (SetJoinFloor); aborted the leases AbortLeases ended (update_hold.go).
 	joinFloor int64
@@ -240,14 +237,10 @@ func (r *policyRuntime) fresh(floor int64) bool {
 	return r.version.Load() >= max(floor, r.hold.Load())
 }
 
-// fresh reports whether rt passes the filter of the decision in progress.
-// Caller must hold State.mu.
-func (l *ledger) fresh(rt *policyRuntime) bool { return l.filter.ok(rt) }
-
-// firstFresh returns the first slot of a deque, from s on along links of
-// kind, whose policy meets the floor, or nil. Caller must hold State.mu.
-func (l *ledger) firstFresh(s *slot, kind int) *slot {
-	for ; s != nil && !l.fresh(s.rt); s = s.links[kind].next {
+// first returns the first slot of a deque, from s on along links of kind,
+// whose policy passes f, or nil. Caller must hold State.mu.
+func (f *candidateFilter) first(s *slot, kind int) *slot {
+	for ; s != nil && !f.ok(s.rt); s = s.links[kind].next {
 	}
 	return s
 }
