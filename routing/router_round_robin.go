@@ -11,12 +11,23 @@ type roundRobin struct{}
 
 var _ Selector = roundRobin{}
 
-func (roundRobin) pick(l *ledger, f candidateFilter, envNode string) (pick, bool) {
+// roundRobinState is the router's own state in one routing state: the
+// next position on each node and over all policies. It outlives
+// registrations, as the seed's counters outlive calls.
+type roundRobinState struct {
+	byNode map[string]uint64
+	all    uint64
+}
+
+func (roundRobin) newState() any { return &roundRobinState{byNode: make(map[string]uint64)} }
+
+func (r roundRobin) pick(l *ledger, f candidateFilter, envNode string) (pick, bool) {
+	rr := l.stateOf(r).(*roundRobinState)
 	snap := l.snap
 	if ps, ok := snap.evalPos[envNode]; ok && envNode != "" {
 		for range ps {
-			pos := ps[l.rr[envNode]%uint64(len(ps))]
-			l.rr[envNode]++
+			pos := ps[rr.byNode[envNode]%uint64(len(ps))]
+			rr.byNode[envNode]++
 			if rt := snap.rts[pos]; rt.available() && f.ok(rt) {
 				return pick{pos: pos}, true
 			}
@@ -24,8 +35,8 @@ func (roundRobin) pick(l *ledger, f candidateFilter, envNode string) (pick, bool
 	}
 	n := uint64(len(snap.policies))
 	for range n {
-		pos := int(l.grr % n)
-		l.grr++
+		pos := int(rr.all % n)
+		rr.all++
 		if rt := snap.rts[pos]; rt.available() && f.ok(rt) {
 			return pick{pos: pos}, true
 		}

@@ -197,8 +197,8 @@ type ledger struct {
 	waiters   waiterList
 	leases    map[uint64]*slot
 	nextLease uint64
-	rr        map[string]uint64 // per-node round-robin positions
-	grr       uint64            // global round-robin position
+	// routerStates holds the routers' own state (stateOf), by router.
+	routerStates map[Selector]any
 	// stickyAll and stickyNode are the loads of the sticky rings of all
 	// policies and of each node's (sticky.go).
 	stickyAll  ringLoad
@@ -237,6 +237,27 @@ func (r *policyRuntime) fresh(floor int64) bool {
 	return r.version.Load() >= max(floor, r.hold.Load())
 }
 
+// statefulRouter is a router that keeps state of its own across decisions
+// (round robin's positions): newState makes it for one routing state.
+type statefulRouter interface {
+	Selector
+	newState() any
+}
+
+// stateOf returns r's own state in this routing state, made on first use.
+// Caller must hold State.mu.
+func (l *ledger) stateOf(r statefulRouter) any {
+	s, ok := l.routerStates[r]
+	if !ok {
+		if l.routerStates == nil {
+			l.routerStates = make(map[Selector]any)
+		}
+		s = r.newState()
+		l.routerStates[r] = s
+	}
+	return s
+}
+
 // first returns the first slot of a deque, from s on along links of kind,
 // whose policy passes f, or nil. Caller must hold State.mu.
 func (f *candidateFilter) first(s *slot, kind int) *slot {
@@ -246,7 +267,7 @@ func (f *candidateFilter) first(s *slot, kind int) *slot {
 }
 
 // State is the live routing state: the current snapshot of policies and
-// topology, tracked loads, idle deques, leases, round-robin counters and
+// topology, tracked loads, idle deques, leases, routers' own state and
 // /select waiters. All methods are safe for concurrent use.
 type State struct {
 	opts  Options
@@ -272,7 +293,6 @@ func New(opts Options) *State {
 			global:     slotList{kind: globalList},
 			byNode:     make(map[string]*slotList),
 			leases:     make(map[uint64]*slot),
-			rr:         make(map[string]uint64),
 			firstProbe: make(chan struct{}),
 			stickyNode: make(map[string]*ringLoad),
 		},
