@@ -19,13 +19,12 @@ type Assigner interface {
 // stateless values: what they read and change (idle deques, round-robin
 // positions) is the ledger, locked by State for the duration of pick.
 type Selector interface {
-	// pick chooses for an env worker on envNode ("" when the env id names
-	// no node), among the policies that pass f (the request's weight-version
-	// floor and exclusions) besides the availability filter. It returns an
-	// idle slot to lease, or, for routers that hand policies out without a
-	// lease, the position of the chosen policy in l.snap. ok is false when
-	// nothing can be handed out now. Caller must hold State.mu.
-	pick(l *ledger, f candidateFilter, envNode string) (p pick, ok bool)
+	// pick chooses from c for an env worker on envNode ("" when the env id
+	// names no node). It returns an idle slot to lease, or, for routers
+	// that hand policies out without a lease, the position of the chosen
+	// policy in c.snap. ok is false when nothing can be handed out now.
+	// Caller must hold State.mu.
+	pick(c candidates, envNode string) (p pick, ok bool)
 	// leases reports whether the router hands out idle slots under a lease
 	// (and so waits when none is idle) rather than picking blind.
 	leases() bool

@@ -7,8 +7,8 @@ type idleDeque struct{}
 
 var _ Selector = idleDeque{}
 
-func (idleDeque) pick(l *ledger, f candidateFilter, _ string) (pick, bool) {
-	s := f.first(l.global.head, globalList)
+func (idleDeque) pick(c candidates, _ string) (pick, bool) {
+	s := c.filter.first(c.global.head, globalList)
 	return pick{slot: s}, s != nil
 }
 

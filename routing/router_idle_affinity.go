@@ -7,15 +7,15 @@ type idleAffinity struct{}
 
 var _ Selector = idleAffinity{}
 
-func (idleAffinity) pick(l *ledger, f candidateFilter, envNode string) (pick, bool) {
+func (idleAffinity) pick(c candidates, envNode string) (pick, bool) {
 	var s *slot
 	if envNode != "" {
-		if nl := l.byNode[envNode]; nl != nil {
-			s = f.first(nl.head, nodeList)
+		if nl := c.byNode[envNode]; nl != nil {
+			s = c.filter.first(nl.head, nodeList)
 		}
 	}
 	if s == nil {
-		s = f.first(l.global.head, globalList)
+		s = c.filter.first(c.global.head, globalList)
 	}
 	return pick{slot: s}, s != nil
 }

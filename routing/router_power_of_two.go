@@ -62,11 +62,11 @@ func (r *powerOfTwo) assign(in AffinityInput, numTasks int, _ []string) ([]int, 
 
 // pick samples two of the policies that have an idle slot and meet the
 // floor, in one pass and without allocating (reservoir sampling of two).
-func (r *powerOfTwo) pick(l *ledger, f candidateFilter, _ string) (pick, bool) {
+func (r *powerOfTwo) pick(c candidates, _ string) (pick, bool) {
 	var first, second *policyRuntime
 	seen := 0
-	for _, rt := range l.snap.rts {
-		if idleSlotLocked(rt) == nil || !f.ok(rt) {
+	for _, rt := range c.snap.rts {
+		if idleSlotLocked(rt) == nil || !c.filter.ok(rt) {
 			continue
 		}
 		seen++

@@ -21,14 +21,14 @@ type roundRobinState struct {
 
 func (roundRobin) newState() any { return &roundRobinState{byNode: make(map[string]uint64)} }
 
-func (r roundRobin) pick(l *ledger, f candidateFilter, envNode string) (pick, bool) {
-	rr := l.stateOf(r).(*roundRobinState)
-	snap := l.snap
+func (roundRobin) pick(c candidates, envNode string) (pick, bool) {
+	rr := c.own.(*roundRobinState)
+	snap := c.snap
 	if ps, ok := snap.evalPos[envNode]; ok && envNode != "" {
 		for range ps {
 			pos := ps[rr.byNode[envNode]%uint64(len(ps))]
 			rr.byNode[envNode]++
-			if rt := snap.rts[pos]; rt.available() && f.ok(rt) {
+			if rt := snap.rts[pos]; rt.available() && c.filter.ok(rt) {
 				return pick{pos: pos}, true
 			}
 		}
@@ -37,7 +37,7 @@ func (r roundRobin) pick(l *ledger, f candidateFilter, envNode string) (pick, bo
 	for range n {
 		pos := int(rr.all % n)
 		rr.all++
-		if rt := snap.rts[pos]; rt.available() && f.ok(rt) {
+		if rt := snap.rts[pos]; rt.available() && c.filter.ok(rt) {
 			return pick{pos: pos}, true
 		}
 	}

@@ -132,7 +132,7 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Decision, error
 	st.mu.Lock()
 	envNode := st.ledger.snap.EnvNode(req.EnvID)
 	filter := candidateFilter{floor: floor, exclude: req.Exclude}
-	if p, ok := r.pick(&st.ledger, filter, envNode); ok {
+	if p, ok := r.pick(st.candidatesLocked(r, filter), envNode); ok {
 		var d Decision
 		if p.slot != nil {
 			st.unlistLocked(p.slot)

@@ -237,6 +237,29 @@ func (r *policyRuntime) fresh(floor int64) bool {
 	return r.version.Load() >= max(floor, r.hold.Load())
 }
 
+// candidates is what a router picks from: the published snapshot, the idle
+// deques (slots of available policies with room, oldest first), the
+// request's filter, which the router applies to them, and the router's
+// own state (nil for a router without). The router reads them; Select
+// leases or hands out what it picks.
+type candidates struct {
+	snap   *Snapshot
+	global *slotList
+	byNode map[string]*slotList
+	filter candidateFilter
+	own    any
+}
+
+// candidatesLocked returns the candidates of a decision by r under filter.
+// Caller must hold State.mu.
+func (st *State) candidatesLocked(r Selector, filter candidateFilter) candidates {
+	c := candidates{snap: st.ledger.snap, global: &st.ledger.global, byNode: st.ledger.byNode, filter: filter}
+	if sr, ok := r.(statefulRouter); ok {
+		c.own = st.ledger.stateOf(sr)
+	}
+	return c
+}
+
 // statefulRouter is a router that keeps state of its own across decisions
 // (round robin's positions): newState makes it for one routing state.
 type statefulRouter interface {
