@@ -124,6 +124,8 @@ func (m *Manager) Start(ctx context.Context, spec Spec) (Update, error) {
 		return Update{}, fmt.Errorf("%w: %s", ErrRunning, m.running.ID)
 	}
 	u := &Update{ID: uuid.NewString(), Spec: spec, State: StateRunning, Created: m.cfg.Now().UTC(), Policies: []*Policy{}}
+	_, members := m.fleet()
+	m.listPendingLocked(u, members, u.Created) // the answer lists what the update is to do
 	if err := m.saveLocked(ctx, u); err != nil {
 		return Update{}, err
 	}
@@ -320,13 +322,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 		return
 	}
 	now := m.cfg.Now().UTC()
-	stats := map[string]routing.PolicyStats{}
-	var members []member
-	for _, ps := range m.cfg.State.Stats().Policies {
-		stats[ps.Policy.ID] = ps
-		members = append(members, member{ID: ps.Policy.ID, Index: ps.Policy.Index, Node: ps.Node, Version: ps.Version,
-			Engine: ps.Policy.EngineName(), Available: ps.Available})
-	}
+	stats, members := m.fleet()
 	changed := m.listPendingLocked(u, members, now)
 	for _, p := range u.Policies {
 		ps, ok := stats[p.ID]
@@ -405,6 +401,19 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 	if changed {
 		m.commitLocked(ctx, u)
 	}
+}
+
+// fleet returns the registered policies' routing stats by id, and as the
+// members waves are planned over.
+func (m *Manager) fleet() (map[string]routing.PolicyStats, []member) {
+	stats := map[string]routing.PolicyStats{}
+	var members []member
+	for _, ps := range m.cfg.State.Stats().Policies {
+		stats[ps.Policy.ID] = ps
+		members = append(members, member{ID: ps.Policy.ID, Index: ps.Policy.Index, Node: ps.Node, Version: ps.Version,
+			Engine: ps.Policy.EngineName(), Available: ps.Available})
+	}
+	return stats, members
 }
 
 // resumeReleasedLocked resumes the engine of each policy the ended

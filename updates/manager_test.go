@@ -398,6 +398,9 @@ func TestPendingPoliciesAreListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(u.Policies) != 15 {
+		t.Errorf("Start's answer lists %d policies; want the 15 it is to update, pending", len(u.Policies))
+	}
 	poll.Until(t, "the first wave", func() bool {
 		u, _ = m.Get(u.ID)
 		return u.Waves == 1
