@@ -582,3 +582,21 @@ func TestFollowerStatsOverMutualTLS(t *testing.T) {
 		}
 	}
 }
+
+// A follower waiting in the election stops at once when etcd is gone: its
+// cancelled campaign resigns with a call that needs etcd, and the stop
+// does not wait for it.
+func TestFollowerStopsWithEtcdDown(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	a := startReplica(t, etcd.Endpoint, "/ha-stop/")
+	b := startReplica(t, etcd.Endpoint, "/ha-stop/")
+	_, followers := leaderOf(t, a, b)
+	etcd.Stop()
+	stopped := make(chan struct{})
+	go func() { followers[0].stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(poll.Timeout):
+		t.Fatal("the follower did not stop with etcd down")
+	}
+}

@@ -82,7 +82,18 @@ func (a *App) campaign(ctx context.Context, ttl int) (clientv3.LeaseID, error) {
 		}
 	}()
 	el := concurrency.NewElection(sess, a.electionPrefix())
-	if err := el.Campaign(term, a.Config.AdvertiseURL); err != nil {
+	// A cancelled Campaign resigns with the client's own context, which an
+	// unreachable etcd holds until the store is closed: a replica that
+	// stops does not wait for it (runReplica revokes the lease, which
+	// removes the key, and closing the store ends the call).
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- el.Campaign(term, a.Config.AdvertiseURL) }()
+	select {
+	case err = <-campaigned:
+	case <-ctx.Done():
+		return sess.Lease(), nil
+	}
+	if err != nil {
 		return sess.Lease(), fmt.Errorf("campaign: %w", err)
 	}
 	// Update documents are written only while this key stands.
