@@ -514,22 +514,13 @@
     if (it.root.title !== title) it.root.title = title;
   };
 
-  // rolloutPolicies is every policy of the update, with the registered
-  // policies below its version that no wave has taken as pending; it also
-  // counts those at the version already, which no wave will take.
+  // rolloutPolicies is every policy of the update (the server lists those
+  // no wave has taken yet as pending), and how many registered policies it
+  // leaves out as at its version already.
   const rolloutPolicies = (u, registered) => {
-    const list = (u.policies || []).slice();
+    const list = (u.policies || []).slice(); // sorted by the caller
     const taken = new Set(list.map((p) => p.id));
-    let atVersion = 0;
-    for (const p of registered || []) {
-      if (taken.has(p.id)) continue;
-      if ((p.version || 0) >= u.version) {
-        atVersion++;
-        continue;
-      }
-      list.push({ id: p.id, index: p.index, node_id: p.node_id, phase: "pending", wave: 0, engine: p.engine,
-        expected_version: u.version, reported_version: p.version || 0, weight_version: p.weight_version || "" });
-    }
+    const atVersion = (registered || []).filter((p) => !taken.has(p.id) && (p.version || 0) >= u.version).length;
     return { list, atVersion };
   };
 
