@@ -64,7 +64,10 @@ type PolicyStats struct {
 	// derive it.
 	Available    bool
 	ReportedBusy bool // the last answer was busy
-	IdleCapacity int  // slots that could be selected now
+	// Held: the policy joined during a rolling update and gets no work
+	// until it reaches the update's version (State.Held).
+	Held         bool
+	IdleCapacity int // slots that could be selected now
 }
 
 // Stats is a consistent picture of the routing state.
@@ -143,6 +146,7 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		Available:      rt.available(),
 		ReportedBusy:   rt.busy,
 	}
+	_, ps.Held = rt.held()
 	if ns := rt.lastProbe.Load(); ns != 0 {
 		ps.LastProbe = time.Unix(0, ns)
 	}

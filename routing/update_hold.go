@@ -110,6 +110,12 @@ func (st *State) Held(id string) (int64, bool) {
 	if rt == nil {
 		return 0, false
 	}
+	return rt.held()
+}
+
+// held is the hold of Held: the version rt must reach, and whether it is
+// below it.
+func (rt *policyRuntime) held() (int64, bool) {
 	h := rt.hold.Load()
 	return h, h > 0 && rt.version.Load() < h
 }

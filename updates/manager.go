@@ -411,7 +411,7 @@ func (m *Manager) fleet() (map[string]routing.PolicyStats, []member) {
 	for _, ps := range m.cfg.State.Stats().Policies {
 		stats[ps.Policy.ID] = ps
 		members = append(members, member{ID: ps.Policy.ID, Index: ps.Policy.Index, Node: ps.Node, Version: ps.Version,
-			Engine: ps.Policy.EngineName(), Available: ps.Available})
+			Engine: ps.Policy.EngineName(), Available: ps.Available, Held: ps.Held})
 	}
 	return stats, members
 }
@@ -445,9 +445,9 @@ func (m *Manager) resumeReleasedLocked(ctx context.Context, u *Update) {
 // routing holds (it joined during the update) is marked Held, so that a
 // new leader restores the hold. It reports whether the list changed.
 func (m *Manager) listPendingLocked(u *Update, members []member, now time.Time) bool {
-	listed := make(map[string]bool, len(u.Policies))
+	listed := make(map[string]*Policy, len(u.Policies))
 	for _, p := range u.Policies {
-		listed[p.ID] = true
+		listed[p.ID] = p
 	}
 	below := make(map[string]bool, len(members))
 	changed := false
@@ -456,13 +456,13 @@ func (m *Manager) listPendingLocked(u *Update, members []member, now time.Time) 
 			continue
 		}
 		below[mb.ID] = true
-		if !listed[mb.ID] {
-			u.Policies = append(u.Policies, &Policy{ID: mb.ID, Index: mb.Index, Node: mb.Node, Engine: mb.Engine, Phase: PhasePending, Since: now})
+		p := listed[mb.ID]
+		if p == nil {
+			p = &Policy{ID: mb.ID, Index: mb.Index, Node: mb.Node, Engine: mb.Engine, Phase: PhasePending, Since: now}
+			u.Policies = append(u.Policies, p)
 			changed = true
 		}
-	}
-	for _, p := range u.Policies {
-		if _, held := m.cfg.State.Held(p.ID); held && !p.Held && p.Phase == PhasePending {
+		if mb.Held && !p.Held && p.Phase == PhasePending {
 			p.Held, changed = true, true
 		}
 	}

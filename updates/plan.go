@@ -13,6 +13,7 @@ type member struct {
 	Version   int64
 	Engine    string
 	Available bool // routable now: healthy, not draining, heard from
+	Held      bool // joined during the update: no work until at its version
 }
 
 // planWave picks the next wave: at most room policies below version that
