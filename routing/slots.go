@@ -57,28 +57,10 @@ func (l *slotList) pushBack(s *slot) {
 	l.len++
 }
 
-func (l *slotList) pushFront(s *slot) {
-	lk := &s.links[l.kind]
-	lk.prev, lk.next = nil, l.head
-	if l.head != nil {
-		l.head.links[l.kind].prev = s
-	} else {
-		l.tail = s
-	}
-	l.head = s
-	l.len++
-}
+func (l *slotList) pushFront(s *slot) { l.insertBefore(s, l.head) }
 
-// insertInitial puts an initial slot among the initial slots at the head
-// of the list, in index order: before the first slot that is not initial
-// or has a higher index. Initial slots are at most one per policy and
-// leave the head at their first lease, so the walk is short but for the
-// first probe round of a large registration (O(policies) each).
-func (l *slotList) insertInitial(s *slot) {
-	at := l.head
-	for at != nil && at.initial && at.rt.policy.Index < s.rt.policy.Index {
-		at = at.links[l.kind].next
-	}
+// insertBefore puts s before at, or at the tail when at is nil.
+func (l *slotList) insertBefore(s, at *slot) {
 	if at == nil {
 		l.pushBack(s)
 		return
@@ -92,6 +74,19 @@ func (l *slotList) insertInitial(s *slot) {
 	}
 	ak.prev = s
 	l.len++
+}
+
+// insertInitial puts an initial slot among the initial slots at the head
+// of the list, in index order: before the first slot that is not initial
+// or has a higher index. Initial slots are at most one per policy and
+// leave the head at their first lease, so the walk is short but for the
+// first probe round of a large registration (O(policies) each).
+func (l *slotList) insertInitial(s *slot) {
+	at := l.head
+	for at != nil && at.initial && at.rt.policy.Index < s.rt.policy.Index {
+		at = at.links[l.kind].next
+	}
+	l.insertBefore(s, at)
 }
 
 func (l *slotList) remove(s *slot) {
