@@ -508,6 +508,7 @@
       "version: reported " + (p.reported_version || 0) + (p.weight_version ? " (" + p.weight_version + ")" : "") + ", expected " + p.expected_version,
       p.drain_timed_out ? "drain timed out after " + fmtMS(u.drain_timeout_ms) + ": updated with work still on it" : "",
       p.aborted_leases ? "leases aborted: " + p.aborted_leases : "",
+      p.held ? "held: joined during the update, no work until it reaches v" + u.version : "",
       p.last_call ? "last call: " + fmtCall(p.last_call) : "",
       p.error ? "error: " + p.error : "",
     ].filter(Boolean).join("\n");
