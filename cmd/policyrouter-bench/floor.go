@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
 // floorServer is the least any Go HTTP JSON service can do per request: a
@@ -43,7 +44,7 @@ func startFloor(policies, nodes int) (*floorServer, error) {
 		ref := api.PolicyRef{
 			ID:     fmt.Sprintf("00000000-0000-4000-8000-%012d", i),
 			URL:    "http://127.0.0.1:40000/p/" + strconv.Itoa(i),
-			NodeID: nodeName(i, nodes),
+			NodeID: benchkit.NodeName(i, nodes),
 		}
 		f.refs = append(f.refs, ref)
 		f.all[strconv.Itoa(i)] = ref
@@ -61,7 +62,7 @@ func startFloor(policies, nodes int) (*floorServer, error) {
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
-	goLabelled(&f.serving, sideFloor, func() { _ = f.srv.Serve(ln) })
+	benchkit.GoLabelled(&f.serving, benchkit.SideFloor, func() { _ = f.srv.Serve(ln) })
 	f.URL = "http://" + ln.Addr().String()
 	return f, nil
 }

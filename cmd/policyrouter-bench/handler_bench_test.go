@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
 // BenchmarkHandler times one request through each server's handler, in
@@ -22,7 +24,7 @@ func BenchmarkHandler(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	client := newClient(1)
+	client := benchkit.NewClient(1)
 	defer client.CloseIdleConnections()
 	var loads strings.Builder
 	for i, l := range seedLoads(cfg.AssignPolicies) {
@@ -41,7 +43,7 @@ func BenchmarkHandler(b *testing.B) {
 		{wAssignBigStateless, "/assign", fmt.Sprintf(`{"num_tasks":%d,"current_loads":[%s]}`, cfg.AssignTasks, loads.String()), true},
 		{wAssignBigTracked, "/assign", fmt.Sprintf(`{"num_tasks":%d}`, cfg.AssignTasks), true},
 	}
-	rt, err := startRouter(context.Background(), routerConfig{Policies: cfg.Policies, Nodes: cfg.Nodes, LogLevel: "warn"}, client)
+	rt, err := benchkit.Start(context.Background(), benchkit.Config{Policies: cfg.Policies, Nodes: cfg.Nodes, LogLevel: "warn"}, client)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,7 +53,7 @@ func BenchmarkHandler(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer floor.Close()
-	bigRT, err := startRouter(context.Background(), routerConfig{Policies: cfg.AssignPolicies, Nodes: cfg.AssignNodes, LogLevel: "warn"}, client)
+	bigRT, err := benchkit.Start(context.Background(), benchkit.Config{Policies: cfg.AssignPolicies, Nodes: cfg.AssignNodes, LogLevel: "warn"}, client)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -65,9 +67,9 @@ func BenchmarkHandler(b *testing.B) {
 		for _, side := range []struct {
 			name string
 			h    http.Handler
-		}{{"floor", floor.srv.Handler}, {"router", rt.srv.Handler}} {
+		}{{"floor", floor.srv.Handler}, {"router", rt.Handler()}} {
 			if c.big {
-				side.h = map[string]http.Handler{"floor": bigFloor.srv.Handler, "router": bigRT.srv.Handler}[side.name]
+				side.h = map[string]http.Handler{"floor": bigFloor.srv.Handler, "router": bigRT.Handler()}[side.name]
 			}
 			b.Run(c.name+"/"+side.name, func(b *testing.B) {
 				body := []byte(c.body)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
 // report is everything one run measured.
@@ -98,7 +99,7 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 			DurationSeconds: cfg.Duration.Seconds(),
 			Rounds:          cfg.Rounds,
 			Concurrency:     cfg.Concurrency,
-			PollIntervalMS:  ms(cfg.PollInterval),
+			PollIntervalMS:  benchkit.MS(cfg.PollInterval),
 			LogLevel:        cfg.LogLevel,
 			Logging:         "slog JSON handler to io.Discard at level " + cfg.LogLevel,
 		},
@@ -108,7 +109,7 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 		len(httpWorkloads), cfg.Rounds, cfg.Duration,
 		(time.Duration(len(httpWorkloads)*cfg.Rounds*2) * cfg.Duration).Round(time.Second), cfg.Concurrency)
 
-	hc := newClient(cfg.Concurrency)
+	hc := benchkit.NewClient(cfg.Concurrency)
 	defer hc.CloseIdleConnections()
 	for _, name := range httpWorkloads {
 		if err := ctx.Err(); err != nil {
@@ -144,7 +145,7 @@ func runWorkload(ctx context.Context, cfg config, w workload, hc *http.Client, p
 	}
 	defer func() { err = errors.Join(err, floor.Close()) }()
 	fl := client.New(floor.URL, hc)
-	rt, err := startRouter(ctx, routerConfig{Policies: w.Policies, Nodes: w.Nodes, PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel}, hc)
+	rt, err := benchkit.Start(ctx, benchkit.Config{Policies: w.Policies, Nodes: w.Nodes, PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel}, hc)
 	if err != nil {
 		return res, err
 	}
@@ -220,7 +221,7 @@ type profileRun struct {
 // labels tell the router's serving from the floor's, the client's, the
 // poller's and the fleet's, so that CPU per operation can be compared:
 // samples of side=router over Router.Ops against side=floor over Floor.Ops.
-func profile(ctx context.Context, cfg config, w workload, floor *client.Client, rt *routerUnderTest) (*profileRun, error) {
+func profile(ctx context.Context, cfg config, w workload, floor *client.Client, rt *benchkit.Router) (*profileRun, error) {
 	f, err := os.Create(cfg.ProfileSelect)
 	if err != nil {
 		return nil, err
@@ -243,11 +244,11 @@ func profile(ctx context.Context, cfg config, w workload, floor *client.Client, 
 
 // sides drives the floor, then the router, for d each. The poller is part
 // of the router: it runs (when polling) only while the router side does.
-func sides(ctx context.Context, floor *client.Client, rt *routerUnderTest, op opFunc, polling bool, concurrency int, d time.Duration) (phase, phase) {
-	rt.stopPolling()
+func sides(ctx context.Context, floor *client.Client, rt *benchkit.Router, op opFunc, polling bool, concurrency int, d time.Duration) (phase, phase) {
+	rt.StopPolling()
 	f := drive(ctx, floor, op, concurrency, d)
 	if polling {
-		rt.startPolling()
+		rt.StartPolling()
 	}
 	return f, drive(ctx, rt.API, op, concurrency, d)
 }
@@ -259,7 +260,7 @@ func summarize(res *workloadResult) {
 		for _, r := range res.Rounds {
 			xs = append(xs, f(r))
 		}
-		return median(xs)
+		return benchkit.Median(xs)
 	}
 	res.Floor = sideSummary{
 		Throughput: pick(func(r round) float64 { return r.Floor.Throughput }),
@@ -271,9 +272,9 @@ func summarize(res *workloadResult) {
 		P50MS:      pick(func(r round) float64 { return r.Router.P50MS }),
 		P99MS:      pick(func(r round) float64 { return r.Router.P99MS }),
 	}
-	res.ThroughputRatio = pick(func(r round) float64 { return ratio(r.Router.Throughput, r.Floor.Throughput) })
-	res.P50Ratio = pick(func(r round) float64 { return ratio(r.Router.P50MS, r.Floor.P50MS) })
-	res.P99Ratio = pick(func(r round) float64 { return ratio(r.Router.P99MS, r.Floor.P99MS) })
+	res.ThroughputRatio = pick(func(r round) float64 { return benchkit.Ratio(r.Router.Throughput, r.Floor.Throughput) })
+	res.P50Ratio = pick(func(r round) float64 { return benchkit.Ratio(r.Router.P50MS, r.Floor.P50MS) })
+	res.P99Ratio = pick(func(r round) float64 { return benchkit.Ratio(r.Router.P99MS, r.Floor.P99MS) })
 	res.Server = serverTime{
 		HandlerMeanMS:    pick(func(r round) float64 { return r.Server.HandlerMeanMS }),
 		HandlerUnderAim:  pick(func(r round) float64 { return r.Server.HandlerUnderAim }),
@@ -292,25 +293,4 @@ func summarize(res *workloadResult) {
 			}
 		}
 	}
-}
-
-func ratio(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
-}
-
-// median returns the median of xs (the mean of the middle two for an even
-// count), 0 when empty. xs is not modified.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -3,43 +3,23 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
 // Bounds of one phase, beside its duration.
 const (
 	// maxOpsPerPhase caps the operations of one phase over all goroutines.
 	maxOpsPerPhase = 50_000_000
-	// requestTimeout bounds one request.
-	requestTimeout = 10 * time.Second
 	// drainGrace is how long operations in flight at the end of a phase
 	// may take to finish; those still running then are cancelled and
 	// counted as cut, neither done nor failed.
 	drainGrace = 500 * time.Millisecond
 )
-
-// newClient returns the one client of the harness: keep-alive, HTTP/1.1,
-// no proxy, with as many idle connections per host as client goroutines.
-func newClient(concurrency int) *http.Client {
-	return &http.Client{
-		Transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        0, // no limit over all hosts
-			MaxIdleConnsPerHost: concurrency,
-			IdleConnTimeout:     2 * time.Minute,
-			DisableCompression:  true,
-			ForceAttemptHTTP2:   false,
-		},
-		Timeout: requestTimeout,
-	}
-}
 
 // phase is the outcome of driving one server for one duration.
 type phase struct {
@@ -82,7 +62,7 @@ func drive(ctx context.Context, c *client.Client, op opFunc, concurrency int, d 
 
 	var wg sync.WaitGroup
 	for w := range concurrency {
-		goLabelled(&wg, sideClient, func() {
+		benchkit.GoLabelled(&wg, benchkit.SideClient, func() {
 			res := &results[w]
 			res.lat = make([]time.Duration, 0, 1024)
 			for seq := 0; seq < perWorker && opCtx.Err() == nil; seq++ {
@@ -128,19 +108,7 @@ func drive(ctx context.Context, c *client.Client, op opFunc, concurrency int, d 
 	p.Ops = len(lat)
 	p.Seconds = elapsed.Seconds()
 	p.Throughput = float64(p.Ops) / elapsed.Seconds()
-	p.P50MS = ms(percentile(lat, 0.50))
-	p.P99MS = ms(percentile(lat, 0.99))
+	p.P50MS = benchkit.MS(benchkit.Percentile(lat, 0.50))
+	p.P99MS = benchkit.MS(benchkit.Percentile(lat, 0.99))
 	return p
 }
-
-// percentile returns the q-quantile of sorted (nearest rank: the least
-// value for q = 0, the greatest for q = 1), 0 when empty.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -20,12 +20,9 @@
 //	go run ./cmd/policyrouter-bench [flags]
 //	go run ./cmd/policyrouter-bench -json > run1.json
 //	go run ./cmd/policyrouter-bench -merge run1.json,run2.json,run3.json
-//	go run ./cmd/policyrouter-bench rollout [flags]
 //
-// The rollout mode (rollout.go) is a simulated RL job instead: env workers
-// running multi-turn episodes through the router against serial fake
-// policies, comparing routing strategies by episodes per second, policy
-// utilisation, env wait, prefix-cache hits and cross-node traffic.
+// What routing does for an RL job, rather than the router's requests per
+// second, is measured by policyrouter-rollout.
 //
 // Run with -h for the flags. The defaults finish in under two minutes.
 package main
@@ -43,6 +40,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
 func main() {
@@ -155,18 +154,17 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	case c.ProfileSelect != "" && !slices.Contains(c.Workloads, c.ProfileWorkload):
 		return c, fmt.Errorf("-profile-workload %q is not among -workloads", c.ProfileWorkload)
 	}
-	if _, err := newLogger(c.LogLevel); err != nil {
+	if _, err := benchkit.NewLogger(c.LogLevel); err != nil {
 		return c, err
 	}
 	return c, nil
 }
 
-// run parses args, runs the harness (or, with a first argument "rollout",
-// the rollout simulator) and prints the report to stdout; progress goes to
-// stderr.
+// run parses args, runs the harness and prints the report to stdout;
+// progress goes to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "rollout" {
-		return runRollout(ctx, args[1:], stdout, stderr)
+		return errors.New("the rollout simulator is its own command: go run ./cmd/policyrouter-rollout " + strings.Join(args[1:], " "))
 	}
 	cfg, err := parseConfig(args, stderr)
 	if err != nil {

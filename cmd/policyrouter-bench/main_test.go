@@ -152,15 +152,3 @@ func TestFlags(t *testing.T) {
 		}
 	}
 }
-
-func TestPercentileAndMedian(t *testing.T) {
-	if got := median([]float64{3, 1, 2}); got != 2 {
-		t.Errorf("median odd = %v, want 2", got)
-	}
-	if got := median([]float64{4, 1, 2, 3}); got != 2.5 {
-		t.Errorf("median even = %v, want 2.5", got)
-	}
-	if got := percentile(nil, 0.99); got != 0 {
-		t.Errorf("percentile(nil) = %v, want 0", got)
-	}
-}

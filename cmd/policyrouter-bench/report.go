@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
 // The aims.
@@ -64,7 +66,7 @@ func writeTable(w io.Writer, rep *report) {
 			fmt.Fprintf(w, "\nCPU profile of %s: %d floor ops, %d router ops (%.0f and %.0f op/s) in %s\n",
 				p.Workload, p.Floor.Ops, p.Router.Ops, p.Floor.Throughput, p.Router.Throughput, p.File)
 			fmt.Fprintf(w, "  go tool pprof -tags %s   (CPU per side; divide by the ops above for CPU per op)\n", p.File)
-			fmt.Fprintf(w, "  go tool pprof -top -nodecount=25 -tagfocus side=%s %s\n", sideRouter, p.File)
+			fmt.Fprintf(w, "  go tool pprof -top -nodecount=25 -tagfocus side=%s %s\n", benchkit.SideRouter, p.File)
 		}
 	}
 }
@@ -232,5 +234,5 @@ func spreadOf[T any](items []T, format string, f func(T) float64) string {
 	case 1:
 		return fmt.Sprintf(format, xs[0])
 	}
-	return fmt.Sprintf(format+" ["+format+".."+format+"]", median(xs), slices.Min(xs), slices.Max(xs))
+	return fmt.Sprintf(format+" ["+format+".."+format+"]", benchkit.Median(xs), slices.Min(xs), slices.Max(xs))
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -96,8 +97,8 @@ func runSeed(ctx context.Context, cfg config) (*seedResult, error) {
 	in := routing.AffinityInput{EnvNode: make(map[int]string, p)}
 	for i := range p {
 		in.Indices = append(in.Indices, i)
-		in.Nodes = append(in.Nodes, nodeName(i, nodes))
-		in.EnvNode[i] = nodeName(i, nodes)
+		in.Nodes = append(in.Nodes, benchkit.NodeName(i, nodes))
+		in.EnvNode[i] = benchkit.NodeName(i, nodes)
 	}
 	in.Loads = loads
 
@@ -157,7 +158,7 @@ func runSeed(ctx context.Context, cfg config) (*seedResult, error) {
 		c.PythonReps = pc.Reps
 		c.PythonMedianUS = float64(pc.MedianNS) / 1e3
 		c.PythonMinUS = float64(pc.MinNS) / 1e3
-		c.Speedup = ratio(c.PythonMedianUS, c.GoMedianUS)
+		c.Speedup = benchkit.Ratio(c.PythonMedianUS, c.GoMedianUS)
 		same := pc.Checksum == sums[c.Name]
 		c.SameAnswer = &same
 	}
@@ -172,7 +173,7 @@ func seedState(p, nodes int) (*routing.State, error) {
 	ps := make([]routing.Policy, p)
 	for i := range ps {
 		ps[i] = routing.Policy{Index: i, ID: "policy-" + strconv.Itoa(i), URL: "http://127.0.0.1:1/p/" + strconv.Itoa(i)}
-		node := nodeName(i, nodes)
+		node := benchkit.NodeName(i, nodes)
 		if topo[node] == nil {
 			topo[node] = map[string][]int{}
 		}
@@ -204,8 +205,8 @@ func timeGo(ctx context.Context, c goCase, budget time.Duration) (seedCase, stri
 	return seedCase{
 		Name:       c.name,
 		GoReps:     len(times),
-		GoMedianUS: us(percentile(times, 0.5)),
-		GoP99US:    us(percentile(times, 0.99)),
+		GoMedianUS: us(benchkit.Percentile(times, 0.5)),
+		GoP99US:    us(benchkit.Percentile(times, 0.99)),
 		GoMinUS:    us(times[0]),
 	}, checksum(first), ctx.Err()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -36,7 +37,7 @@ type serverSample struct {
 
 // sampleServer reads the router's histograms: decisions of the given
 // endpoint ("select" or "assign") and requests of every route.
-func sampleServer(r *routerUnderTest, endpoint string) (serverSample, error) {
+func sampleServer(r *benchkit.Router, endpoint string) (serverSample, error) {
 	fams, err := r.Metrics.Registry().Gather()
 	if err != nil {
 		return serverSample{}, fmt.Errorf("gather metrics: %w", err)
@@ -50,8 +51,8 @@ func sampleServer(r *routerUnderTest, endpoint string) (serverSample, error) {
 			s.Request = addHist(f, "", "")
 		}
 	}
-	if r.app.Poller != nil {
-		s.Probes = r.app.Poller.Stats().ProbesTotal
+	if r.App.Poller != nil {
+		s.Probes = r.App.Poller.Stats().ProbesTotal
 	}
 	return s, nil
 }

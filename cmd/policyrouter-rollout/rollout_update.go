@@ -26,6 +26,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 	"github.com/policyrouter/policyrouter/internal/updatesim"
 )
 
@@ -86,10 +87,10 @@ type updateReport struct {
 // from start + period, cfg.Updates of them, one at a time (a cycle that
 // outlasts the period delays the next, which is reported late). It reads
 // the fleet's busy ledgers at the window's start and end.
-func runUpdates(ctx context.Context, cfg rolloutConfig, name string, rt *routerUnderTest, start time.Time) (out updateLive) {
+func runUpdates(ctx context.Context, cfg rolloutConfig, name string, rt *benchkit.Router, start time.Time) (out updateLive) {
 	s, _ := updatesim.Lookup(name)
 	out.winFrom, out.win = start.Add(cfg.UpdateEvery), start.Add(time.Duration(cfg.Updates+1)*cfg.UpdateEvery)
-	if !sleepUntil(ctx, out.winFrom) {
+	if !benchkit.SleepUntil(ctx, out.winFrom) {
 		return out
 	}
 	out.busy0 = sumBusy(rt)
@@ -99,7 +100,7 @@ func runUpdates(ctx context.Context, cfg rolloutConfig, name string, rt *routerU
 			break
 		}
 		next := out.winFrom.Add(time.Duration(i) * cfg.UpdateEvery)
-		if !sleepUntil(ctx, next) {
+		if !benchkit.SleepUntil(ctx, next) {
 			return out
 		}
 		late := time.Since(next) > 50*time.Millisecond
@@ -129,14 +130,14 @@ func runUpdates(ctx context.Context, cfg rolloutConfig, name string, rt *routerU
 			out.Late++
 		}
 	}
-	if sleepUntil(ctx, out.win) {
+	if benchkit.SleepUntil(ctx, out.win) {
 		out.Idle = float64(cfg.Policies)*cfg.UpdateEvery.Seconds()*float64(cfg.Updates) - (sumBusy(rt) - out.busy0).Seconds()
 	}
 	return out
 }
 
-func sumBusy(rt *routerUnderTest) (s time.Duration) {
-	for _, b := range rt.fleet.BusyTimes() {
+func sumBusy(rt *benchkit.Router) (s time.Duration) {
+	for _, b := range rt.Fleet.BusyTimes() {
 		s += b
 	}
 	return s
@@ -152,7 +153,7 @@ func rollingUpdate(ctx context.Context, c *client.Client, version int64, k int, 
 	u, err := c.StartUpdate(ctx, api.UpdateRequest{Version: &version, MaxUnavailable: json.RawMessage(strconv.Itoa(k)),
 		DrainTimeoutMS: &timeout, ModelPath: modelPath(version), PauseMode: mode})
 	for err == nil && u.State == "running" {
-		if !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
+		if !benchkit.SleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
 			return 0, ctx.Err()
 		}
 		u, err = c.Update(ctx, u.ID)
@@ -191,7 +192,7 @@ func maxOut(ps []api.UpdatePolicy) int {
 // out of routing, wait for the last request in flight (pause mode wait
 // only: the barrier), then pause every engine in the mode, load the new
 // weights, continue, and return them to routing.
-func pauseAll(ctx context.Context, rt *routerUnderTest, version int64, pause string) error {
+func pauseAll(ctx context.Context, rt *benchkit.Router, version int64, pause string) error {
 	list, err := rt.API.Policies(ctx)
 	if err != nil {
 		return err
@@ -207,7 +208,7 @@ func pauseAll(ctx context.Context, rt *routerUnderTest, version int64, pause str
 			return err
 		}
 		busy = stats.Totals.Inflight > 0
-		if busy && !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
+		if busy && !benchkit.SleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
 			return ctx.Err()
 		}
 	}
@@ -215,7 +216,7 @@ func pauseAll(ctx context.Context, rt *routerUnderTest, version int64, pause str
 	errs := make([]error, len(list.Policies))
 	v := strconv.FormatInt(version, 10)
 	for i, p := range list.Policies {
-		c := client.New(p.URL, rt.hc)
+		c := client.New(p.URL, rt.HTTP)
 		wg.Go(func() {
 			errs[i] = errors.Join(
 				c.Do(ctx, http.MethodPost, "/pause_generation", []byte(`{"mode":"`+sglangPause[pause]+`"}`), nil),

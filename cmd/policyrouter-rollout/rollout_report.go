@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
 // rolloutReport is the outcome of a rollout run, as printed with -json.
@@ -112,29 +113,29 @@ type strategyResult struct {
 // offered load.
 func (r *strategyResult) score(cfg rolloutConfig, load, oracleEPS float64) {
 	r.EpisodesPerSecond = float64(r.turnsByDeadline) / float64(cfg.Turns) / r.Seconds
-	r.EpisodesRatio = ratio(r.EpisodesPerSecond, oracleEPS)
+	r.EpisodesRatio = benchkit.Ratio(r.EpisodesPerSecond, oracleEPS)
 	if r.Turns > 0 {
 		r.HitRate = float64(r.hits) / float64(r.Turns)
 		r.CrossNode = float64(r.cross) / float64(r.Turns)
 	}
-	r.HitRatio = ratio(r.HitRate, cfg.bestHitRate())
-	r.WaitP50MS = ms(percentile(r.waits, 0.50))
-	r.WaitP99MS = ms(percentile(r.waits, 0.99))
+	r.HitRatio = benchkit.Ratio(r.HitRate, cfg.bestHitRate())
+	r.WaitP50MS = benchkit.MS(benchkit.Percentile(r.waits, 0.50))
+	r.WaitP99MS = benchkit.MS(benchkit.Percentile(r.waits, 0.99))
 	r.UtilBound = 1
 	if g := r.MeanGenerationMS / 1000; g > 0 {
 		s := cfg.envStepMean(load).Seconds()
 		r.UtilBound = min(1, float64(cfg.Envs)*g/((s+g)*float64(cfg.Policies)))
 	}
-	r.UtilRatio = ratio(r.Utilisation, r.UtilBound)
+	r.UtilRatio = benchkit.Ratio(r.Utilisation, r.UtilBound)
 }
 
 func newRolloutReport(cfg rolloutConfig) *rolloutReport {
 	return &rolloutReport{Workload: rolloutWorkload{
 		Envs: cfg.Envs, Turns: cfg.Turns, Policies: cfg.Policies, Nodes: cfg.Nodes,
-		GenMedianMS: ms(cfg.GenMedian), GenSigma: cfg.GenSigma, GenMeanMS: ms(cfg.meanGeneration()),
-		EnvSigma: cfg.EnvSigma, CrossNodeMS: ms(cfg.CrossNode), Cache: cfg.Cache, Speedup: cfg.Speedup,
-		StickyWaitMS: ms(cfg.StickyWait), LoadFactor: cfg.LoadFactor, DurationS: cfg.Duration.Seconds(), Episodes: cfg.Episodes, Seed: cfg.Seed,
-		BestHitRate: cfg.bestHitRate(), UpdateEveryMS: ms(cfg.UpdateEvery), UpdateTimeMS: ms(cfg.UpdateTime), UpdateRolling: cfg.UpdateRolling,
+		GenMedianMS: benchkit.MS(cfg.GenMedian), GenSigma: cfg.GenSigma, GenMeanMS: benchkit.MS(cfg.meanGeneration()),
+		EnvSigma: cfg.EnvSigma, CrossNodeMS: benchkit.MS(cfg.CrossNode), Cache: cfg.Cache, Speedup: cfg.Speedup,
+		StickyWaitMS: benchkit.MS(cfg.StickyWait), LoadFactor: cfg.LoadFactor, DurationS: cfg.Duration.Seconds(), Episodes: cfg.Episodes, Seed: cfg.Seed,
+		BestHitRate: cfg.bestHitRate(), UpdateEveryMS: benchkit.MS(cfg.UpdateEvery), UpdateTimeMS: benchkit.MS(cfg.UpdateTime), UpdateRolling: cfg.UpdateRolling,
 		Updates: cfg.Updates,
 	}}
 }
@@ -205,7 +206,7 @@ func judgeAims(cfg rolloutConfig, loads []rolloutLoad) []rolloutAim {
 		judged = true
 		ok := ia.WaitP99MS <= aimWaitFactor*fifo.WaitP99MS
 		allOK = allOK && ok
-		parts = append(parts, fmt.Sprintf("load %g: %.1f ms vs %.1f ms, %.2fx (%s)", lr.Load, ia.WaitP99MS, fifo.WaitP99MS, ratio(ia.WaitP99MS, fifo.WaitP99MS), metWord(ok)))
+		parts = append(parts, fmt.Sprintf("load %g: %.1f ms vs %.1f ms, %.2fx (%s)", lr.Load, ia.WaitP99MS, fifo.WaitP99MS, benchkit.Ratio(ia.WaitP99MS, fifo.WaitP99MS), metWord(ok)))
 	}
 	if judged {
 		wait.Met = verdict(allOK)

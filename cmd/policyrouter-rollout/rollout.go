@@ -1,30 +1,5 @@
 package main
 
-// The rollout mode: a simulated RL job that measures what routing does for
-// the job (episodes per second, how busy the policies stay, how long env
-// workers wait, prefix-cache hits, cross-node traffic) rather than the
-// router's requests per second.
-//
-// E env workers run episodes of T turns. Each turn is an env step (a
-// log-normal sleep), then POST /select (with env_id, and with session_id =
-// the episode for the sticky strategy), then, when the policy sits on
-// another node than the env worker, the cross-node latency (a sleep in the
-// env worker while it holds the lease: the fake policies do not know their
-// caller's node), then POST {policy}/generate naming the episode (the fake
-// policy's prefix cache makes a repeat faster), then POST /release. The
-// policies are serial fake policies (one generation at a time, queued
-// otherwise) whose generation times are log-normal; their own busy-time
-// accounting gives the utilisation.
-//
-// Every strategy of a run gets the same workload: the same flags, a fresh
-// router and fleet seeded with the same seed, and env workers whose env
-// steps come from the same per-worker seeded streams.
-//
-// Two configurations stand for what were workloads of their own: with
-// -episodes 1 and a load of E/P (no env step), a fixed batch of multi-turn
-// rollouts, without and with sessions; with -update-every, the weight
-// update strategies (rollout_update.go), live beside the model.
-
 import (
 	"context"
 	"encoding/json"
@@ -40,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 	"github.com/policyrouter/policyrouter/internal/updatesim"
 )
 
@@ -112,10 +88,10 @@ func strategyNames() []string {
 	return out
 }
 
-// parseRolloutConfig parses the flags of `policyrouter-bench rollout`.
+// parseRolloutConfig parses the flags.
 func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) {
 	var c rolloutConfig
-	fs := flag.NewFlagSet("policyrouter-bench rollout", flag.ContinueOnError)
+	fs := flag.NewFlagSet("policyrouter-rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var loads, names, modes string
 	var updateNames []string
@@ -194,8 +170,8 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 // validate checks the workload is one the simulator can run, bounded.
 func (c rolloutConfig) validate() error {
 	switch {
-	case c.Envs < 1 || c.Envs > maxConcurrency:
-		return fmt.Errorf("-envs must be in [1, %d]", maxConcurrency)
+	case c.Envs < 1 || c.Envs > maxEnvs:
+		return fmt.Errorf("-envs must be in [1, %d]", maxEnvs)
 	case c.Turns < 1 || c.Turns > 10_000:
 		return errors.New("-turns must be in [1, 10000]")
 	case c.Policies < 1 || c.Policies > 4096:
@@ -238,7 +214,7 @@ func (c rolloutConfig) validate() error {
 			return fmt.Errorf("-loads: load %g needs at least %g env workers (load x policies), have %d: at load E/P every env worker generates all the time (env steps of 0)", l, l*float64(c.Policies), c.Envs)
 		}
 	}
-	_, err := newLogger(c.LogLevel)
+	_, err := benchkit.NewLogger(c.LogLevel)
 	return err
 }
 
@@ -307,9 +283,10 @@ func (c rolloutConfig) bestHitRate() float64 {
 	return float64(c.Turns-1) / float64(c.Turns)
 }
 
-// runRollout parses the rollout flags, runs every strategy at every load,
-// writes the charts and prints the report.
-func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// run parses the flags, runs every strategy at every load (or the sweep),
+// writes the charts and prints the report to stdout; progress goes to
+// stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseRolloutConfig(args, stderr)
 	if err != nil || cfg.Sweep > 0 {
 		if err == nil {
@@ -343,7 +320,7 @@ func simulate(ctx context.Context, cfg rolloutConfig, progress io.Writer) (*roll
 	for _, load := range cfg.Loads {
 		lr := rolloutLoad{
 			Load:      load,
-			EnvStepMS: ms(cfg.envStepMean(load)),
+			EnvStepMS: benchkit.MS(cfg.envStepMean(load)),
 			OracleEPS: cfg.oracleEpisodesPerSecond(load),
 			UtilBound: min(1, load),
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
 	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 	"github.com/policyrouter/policyrouter/internal/updatesim"
 )
 
@@ -43,7 +44,7 @@ type workerOutcome struct {
 // for cfg.Duration (or, with cfg.Episodes, until every env worker has run
 // its episodes), and returns the raw figures (scored by the caller).
 func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strategy) (*strategyResult, error) {
-	hc := newClient(cfg.Envs + 8)
+	hc := benchkit.NewClient(cfg.Envs + 8)
 	// A turn may wait longer than the harness's per-request bound (long
 	// generations queued at a busy policy); runCtx bounds the run instead.
 	hc.Timeout = 0
@@ -51,7 +52,7 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	// Under updates the policies are fake SGLang engines, registered as
 	// such once the router runs (startRouter registers native ones) and
 	// polled from then on.
-	rc := routerConfig{
+	rc := benchkit.Config{
 		Policies: cfg.Policies, Nodes: cfg.Nodes, Envs: cfg.Envs, Seed: cfg.Seed,
 		PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel,
 		Fleet: fakepolicy.Options{
@@ -62,7 +63,7 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	if s.Update != "" {
 		rc.Fleet.Engine = fakepolicy.EngineSGLang // updates are driven through the engine's own endpoints
 	}
-	rt, err := startRouter(ctx, rc, hc)
+	rt, err := benchkit.Start(ctx, rc, hc)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +81,7 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	var series []float64
 	var busy time.Duration // summed over policies, start to end
 	end := deadline
-	wg.Go(func() { series, busy, end = sampleUtilisation(sampleCtx, rt.fleet, start, deadline, cfg.Sample) })
+	wg.Go(func() { series, busy, end = sampleUtilisation(sampleCtx, rt.Fleet, start, deadline, cfg.Sample) })
 	var upd updateLive
 	if s.Update != "" {
 		wg.Go(func() { upd = runUpdates(runCtx, cfg, s.Update, rt, start) })
@@ -89,7 +90,7 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	for k := range cfg.Envs {
 		w := envWorker{
 			k: k, cfg: cfg, s: s, hc: hc, router: rt.API,
-			node: nodeName(k, cfg.Nodes), stepMedian: cfg.stepMedian(load), deadline: deadline,
+			node: benchkit.NodeName(k, cfg.Nodes), stepMedian: cfg.stepMedian(load), deadline: deadline,
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(k)+1)),
 		}
 		workers.Go(func() { outcomes[k] = w.run(runCtx) })
@@ -135,7 +136,7 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	slices.Sort(res.waits)
 	res.Turns = len(res.waits)
 	if res.Turns > 0 {
-		res.MeanGenerationMS = ms(busySum) / float64(res.Turns)
+		res.MeanGenerationMS = benchkit.MS(busySum) / float64(res.Turns)
 	}
 	if s.Update != "" {
 		// The measured window: from the first update's start, on the
@@ -176,7 +177,7 @@ func sampleUtilisation(ctx context.Context, f *fakepolicy.Fleet, start, deadline
 		if at.After(deadline) {
 			at = deadline
 		}
-		stopped := !sleepUntil(ctx, at)
+		stopped := !benchkit.SleepUntil(ctx, at)
 		b, now := sum(), time.Now()
 		if now.After(prevAt) {
 			series = append(series, (b-prev).Seconds()/(float64(f.Len())*now.Sub(prevAt).Seconds()))
@@ -185,22 +186,6 @@ func sampleUtilisation(ctx context.Context, f *fakepolicy.Fleet, start, deadline
 		if stopped || !at.Before(deadline) {
 			return series, prev - first, now
 		}
-	}
-}
-
-// sleepUntil sleeps until t or ctx's end, and reports whether t came.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 
@@ -236,7 +221,7 @@ func (w envWorker) run(ctx context.Context) workerOutcome {
 		for range w.cfg.Turns {
 			step := time.Duration(float64(w.stepMedian) * math.Exp(w.cfg.EnvSigma*w.rng.NormFloat64()))
 			gen := min(time.Duration(float64(w.cfg.GenMedian)*math.Exp(w.cfg.GenSigma*w.rng.NormFloat64())), w.cfg.genCap())
-			if !time.Now().Add(step).Before(w.deadline) || !sleepUntil(ctx, time.Now().Add(step)) {
+			if !time.Now().Add(step).Before(w.deadline) || !benchkit.SleepUntil(ctx, time.Now().Add(step)) {
 				return out
 			}
 			t, err := w.turn(ctx, sel, episode, max(int(gen.Seconds()*tokensPerSecond), 1))
@@ -269,7 +254,7 @@ func (w envWorker) turn(ctx context.Context, sel api.SelectRequest, episode stri
 		return t, err
 	}
 	t.crossNode = s.NodeID != w.node
-	if t.crossNode && w.cfg.CrossNode > 0 && !sleepUntil(ctx, time.Now().Add(w.cfg.CrossNode)) {
+	if t.crossNode && w.cfg.CrossNode > 0 && !benchkit.SleepUntil(ctx, time.Now().Add(w.cfg.CrossNode)) {
 		return t, ctx.Err()
 	}
 	for left, first := n, true; left > 0; first = false {
@@ -311,7 +296,7 @@ func selectRetrying(ctx context.Context, c *client.Client, sel api.SelectRequest
 	for {
 		s, err := c.Select(ctx, sel)
 		var ce *client.Error
-		if err == nil || !errors.As(err, &ce) || ce.StatusCode != http.StatusServiceUnavailable || !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
+		if err == nil || !errors.As(err, &ce) || ce.StatusCode != http.StatusServiceUnavailable || !benchkit.SleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
 			return s, err
 		}
 	}

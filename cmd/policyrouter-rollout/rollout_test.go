@@ -16,12 +16,15 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/internal/updatesim"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // smokeRollout are the flags of the CI smoke run: a tiny workload, every
 // strategy, one overloaded load, about a second per strategy.
 var smokeRollout = []string{
-	"rollout", "-envs", "8", "-turns", "3", "-policies", "4", "-nodes", "2",
+	"-envs", "8", "-turns", "3", "-policies", "4", "-nodes", "2",
 	"-gen-median", "20ms", "-cross-node", "2ms", "-sticky-wait", "20ms",
 	"-loads", "1.25", "-duration", "1s", "-sample", "250ms", "-seed", "7",
 }
@@ -130,7 +133,7 @@ func checkSVG(tb testing.TB, name string, b []byte) {
 // sessions; the run ends when the last episode has.
 func TestRolloutEpisodes(t *testing.T) {
 	var out bytes.Buffer
-	args := []string{"rollout", "-json", "-envs", "8", "-turns", "3", "-policies", "2", "-nodes", "1", "-loads", "4",
+	args := []string{"-json", "-envs", "8", "-turns", "3", "-policies", "2", "-nodes", "1", "-loads", "4",
 		"-episodes", "1", "-gen-median", "5ms", "-cache", "4", "-sticky-wait", "200ms", "-duration", "20s",
 		"-strategies", "fifo,idle_affinity+session"}
 	if err := run(context.Background(), args, &out, io.Discard); err != nil {
@@ -166,7 +169,7 @@ func TestRolloutEpisodes(t *testing.T) {
 // loaded machine does not push it past the window.
 func TestRolloutUpdateStrategies(t *testing.T) {
 	var out bytes.Buffer
-	args := []string{"rollout", "-envs", "8", "-turns", "2", "-policies", "4", "-nodes", "2", "-loads", "2",
+	args := []string{"-envs", "8", "-turns", "2", "-policies", "4", "-nodes", "2", "-loads", "2",
 		"-gen-median", "20ms", "-cache", "0", "-cross-node", "0", "-strategies", "idle_affinity",
 		"-update-every", "1s", "-updates", "1", "-update-time", "50ms", "-update-rolling", "2",
 		"-poll-interval", "20ms", "-sample", "100ms", "-json"}
@@ -343,16 +346,7 @@ func TestChartsAreDeterministic(t *testing.T) {
 	}
 }
 
-func TestPercentileAndNiceStep(t *testing.T) {
-	s := []time.Duration{1, 2, 3, 4, 5}
-	for _, tt := range []struct {
-		q    float64
-		want time.Duration
-	}{{0, 1}, {0.5, 3}, {1, 5}} {
-		if got := percentile(s, tt.q); got != tt.want {
-			t.Errorf("percentile(%v) = %v, want %v", tt.q, got, tt.want)
-		}
-	}
+func TestDecadeAndNiceStep(t *testing.T) {
 	for _, tt := range []struct {
 		e    float64
 		want string

@@ -10,6 +10,8 @@ import (
 	"html"
 	"math"
 	"strconv"
+
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
 // Chart geometry, in SVG user units.
@@ -149,7 +151,7 @@ func waitChart(rep *rolloutReport, lr rolloutLoad) []byte {
 	maxMS := 1.0
 	for _, r := range lr.Strategies {
 		if n := len(r.waits); n > 0 {
-			maxMS = math.Max(maxMS, ms(r.waits[n-1]))
+			maxMS = math.Max(maxMS, benchkit.MS(r.waits[n-1]))
 		}
 	}
 	lo, hi := math.Round(math.Log10(minWaitMS)), math.Ceil(math.Log10(maxMS))
@@ -174,7 +176,7 @@ func waitChart(rep *rolloutReport, lr rolloutLoad) []byte {
 		xs, ys := make([]float64, cdfPoints+1), make([]float64, cdfPoints+1)
 		for i := range cdfPoints + 1 {
 			q := float64(i) / cdfPoints
-			xs[i] = xOf(ms(percentile(r.waits, q)))
+			xs[i] = xOf(benchkit.MS(benchkit.Percentile(r.waits, q)))
 			ys[i] = plotT + plotH*(1-q)
 		}
 		c.polyline(xs, ys, strategyColour(r.Strategy))

@@ -1,4 +1,11 @@
-package main
+// Package benchkit is what policyrouter's two measuring commands share:
+// policyrouter-bench (the router against the bare net/http floor, and the
+// seed's algorithms against the Go core) and policyrouter-rollout (a
+// simulated RL job through the router). It holds the router under test,
+// in-process and wired as `policyrouter serve` wires it, over a fleet of
+// simulated policies; the load client; the pprof labels that tell the
+// sides apart; and the quantiles both report.
+package benchkit
 
 import (
 	"context"
@@ -26,25 +33,25 @@ import (
 // carries one, so `go tool pprof -tagfocus side=router` shows the router's
 // HTTP serving alone.
 const (
-	sideRouter = "router" // the router's HTTP server and its handlers
-	sidePoller = "poller" // the router's /idle poller
-	sideFleet  = "fleet"  // the simulated policies answering /idle
-	sideFloor  = "floor"  // the floor server
-	sideClient = "client" // the load generator
+	SideRouter = "router" // the router's HTTP server and its handlers
+	SidePoller = "poller" // the router's /idle poller
+	SideFleet  = "fleet"  // the simulated policies answering /idle
+	SideFloor  = "floor"  // the floor server
+	SideClient = "client" // the load generator
 )
 
-// goLabelled starts f in a goroutine labelled side=side; goroutines it
+// GoLabelled starts f in a goroutine labelled side=side; goroutines it
 // starts inherit the label.
-func goLabelled(wg *sync.WaitGroup, side string, f func()) {
+func GoLabelled(wg *sync.WaitGroup, side string, f func()) {
 	pprof.Do(context.Background(), pprof.Labels("side", side), func(context.Context) {
 		wg.Go(f)
 	})
 }
 
-// newLogger returns the router's logger: JSON to io.Discard at the given
+// NewLogger returns the router's logger: JSON to io.Discard at the given
 // level, so that logging is paid for (at info, one line per request, as
 // serve in production) but no terminal is.
-func newLogger(level string) (*slog.Logger, error) {
+func NewLogger(level string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("-log-level: %w", err)
@@ -52,8 +59,8 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: lvl})), nil
 }
 
-// routerConfig is one router under test.
-type routerConfig struct {
+// Config is one router under test.
+type Config struct {
 	Policies     int
 	Nodes        int
 	PollInterval time.Duration // 0: no poller
@@ -70,17 +77,17 @@ type routerConfig struct {
 	Seed uint64
 }
 
-// routerUnderTest is the real router, in-process, wired as `policyrouter
+// Router is the real router, in-process, wired as `policyrouter
 // serve` wires it with its defaults (memory store, open on loopback, router
 // "simple"), over a fleet of simulated policies.
-type routerUnderTest struct {
+type Router struct {
 	API     *client.Client
-	hc      *http.Client // the one API sends through
+	HTTP    *http.Client // the one API sends through
 	State   *routing.State
 	Metrics *metrics.Metrics
 
-	fleet   *fakepolicy.Fleet
-	app     *app.App
+	Fleet   *fakepolicy.Fleet
+	App     *app.App
 	srv     *http.Server
 	serving sync.WaitGroup
 
@@ -89,50 +96,50 @@ type routerUnderTest struct {
 	polling  sync.WaitGroup
 }
 
-// startRouter starts the fleet and the router, registers the fleet's
+// Start starts the fleet and the router, registers the fleet's
 // policies (index i on node "node-<i % nodes>", through the topology, with
 // env worker i on the same node), starts the poller and, with one, waits
 // until every policy has answered. Its API client sends through hc.
-func startRouter(ctx context.Context, cfg routerConfig, hc *http.Client) (_ *routerUnderTest, err error) {
-	logger, err := newLogger(cfg.LogLevel)
+func Start(ctx context.Context, cfg Config, hc *http.Client) (_ *Router, err error) {
+	logger, err := NewLogger(cfg.LogLevel)
 	if err != nil {
 		return nil, err
 	}
-	r := &routerUnderTest{hc: hc}
+	r := &Router{HTTP: hc}
 	defer func() {
 		if err != nil {
 			r.Close()
 		}
 	}()
-	pprof.Do(ctx, pprof.Labels("side", sideFleet), func(context.Context) {
+	pprof.Do(ctx, pprof.Labels("side", SideFleet), func(context.Context) {
 		src := rand.NewPCG(1, 2)
 		if cfg.Seed != 0 {
 			src = rand.NewPCG(cfg.Seed, cfg.Seed)
 		}
-		r.fleet, err = fakepolicy.New(cfg.Policies, src, cfg.Fleet)
+		r.Fleet, err = fakepolicy.New(cfg.Policies, src, cfg.Fleet)
 	})
 	if err != nil {
 		return nil, err
 	}
 
 	// The rest is serve's wiring, with serve's defaults.
-	r.app, err = app.New(ctx, app.Config{PollInterval: cfg.PollInterval, Grace: cfg.Grace, Logger: logger})
+	r.App, err = app.New(ctx, app.Config{PollInterval: cfg.PollInterval, Grace: cfg.Grace, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	r.State, r.Metrics = r.app.State, r.app.Metrics
+	r.State, r.Metrics = r.App.State, r.App.Metrics
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	r.srv = r.app.HTTPServer()
-	goLabelled(&r.serving, sideRouter, func() { _ = r.srv.Serve(ln) })
+	r.srv = r.App.HTTPServer()
+	GoLabelled(&r.serving, SideRouter, func() { _ = r.srv.Serve(ln) })
 	r.API = client.New("http://"+ln.Addr().String(), hc)
 
 	// Polling first: registration waits for the first probes of the new
 	// policies, which get no work until they have answered.
 	if cfg.PollInterval > 0 {
-		r.startPolling()
+		r.StartPolling()
 	}
 	if err := r.register(ctx, cfg.Nodes, cfg.Envs, cfg.Fleet.Engine); err != nil {
 		return nil, fmt.Errorf("register the fleet: %w", err)
@@ -147,19 +154,19 @@ func startRouter(ctx context.Context, cfg routerConfig, hc *http.Client) (_ *rou
 // as a trainer does at start-up: policy i and env worker i on node
 // i % nodes, with max(policies, envs) env workers, each policy registered
 // with the fleet's engine ("" for the native /idle).
-func (r *routerUnderTest) register(ctx context.Context, nodes, envs int, engine string) error {
+func (r *Router) register(ctx context.Context, nodes, envs int, engine string) error {
 	var policies []api.PolicyRequest
 	topo := routing.Topology{}
-	for i := range max(r.fleet.Len(), envs) {
-		node := nodeName(i, nodes)
+	for i := range max(r.Fleet.Len(), envs) {
+		node := NodeName(i, nodes)
 		if topo[node] == nil {
 			topo[node] = map[string][]int{}
 		}
 		topo[node][routing.KindEnv] = append(topo[node][routing.KindEnv], i)
-		if i >= r.fleet.Len() {
+		if i >= r.Fleet.Len() {
 			continue
 		}
-		policies = append(policies, api.PolicyRequest{URL: r.fleet.URL(i), Index: &i, Engine: engine})
+		policies = append(policies, api.PolicyRequest{URL: r.Fleet.URL(i), Index: &i, Engine: engine})
 		topo[node][routing.KindEval] = append(topo[node][routing.KindEval], i)
 	}
 	_, err := r.API.PutRegistration(ctx, policies, topo)
@@ -168,25 +175,28 @@ func (r *routerUnderTest) register(ctx context.Context, nodes, envs int, engine 
 
 // waitReady waits, up to 20 s, for the router's /readyz: the poller has
 // heard from the policies, so none is unknown.
-func (r *routerUnderTest) waitReady(ctx context.Context) error {
+func (r *Router) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := r.API.Ready(ctx)
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
-		if !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
+		if !SleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
 			return ctx.Err()
 		}
 	}
 }
 
-// nodeName is the node of policy i and env worker i.
-func nodeName(i, nodes int) string { return "node-" + strconv.Itoa(i%nodes) }
+// Handler is the router's whole handler chain, for in-process timing.
+func (r *Router) Handler() http.Handler { return r.srv.Handler }
 
-// startPolling runs the poller until stopPolling. The harness polls only
+// NodeName is the node of policy i and env worker i.
+func NodeName(i, nodes int) string { return "node-" + strconv.Itoa(i%nodes) }
+
+// StartPolling runs the poller until StopPolling. The harness polls only
 // while the router side runs, so that the floor side does not pay for it.
-func (r *routerUnderTest) startPolling() {
+func (r *Router) StartPolling() {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	if r.pollStop != nil {
@@ -194,12 +204,12 @@ func (r *routerUnderTest) startPolling() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.pollStop = cancel
-	goLabelled(&r.polling, sidePoller, func() { _ = r.app.Run(ctx) })
+	GoLabelled(&r.polling, SidePoller, func() { _ = r.App.Run(ctx) })
 }
 
-// stopPolling stops the poller and waits for it. The routing state keeps
+// StopPolling stops the poller and waits for it. The routing state keeps
 // every policy's health and leases as they are.
-func (r *routerUnderTest) stopPolling() {
+func (r *Router) StopPolling() {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	if r.pollStop == nil {
@@ -212,10 +222,10 @@ func (r *routerUnderTest) stopPolling() {
 
 // Close stops the router as serve does on SIGTERM (end /select waits,
 // drain, stop the poller) and then the fleet.
-func (r *routerUnderTest) Close() error {
+func (r *Router) Close() error {
 	var errs []error
-	if r.app != nil {
-		r.app.Stop()
+	if r.App != nil {
+		r.App.Stop()
 	}
 	if r.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -225,12 +235,12 @@ func (r *routerUnderTest) Close() error {
 		cancel()
 		r.serving.Wait()
 	}
-	r.stopPolling()
-	if r.app != nil {
-		errs = append(errs, r.app.Close())
+	r.StopPolling()
+	if r.App != nil {
+		errs = append(errs, r.App.Close())
 	}
-	if r.fleet != nil {
-		errs = append(errs, r.fleet.Close())
+	if r.Fleet != nil {
+		errs = append(errs, r.Fleet.Close())
 	}
 	return errors.Join(errs...)
 }

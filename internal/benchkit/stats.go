@@ -1,0 +1,80 @@
+package benchkit
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// RequestTimeout bounds one request of NewClient's client.
+const RequestTimeout = 10 * time.Second
+
+// NewClient returns the load client: keep-alive, HTTP/1.1, no proxy, with
+// as many idle connections per host as client goroutines.
+func NewClient(concurrency int) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        0, // no limit over all hosts
+			MaxIdleConnsPerHost: concurrency,
+			IdleConnTimeout:     2 * time.Minute,
+			DisableCompression:  true,
+			ForceAttemptHTTP2:   false,
+		},
+		Timeout: RequestTimeout,
+	}
+}
+
+// SleepUntil sleeps until t or ctx's end, and reports whether t came.
+func SleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Percentile returns the q-quantile of sorted (nearest rank: the least
+// value for q = 0, the greatest for q = 1), 0 when empty.
+func Percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// Median returns the median of xs (the mean of the middle two for an even
+// count), 0 when empty. xs is not modified.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Ratio is a/b, 0 when b is 0.
+func Ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// MS is d in milliseconds.
+func MS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
