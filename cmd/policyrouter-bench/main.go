@@ -122,17 +122,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.Merge = strings.Split(merge, ",")
 		return c, nil
 	}
-	for w := range strings.SplitSeq(workloads, ",") {
-		w = strings.TrimSpace(w)
-		if w == "" {
-			continue
-		}
-		if !slices.Contains(allWorkloadNames(), w) {
-			return c, fmt.Errorf("-workloads: unknown workload %q (have %s)", w, strings.Join(allWorkloadNames(), ", "))
-		}
-		if !slices.Contains(c.Workloads, w) {
-			c.Workloads = append(c.Workloads, w)
-		}
+	var err error
+	if c.Workloads, err = benchkit.ParseList("workloads", "workload", workloads, allWorkloadNames()); err != nil {
+		return c, err
 	}
 	switch {
 	case c.Duration <= 0 || c.Duration > maxDuration:

@@ -169,18 +169,11 @@ func runSeed(ctx context.Context, cfg config) (*seedResult, error) {
 // benchmark's topology places them.
 func seedState(p, nodes int) (*routing.State, error) {
 	st := routing.New(routing.Options{})
-	topo := make(routing.Topology, nodes)
 	ps := make([]routing.Policy, p)
 	for i := range ps {
 		ps[i] = routing.Policy{Index: i, ID: "policy-" + strconv.Itoa(i), URL: "http://127.0.0.1:1/p/" + strconv.Itoa(i)}
-		node := benchkit.NodeName(i, nodes)
-		if topo[node] == nil {
-			topo[node] = map[string][]int{}
-		}
-		topo[node][routing.KindEnv] = append(topo[node][routing.KindEnv], i)
-		topo[node][routing.KindEval] = append(topo[node][routing.KindEval], i)
 	}
-	return st, st.Update(ps, topo)
+	return st, st.Update(ps, benchkit.Topology(p, p, nodes))
 }
 
 // timeGo runs c until budget is spent (at least 3 times, at most

@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -142,27 +141,15 @@ func parseRolloutConfig(args []string, stderr io.Writer) (rolloutConfig, error) 
 		}
 		c.Loads = append(c.Loads, l)
 	}
-	for m := range strings.SplitSeq(modes, ",") {
-		if m = strings.TrimSpace(m); m != "" && !slices.Contains(c.UpdateStrategies, m) {
-			if _, ok := updatesim.Lookup(m); !ok {
-				return c, fmt.Errorf("-update-strategies: unknown strategy %q (have %s)", m, strings.Join(updateNames, ", "))
-			}
-			c.UpdateStrategies = append(c.UpdateStrategies, m)
-		}
+	var err error
+	if c.UpdateStrategies, err = benchkit.ParseList("update-strategies", "strategy", modes, updateNames); err != nil {
+		return c, err
 	}
 	if c.UpdateEvery > 0 {
 		c.Duration = time.Duration(c.Updates+1) * c.UpdateEvery
 	}
-	for n := range strings.SplitSeq(names, ",") {
-		if n = strings.TrimSpace(n); n == "" {
-			continue
-		}
-		if !slices.Contains(c.Strategies, n) {
-			if _, ok := lookupStrategy(n); !ok {
-				return c, fmt.Errorf("-strategies: unknown strategy %q (have %s)", n, strings.Join(strategyNames(), ", "))
-			}
-			c.Strategies = append(c.Strategies, n)
-		}
+	if c.Strategies, err = benchkit.ParseList("strategies", "strategy", names, strategyNames()); err != nil {
+		return c, err
 	}
 	return c, c.validate()
 }

@@ -163,14 +163,7 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 // interval (busy time over policies times the interval), the busy time
 // over the whole and when its last sample was taken.
 func sampleUtilisation(ctx context.Context, f *fakepolicy.Fleet, start, deadline time.Time, every time.Duration) ([]float64, time.Duration, time.Time) {
-	sum := func() time.Duration {
-		var s time.Duration
-		for _, b := range f.BusyTimes() {
-			s += b
-		}
-		return s
-	}
-	first := sum()
+	first := fleetBusy(f)
 	prev, prevAt := first, start
 	var series []float64
 	for at := start.Add(every); ; at = at.Add(every) {
@@ -178,7 +171,7 @@ func sampleUtilisation(ctx context.Context, f *fakepolicy.Fleet, start, deadline
 			at = deadline
 		}
 		stopped := !benchkit.SleepUntil(ctx, at)
-		b, now := sum(), time.Now()
+		b, now := fleetBusy(f), time.Now()
 		if now.After(prevAt) {
 			series = append(series, (b-prev).Seconds()/(float64(f.Len())*now.Sub(prevAt).Seconds()))
 		}

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -26,8 +25,10 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/fakepolicy"
 	"github.com/policyrouter/policyrouter/internal/benchkit"
 	"github.com/policyrouter/policyrouter/internal/updatesim"
+	"github.com/policyrouter/policyrouter/poller"
 )
 
 // tokensPerSecond is the fake engines' speed: a turn of generation time g
@@ -37,9 +38,18 @@ const tokensPerSecond = 1000
 // genCap cuts generations at 30 medians (the model's GenMax).
 func (c rolloutConfig) genCap() time.Duration { return 30 * c.GenMedian }
 
-// sglangPause maps pause modes to SGLang's: keep is in_place; wait has
-// drained and retracts the rest, as the router's SGLang engine does.
-var sglangPause = map[string]string{updatesim.PauseWait: "retract", updatesim.PauseAbort: "abort", updatesim.PauseKeep: "in_place"}
+// sglangMode is the pause mode of the fake SGLang engines for a model
+// strategy's: keep is SGLang's in_place; wait and abort are the router's
+// own (wait drains first, then retracts what is left).
+func sglangMode(pause string) string {
+	if pause == updatesim.PauseKeep {
+		return poller.PauseInPlace
+	}
+	return pause
+}
+
+// sglang is the engine's update calls, as the router sends them.
+var sglang, _ = poller.Steps(fakepolicy.EngineSGLang)
 
 // modelConfig is the updatesim configuration of the live run: serial
 // policies (capacity 1), no prefix cost (-cache 0), the router's poll
@@ -93,7 +103,7 @@ func runUpdates(ctx context.Context, cfg rolloutConfig, name string, rt *benchki
 	if !benchkit.SleepUntil(ctx, out.winFrom) {
 		return out
 	}
-	out.busy0 = sumBusy(rt)
+	out.busy0 = fleetBusy(rt.Fleet)
 	out.MinRoutable = cfg.Policies
 	for i := range cfg.Updates {
 		if s.Pause == "" {
@@ -131,13 +141,14 @@ func runUpdates(ctx context.Context, cfg rolloutConfig, name string, rt *benchki
 		}
 	}
 	if benchkit.SleepUntil(ctx, out.win) {
-		out.Idle = float64(cfg.Policies)*cfg.UpdateEvery.Seconds()*float64(cfg.Updates) - (sumBusy(rt) - out.busy0).Seconds()
+		out.Idle = float64(cfg.Policies)*cfg.UpdateEvery.Seconds()*float64(cfg.Updates) - (fleetBusy(rt.Fleet) - out.busy0).Seconds()
 	}
 	return out
 }
 
-func sumBusy(rt *benchkit.Router) (s time.Duration) {
-	for _, b := range rt.Fleet.BusyTimes() {
+// fleetBusy is the fleet's busy time so far, summed over its policies.
+func fleetBusy(f *fakepolicy.Fleet) (s time.Duration) {
+	for _, b := range f.BusyTimes() {
 		s += b
 	}
 	return s
@@ -149,7 +160,7 @@ func modelPath(version int64) string { return "/ckpt/v" + strconv.FormatInt(vers
 // the pause mode, waits for it to end, and returns the most policies it
 // held out of routing at once.
 func rollingUpdate(ctx context.Context, c *client.Client, version int64, k int, pause string) (int, error) {
-	timeout, mode := 60000, map[bool]string{true: sglangPause[pause], false: pause}[pause == updatesim.PauseKeep]
+	timeout, mode := 60000, sglangMode(pause)
 	u, err := c.StartUpdate(ctx, api.UpdateRequest{Version: &version, MaxUnavailable: json.RawMessage(strconv.Itoa(k)),
 		DrainTimeoutMS: &timeout, ModelPath: modelPath(version), PauseMode: mode})
 	for err == nil && u.State == "running" {
@@ -212,16 +223,19 @@ func pauseAll(ctx context.Context, rt *benchkit.Router, version int64, pause str
 			return ctx.Err()
 		}
 	}
+	stop, _ := sglang.Pause(sglangMode(pause))
+	load, _ := sglang.LoadFromDisk(modelPath(version), strconv.FormatInt(version, 10))
+	resume, _ := sglang.Resume()
 	var wg sync.WaitGroup
 	errs := make([]error, len(list.Policies))
-	v := strconv.FormatInt(version, 10)
 	for i, p := range list.Policies {
 		c := client.New(p.URL, rt.HTTP)
 		wg.Go(func() {
-			errs[i] = errors.Join(
-				c.Do(ctx, http.MethodPost, "/pause_generation", []byte(`{"mode":"`+sglangPause[pause]+`"}`), nil),
-				c.Do(ctx, http.MethodPost, "/update_weights_from_disk", []byte(`{"model_path":"`+modelPath(version)+`","weight_version":"`+v+`","flush_cache":true}`), nil),
-				c.Do(ctx, http.MethodPost, "/continue_generation", []byte(`{}`), nil))
+			for _, call := range []poller.Call{stop, load, resume} {
+				if errs[i] = c.Do(ctx, call.Method, call.Path, call.Body, nil); errs[i] != nil {
+					return
+				}
+			}
 		})
 	}
 	wg.Wait()

@@ -156,21 +156,28 @@ func Start(ctx context.Context, cfg Config, hc *http.Client) (_ *Router, err err
 // with the fleet's engine ("" for the native /idle).
 func (r *Router) register(ctx context.Context, nodes, envs int, engine string) error {
 	var policies []api.PolicyRequest
+	for i := range r.Fleet.Len() {
+		policies = append(policies, api.PolicyRequest{URL: r.Fleet.URL(i), Index: &i, Engine: engine})
+	}
+	_, err := r.API.PutRegistration(ctx, policies, Topology(r.Fleet.Len(), envs, nodes))
+	return err
+}
+
+// Topology places policy i and env worker i on node NodeName(i, nodes),
+// for policies policies and max(policies, envs) env workers.
+func Topology(policies, envs, nodes int) routing.Topology {
 	topo := routing.Topology{}
-	for i := range max(r.Fleet.Len(), envs) {
+	for i := range max(policies, envs) {
 		node := NodeName(i, nodes)
 		if topo[node] == nil {
 			topo[node] = map[string][]int{}
 		}
 		topo[node][routing.KindEnv] = append(topo[node][routing.KindEnv], i)
-		if i >= r.Fleet.Len() {
-			continue
+		if i < policies {
+			topo[node][routing.KindEval] = append(topo[node][routing.KindEval], i)
 		}
-		policies = append(policies, api.PolicyRequest{URL: r.Fleet.URL(i), Index: &i, Engine: engine})
-		topo[node][routing.KindEval] = append(topo[node][routing.KindEval], i)
 	}
-	_, err := r.API.PutRegistration(ctx, policies, topo)
-	return err
+	return topo
 }
 
 // waitReady waits, up to 20 s, for the router's /readyz: the poller has

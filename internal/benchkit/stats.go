@@ -2,9 +2,11 @@ package benchkit
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -78,3 +80,20 @@ func Ratio(a, b float64) float64 {
 
 // MS is d in milliseconds.
 func MS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// ParseList parses the comma list s of flag -name: names of known, in the
+// order given, each once. An unknown name is an error that lists known.
+func ParseList(name, noun, s string, known []string) ([]string, error) {
+	var out []string
+	for n := range strings.SplitSeq(s, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "" || slices.Contains(out, n):
+		case !slices.Contains(known, n):
+			return nil, fmt.Errorf("-%s: unknown %s %q (have %s)", name, noun, n, strings.Join(known, ", "))
+		default:
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}

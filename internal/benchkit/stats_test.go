@@ -1,8 +1,13 @@
 package benchkit
 
 import (
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 func TestPercentile(t *testing.T) {
@@ -33,5 +38,28 @@ func TestMedian(t *testing.T) {
 	}
 	if got := Median(nil); got != 0 {
 		t.Errorf("Median(nil) = %v, want 0", got)
+	}
+}
+
+func TestParseList(t *testing.T) {
+	known := []string{"a", "b", "c"}
+	got, err := ParseList("x", "thing", " c, a,,c ,b", known)
+	if err != nil || !slices.Equal(got, []string{"c", "a", "b"}) {
+		t.Errorf("ParseList = %q, %v; want [c a b] in the order given, each once", got, err)
+	}
+	_, err = ParseList("x", "thing", "a,d", known)
+	if err == nil || !strings.Contains(err.Error(), `-x: unknown thing "d" (have a, b, c)`) {
+		t.Errorf("ParseList of an unknown name: %v", err)
+	}
+}
+
+func TestTopology(t *testing.T) {
+	topo := Topology(3, 5, 2)
+	want := routing.Topology{
+		"node-0": {routing.KindEnv: {0, 2, 4}, routing.KindEval: {0, 2}},
+		"node-1": {routing.KindEnv: {1, 3}, routing.KindEval: {1}},
+	}
+	if !reflect.DeepEqual(topo, want) {
+		t.Errorf("Topology(3 policies, 5 envs, 2 nodes) = %v, want %v", topo, want)
 	}
 }
