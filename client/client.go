@@ -132,6 +132,19 @@ func (c *Client) Release(ctx context.Context, leaseID string) (api.ReleaseRespon
 	return out, c.call(ctx, http.MethodPost, "/release", api.ReleaseRequest{LeaseID: leaseID}, &out)
 }
 
+// Assign is POST /assign: a batch of tasks (async mode).
+func (c *Client) Assign(ctx context.Context, req api.AssignRequest) (api.AssignResponse, error) {
+	var out api.AssignResponse
+	return out, c.call(ctx, http.MethodPost, "/assign", req, &out)
+}
+
+// Complete is POST /complete: finished tasks, subtracted from a policy's
+// tracked load.
+func (c *Client) Complete(ctx context.Context, req api.CompleteRequest) (api.CompleteResponse, error) {
+	var out api.CompleteResponse
+	return out, c.call(ctx, http.MethodPost, "/complete", req, &out)
+}
+
 // PutRegistration is PUT /registration: the policies and the topology in
 // one atomic call.
 func (c *Client) PutRegistration(ctx context.Context, policies []api.PolicyRequest, topo routing.Topology) (api.Registration, error) {

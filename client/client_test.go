@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -45,6 +46,8 @@ func newFake(tb testing.TB) (*fakeRouter, *client.Client) {
 		"/select":       {200, `{"index": 3, "id": "p3", "url": "http://p/3", "node_id": "node-a", "lease_id": "L"}`},
 		"/release":      {503, `{"error": {"code": "not_leader", "message": "a follower", "leader": "http://r2"}}`},
 		"/registration": {200, `{"policies": [], "topology": {}}`},
+		"/assign":       {200, `{"assignments": [1, 1], "policies": {"1": {"id": "p1", "url": "http://p/1", "node_id": "node-a"}}}`},
+		"/complete":     {200, `{"index": 1, "load": 3}`},
 	}}
 	srv := httptest.NewServer(f)
 	tb.Cleanup(srv.Close)
@@ -66,6 +69,43 @@ func TestSelectSendsAndDecodes(t *testing.T) {
 	}
 	var sent api.SelectRequest
 	if err := json.Unmarshal([]byte(f.body), &sent); err != nil || sent.EnvID != "env-1" || sent.SessionID != "s" {
+		t.Errorf("body %s (%v); want the request", f.body, err)
+	}
+}
+
+func TestAssignSendsAndDecodes(t *testing.T) {
+	f, c := newFake(t)
+	got, err := c.Assign(context.Background(), api.AssignRequest{NumTasks: new(2), EnvIDs: []string{"env-0", "env-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.AssignResponse{Assignments: []int{1, 1}, Policies: map[string]api.PolicyRef{"1": {ID: "p1", URL: "http://p/1", NodeID: "node-a"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if f.method != http.MethodPost || f.path != "/assign" {
+		t.Errorf("request %s %s; want POST /assign", f.method, f.path)
+	}
+	var sent api.AssignRequest
+	if err := json.Unmarshal([]byte(f.body), &sent); err != nil || sent.NumTasks == nil || *sent.NumTasks != 2 || len(sent.EnvIDs) != 2 {
+		t.Errorf("body %s (%v); want the request", f.body, err)
+	}
+}
+
+func TestCompleteSendsAndDecodes(t *testing.T) {
+	f, c := newFake(t)
+	got, err := c.Complete(context.Background(), api.CompleteRequest{Index: new(1), Count: new(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (api.CompleteResponse{Index: 1, Load: 3}); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if f.method != http.MethodPost || f.path != "/complete" {
+		t.Errorf("request %s %s; want POST /complete", f.method, f.path)
+	}
+	var sent api.CompleteRequest
+	if err := json.Unmarshal([]byte(f.body), &sent); err != nil || sent.Index == nil || *sent.Index != 1 || sent.Count == nil || *sent.Count != 2 {
 		t.Errorf("body %s (%v); want the request", f.body, err)
 	}
 }

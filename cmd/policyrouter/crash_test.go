@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/policyrouter/policyrouter/client"
 )
 
 // TestCrashKeepsAcknowledgedWrites registers policies and replaces the
@@ -39,11 +42,11 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 		once    sync.Once
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, 32)
-		client  = &http.Client{}
+		hc      = &http.Client{}
 		putTopo = func(k int) {
 			req, _ := http.NewRequest(http.MethodPut, base+"/topology", strings.NewReader(topologies[k]))
 			req.Header.Set("Content-Type", "application/json")
-			if resp, err := client.Do(req); err == nil {
+			if resp, err := hc.Do(req); err == nil {
 				resp.Body.Close()
 			}
 		}
@@ -60,7 +63,7 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 			if i%10 == 0 {
 				putTopo(i / 10 % len(topologies))
 			}
-			resp, err := client.Post(base+"/policies", "application/json", strings.NewReader(policyBody(i)))
+			resp, err := hc.Post(base+"/policies", "application/json", strings.NewReader(policyBody(i)))
 			if err != nil {
 				return // the crash cut it off: it may or may not be stored
 			}
@@ -85,21 +88,11 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 	}
 
 	p2 := start(t, nil, args...)
-	resp, err := http.Get("http://" + p2.addr + "/policies")
+	c := client.New("http://"+p2.addr, nil)
+	list, err := c.Policies(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var list struct {
-		Policies []struct {
-			Index int
-			ID    string
-			URL   string
-		}
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
 	stored := make(map[int]bool)
 	for _, pol := range list.Policies {
 		// Whole, never half-written: every field as registered.
@@ -121,15 +114,11 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 			t.Errorf("policy %d registered before the crash phase lost", i)
 		}
 	}
-	resp, err = http.Get("http://" + p2.addr + "/topology")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Compared as generic JSON, the form the topologies were sent in.
 	var topo map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&topo); err != nil {
+	if err := c.Do(context.Background(), http.MethodGet, "/topology", nil, &topo); err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
 	if len(topo) != 0 {
 		got, _ := json.Marshal(topo)
 		found := false

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/app"
+	"github.com/policyrouter/policyrouter/client"
 	"github.com/policyrouter/policyrouter/fakepolicy"
 	"github.com/policyrouter/policyrouter/routing"
 )
@@ -86,7 +85,8 @@ func demoCommand(ctx context.Context, args []string) error {
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ctx, ln) }()
 	base := "http://" + addr
-	if err := demoSetup(ctx, base, fleet, cfg.Engine); err != nil {
+	c := client.New(base, demoClient)
+	if err := demoSetup(ctx, c, fleet, cfg.Engine); err != nil {
 		cancel()
 		return errors.Join(fmt.Errorf("demo setup: %w", err), <-served)
 	}
@@ -104,7 +104,7 @@ Requests are logged at --log-level debug; Ctrl-C stops.
 
 	var wg sync.WaitGroup
 	for w := range cfg.Workers {
-		wg.Go(func() { demoWorker(ctx, base, w, cfg.Policies, logger) })
+		wg.Go(func() { demoWorker(ctx, c, w, cfg.Policies, logger) })
 	}
 	err = <-served
 	cancel()
@@ -127,15 +127,14 @@ func demoUpdateHint(base, engine string) string {
 
 // demoSetup registers the fleet with its engine, the first half on node-a
 // and the rest on node-b, and a topology with as many env workers as
-// policies.
-func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet, engine string) error {
+// policies, in one call: affinity routing never runs without its topology.
+func demoSetup(ctx context.Context, c *client.Client, fleet *fakepolicy.Fleet, engine string) error {
 	n := fleet.Len()
-	var req api.ReplacePoliciesRequest
+	var policies []api.PolicyRequest
 	topo := routing.Topology{"node-a": {}, "node-b": {}}
 	var envA, envB, evalA, evalB []int
 	for i := range n {
-		idx := i
-		req.Policies = append(req.Policies, api.PolicyRequest{URL: fleet.URL(i), Index: &idx, Engine: engine})
+		policies = append(policies, api.PolicyRequest{URL: fleet.URL(i), Index: new(i), Engine: engine})
 		if i < n/2 {
 			evalA, envA = append(evalA, i), append(envA, i)
 		} else {
@@ -144,10 +143,8 @@ func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet, engine
 	}
 	topo["node-a"][routing.KindEnv], topo["node-a"][routing.KindEval] = envA, evalA
 	topo["node-b"][routing.KindEnv], topo["node-b"][routing.KindEval] = envB, evalB
-	if err := call(ctx, http.MethodPut, base+"/policies", req, nil); err != nil {
-		return err
-	}
-	return call(ctx, http.MethodPut, base+"/topology", topo, nil)
+	_, err := c.PutRegistration(ctx, policies, topo)
+	return err
 }
 
 // demoWorker is one simulated env worker: select a policy (preferring its
@@ -157,20 +154,19 @@ func demoSetup(ctx context.Context, base string, fleet *fakepolicy.Fleet, engine
 // their prefix in the policy's (simulated) cache. Every other worker sends
 // its turns through the router's proxy mode instead (POST /generate with
 // X-Session-ID and X-Env-ID), which selects and releases for it.
-func demoWorker(ctx context.Context, base string, w, nEnv int, logger *slog.Logger) {
+func demoWorker(ctx context.Context, c *client.Client, w, nEnv int, logger *slog.Logger) {
 	env := "env-" + strconv.Itoa(w%nEnv)
 	proxied := w%2 == 1
 	for step := 0; ctx.Err() == nil; step++ {
 		traj := env + "-traj-" + strconv.Itoa(step/4)
 		if proxied {
-			if err := demoProxied(ctx, base, env, traj); err != nil && ctx.Err() == nil {
+			if err := demoProxied(ctx, c.BaseURL(), env, traj); err != nil && ctx.Err() == nil {
 				logger.Debug("demo worker: proxied generate", "env_id", env, "err", err)
 				sleepCtx(ctx, 200*time.Millisecond)
 			}
 			continue
 		}
-		var sel api.SelectResponse
-		err := call(ctx, http.MethodPost, base+"/select", api.SelectRequest{EnvID: env, Router: "idle_affinity", SessionID: traj}, &sel)
+		sel, err := c.Select(ctx, api.SelectRequest{EnvID: env, Router: "idle_affinity", SessionID: traj})
 		if err != nil {
 			if ctx.Err() == nil {
 				logger.Debug("demo worker: select", "env_id", env, "err", err)
@@ -178,26 +174,28 @@ func demoWorker(ctx context.Context, base string, w, nEnv int, logger *slog.Logg
 			}
 			continue
 		}
-		if err := call(ctx, http.MethodPost, sel.URL+"/generate", map[string]string{"session_id": traj}, nil); err != nil && ctx.Err() == nil {
+		// The turn goes to the policy itself, a JSON server too.
+		turn := []byte(`{"session_id": "` + traj + `"}`)
+		if err := client.New(sel.URL, demoClient).Do(ctx, http.MethodPost, "/generate", turn, nil); err != nil && ctx.Err() == nil {
 			logger.Debug("demo worker: generate", "url", sel.URL, "err", err)
 		}
 		// The context may be done: release anyway so nothing stays leased.
 		relCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = call(relCtx, http.MethodPost, base+"/release", api.ReleaseRequest{LeaseID: sel.LeaseID}, nil)
+		_, _ = c.Release(relCtx, sel.LeaseID)
 		cancel()
 		if step%5 == 4 {
-			var a api.AssignResponse
-			if call(ctx, http.MethodPost, base+"/assign", api.AssignRequest{NumTasks: new(4)}, &a) == nil {
+			if a, err := c.Assign(ctx, api.AssignRequest{NumTasks: new(4)}); err == nil {
 				for _, idx := range a.Assignments {
-					i := idx
-					_ = call(ctx, http.MethodPost, base+"/complete", api.CompleteRequest{Index: &i}, nil)
+					_, _ = c.Complete(ctx, api.CompleteRequest{Index: new(idx)})
 				}
 			}
 		}
 	}
 }
 
-// demoProxied runs one turn through proxy mode.
+// demoProxied runs one turn through proxy mode. It is proxy traffic, not
+// the control API, and the session, env and router travel in headers,
+// which the shared client does not send: a plain request.
 func demoProxied(ctx context.Context, base, env, traj string) error {
 	body := `{"text": "turn", "session_id": "` + traj + `", "sampling_params": {"max_new_tokens": 16}}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/generate", strings.NewReader(body))
@@ -220,34 +218,8 @@ func demoProxied(ctx context.Context, base, env, traj string) error {
 	return nil
 }
 
+// demoClient carries every request of the simulated workers.
 var demoClient = &http.Client{Timeout: 30 * time.Second}
-
-// call sends v as JSON and decodes a 2xx answer into out (if non-nil).
-func call(ctx context.Context, method, url string, v, out any) error {
-	body, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := demoClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		var e api.ErrorResponse
-		_ = json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, e.Error.Message)
-	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
-}
 
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

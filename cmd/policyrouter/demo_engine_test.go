@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/client"
 )
 
 // demo --engine sglang runs on simulated SGLang servers, registered as
@@ -15,21 +17,14 @@ import (
 func TestDemoSGLangEngine(t *testing.T) {
 	p := start(t, nil, "demo", "--addr", "127.0.0.1:0", "--engine", "sglang", "--policies", "4", "--workers", "2")
 	base := "http://" + p.addr
-	getJSON := func(path string, v any) {
-		t.Helper()
-		resp, err := http.Get(base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctx, c := context.Background(), client.New(base, nil)
 	deadline := time.Now().Add(20 * time.Second)
 	var stats api.Stats
 	for {
-		getJSON("/stats", &stats)
+		var err error
+		if stats, err = c.Stats(ctx); err != nil {
+			t.Fatal(err)
+		}
 		if len(stats.Policies) == 4 && stats.Totals.Unknown == 0 {
 			break
 		}
@@ -43,6 +38,7 @@ func TestDemoSGLangEngine(t *testing.T) {
 			t.Errorf("policy %d: engine %q, weight_version %q; want sglang, default", ps.Index, ps.Engine, ps.WeightVersion)
 		}
 	}
+	// A plain request: its 202 Accepted is checked too.
 	code, body := post(t, base+"/updates", "", `{"version": 1, "model_path": "/ckpt/step-1", "max_unavailable": 2, "set_floor": true}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("POST /updates: %d %s", code, body)
@@ -56,7 +52,10 @@ func TestDemoSGLangEngine(t *testing.T) {
 			t.Fatalf("update still running: %+v", u)
 		}
 		time.Sleep(50 * time.Millisecond)
-		getJSON("/updates/"+u.ID, &u)
+		var err error
+		if u, err = c.Update(ctx, u.ID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if u.State != "succeeded" || u.Floor != 1 {
 		t.Fatalf("update ended %s (floor %d): %s", u.State, u.Floor, u.Error)

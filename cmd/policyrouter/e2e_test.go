@@ -18,6 +18,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/client"
 )
 
 // binary is the policyrouter binary built once for the end-to-end tests.
@@ -247,24 +250,18 @@ func TestSIGTERMDrainsWaitingSelect(t *testing.T) {
 	if code, body := post(t, base+"/select", "", `{}`); code != 200 {
 		t.Fatalf("select: %d %s", code, body)
 	}
-	type result struct {
-		code int
-		body string
-	}
-	waiting := make(chan result, 1)
+	c := client.New(base, nil)
+	waiting := make(chan error, 1)
 	go func() {
-		code, body := post(t, base+"/select", "", `{"timeout_ms":60000}`)
-		waiting <- result{code, body}
+		_, err := c.Select(context.Background(), api.SelectRequest{TimeoutMS: new(60000)})
+		waiting <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := http.Get(base + "/stats")
+		st, err := c.Stats(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st struct{ Waiters int }
-		_ = json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
 		if st.Waiters == 1 {
 			break
 		}
@@ -276,9 +273,9 @@ func TestSIGTERMDrainsWaitingSelect(t *testing.T) {
 	if err := p.stop(t); err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr)
 	}
-	r := <-waiting
-	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "shutting down") {
-		t.Errorf("waiting select at shutdown answered %d %s", r.code, r.body)
+	var ce *client.Error
+	if err := <-waiting; !errors.As(err, &ce) || ce.StatusCode != http.StatusServiceUnavailable || ce.Code != api.CodeShuttingDown {
+		t.Errorf("waiting select at shutdown answered %v; want 503 %s", err, api.CodeShuttingDown)
 	}
 	if !strings.Contains(p.stderr.String(), `"msg":"stopped"`) {
 		t.Errorf("no clean stop logged:\n%s", p.stderr)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/client"
 )
 
 // pyFailoverCounts is the JSON line testdata/ha_python_client.py prints.
@@ -39,13 +39,8 @@ type pyFailoverCounts struct {
 // selectTotal returns the /select calls the replica at u has answered,
 // and whether it says it leads; ok is false when it does not answer.
 func selectTotal(u string) (n uint64, leading, ok bool) {
-	resp, err := haClient.Get(u + "/stats")
+	st, err := client.New(u, haClient).Stats(context.Background())
 	if err != nil {
-		return 0, false, false
-	}
-	defer resp.Body.Close()
-	var st api.Stats
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
 		return 0, false, false
 	}
 	return st.Decisions.SelectTotal, st.Replica != nil && st.Replica.Leading, true
@@ -85,9 +80,9 @@ func TestHAPythonClientFailover(t *testing.T) {
 	for i := range nPolicies {
 		p := newHeldPolicy(t)
 		id := fmt.Sprintf("py-%d", i)
-		code, _, body, err := haPost(allURLs[0]+"/policies", map[string]any{"url": p.srv.URL, "index": i, "id": id, "capacity": 1})
+		code, body, err := haPost(allURLs[0]+"/policies", map[string]any{"url": p.srv.URL, "index": i, "id": id, "capacity": 1})
 		if err != nil || code != http.StatusCreated {
-			t.Fatalf("register %s: %d %v %v", id, code, body, err)
+			t.Fatalf("register %s: %d %s %v", id, code, body, err)
 		}
 	}
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/client"
 	"github.com/policyrouter/policyrouter/internal/etcdtest"
 	"github.com/policyrouter/policyrouter/internal/poll"
 )
@@ -121,31 +124,30 @@ func startReplica(t *testing.T, args []string, procs map[string]*proc, cl *haClu
 // connections at once, and nothing the test sends should take long.
 var haClient = &http.Client{Timeout: 10 * time.Second}
 
-// haPost posts body as JSON and returns the status, the leader a
-// not_leader answer names, and the decoded body.
-func haPost(url string, body any) (code int, leader string, out map[string]any, err error) {
+// haPost posts body as JSON and returns the status and the body. It is
+// for registrations, whose exact status (201) is the acknowledgement
+// counted, and for the test's policy servers; the routing requests go
+// through the shared client.
+func haPost(url string, body any) (int, string, error) {
 	b, _ := json.Marshal(body)
 	resp, err := haClient.Post(url, "application/json", bytes.NewReader(b))
 	if err != nil {
-		return 0, "", nil, err
+		return 0, "", err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	_ = json.Unmarshal(raw, &out)
-	if e, ok := out["error"].(map[string]any); ok && e["code"] == api.CodeNotLeader {
-		leader, _ = e["leader"].(string)
-		if leader == "" {
-			leader = resp.Header.Get(api.LeaderHeader)
-		}
-	}
-	return resp.StatusCode, leader, out, nil
+	return resp.StatusCode, string(raw), nil
 }
 
-// routeOnLeader sends a routing request to the replica believed to lead,
-// follows not_leader to the leader named, and on connection errors tries
-// the other live replicas. It returns the answer of the replica that
-// routed it, or ok false when none did in this round.
-func (c *haCluster) routeOnLeader(path string, body any) (code int, out map[string]any, replica string, ok bool) {
+// errNoRoute is routeOnLeader's error when no replica routed the request.
+var errNoRoute = errors.New("no replica routed the request: each was gone or not the leader")
+
+// routeOnLeader calls route with a client of the replica believed to
+// lead, follows not_leader to the leader named, and on connection errors
+// tries the other live replicas. It returns the replica that answered and
+// route's error (nil, or a *client.Error other than not_leader), or
+// errNoRoute when none routed it in this round.
+func (c *haCluster) routeOnLeader(route func(*client.Client) error) (string, error) {
 	urls, leader := c.snapshot()
 	tried := map[string]bool{}
 	next := leader
@@ -159,32 +161,28 @@ func (c *haCluster) routeOnLeader(path string, body any) (code int, out map[stri
 				}
 			}
 			if next == "" {
-				return 0, nil, "", false
+				return "", errNoRoute
 			}
 		}
 		tried[next] = true
-		code, named, out, err := haPost(next+path, body)
-		if err != nil {
+		err := route(client.New(next, haClient))
+		var ce *client.Error
+		if err != nil && !errors.As(err, &ce) {
 			continue // dead or gone: another replica
 		}
-		if isNotLeader(out) {
-			if named != "" && !tried[named] {
-				c.setLeader(named)
-				next = named
+		if ce != nil && ce.Code == api.CodeNotLeader {
+			if ce.Leader != "" && !tried[ce.Leader] {
+				c.setLeader(ce.Leader)
+				next = ce.Leader
 			} else {
 				next = ""
 			}
 			continue
 		}
 		c.setLeader(next)
-		return code, out, next, true
+		return next, err
 	}
-	return 0, nil, "", false
-}
-
-func isNotLeader(out map[string]any) bool {
-	e, _ := out["error"].(map[string]any)
-	return e != nil && e["code"] == api.CodeNotLeader
+	return "", errNoRoute
 }
 
 // TestHAFailover runs three router replicas on one etcd under select and
@@ -207,6 +205,7 @@ func TestHAFailover(t *testing.T) {
 		failoverMax  = 20 * time.Second
 	)
 	args, procs, cl := startReplicas(t, 3, "/ha-e2e/", leaderTTL, pollInterval)
+	ctx := context.Background()
 
 	// The policies clients hold, registered through a follower.
 	policies := make([]*heldPolicy, nPolicies)
@@ -224,9 +223,9 @@ func TestHAFailover(t *testing.T) {
 	var acked sync.Map // policy id -> true, for registrations answered 201
 	for i, p := range policies {
 		id := fmt.Sprintf("held-%d", i)
-		code, _, body, err := haPost(follower+"/policies", map[string]any{"url": p.srv.URL, "index": i, "id": id, "capacity": 1})
+		code, body, err := haPost(follower+"/policies", map[string]any{"url": p.srv.URL, "index": i, "id": id, "capacity": 1})
 		if err != nil || code != http.StatusCreated {
-			t.Fatalf("register %s on a follower: %d %v %v", id, code, body, err)
+			t.Fatalf("register %s on a follower: %d %s %v", id, code, body, err)
 		}
 		acked.Store(id, true)
 	}
@@ -251,7 +250,7 @@ func TestHAFailover(t *testing.T) {
 			id := fmt.Sprintf("bg-%d", n)
 			body := map[string]any{"url": fmt.Sprintf("%s/bg/%d", busyPolicy.URL, n), "id": id, "capacity": 1}
 			for range len(urls) {
-				code, _, _, err := haPost(urls[r%len(urls)]+"/policies", body)
+				code, _, err := haPost(urls[r%len(urls)]+"/policies", body)
 				if err == nil && code == http.StatusCreated {
 					acked.Store(id, true)
 					registered.Add(1)
@@ -280,20 +279,22 @@ func TestHAFailover(t *testing.T) {
 	// /release is sent, which are the ends of the hold recorded. The hold
 	// ends before the release so that the policy's own count of holders
 	// never includes a client that has given it back.
-	use := func(client int, sel map[string]any, replica string, from time.Time, work time.Duration) {
-		idx := int(sel["index"].(float64))
-		p := policies[idx]
-		_, _, _, _ = haPost(p.srv.URL+"/hold", nil)
-		_, _, _, _ = haPost(p.srv.URL+"/generate", map[string]any{"ms": work.Milliseconds()})
+	use := func(holder int, sel api.SelectResponse, replica string, from time.Time, work time.Duration) {
+		p := policies[sel.Index]
+		_, _, _ = haPost(p.srv.URL+"/hold", nil)
+		_, _, _ = haPost(p.srv.URL+"/generate", map[string]any{"ms": work.Milliseconds()})
 		to := time.Now()
 		holdsMu.Lock()
-		holds = append(holds, hold{client: client, index: idx, from: from, to: to, replica: replica})
+		holds = append(holds, hold{client: holder, index: sel.Index, from: from, to: to, replica: replica})
 		holdsMu.Unlock()
-		_, _, _, _ = haPost(p.srv.URL+"/unhold", nil)
-		if lease, _ := sel["lease_id"].(string); lease != "" {
+		_, _, _ = haPost(p.srv.URL+"/unhold", nil)
+		if sel.LeaseID != "" {
 			// Released on whichever replica leads now; the dead leader's
 			// leases answer released false there.
-			cl.routeOnLeader("/release", map[string]any{"lease_id": lease})
+			_, _ = cl.routeOnLeader(func(rc *client.Client) error {
+				_, err := rc.Release(ctx, sel.LeaseID)
+				return err
+			})
 		}
 	}
 	for c := range loadClients {
@@ -305,16 +306,20 @@ func TestHAFailover(t *testing.T) {
 					return
 				default:
 				}
-				code, sel, replica, ok := cl.routeOnLeader("/select", map[string]any{"router": "simple", "timeout_ms": 300})
+				var sel api.SelectResponse
+				replica, err := cl.routeOnLeader(func(rc *client.Client) (err error) {
+					sel, err = rc.Select(ctx, api.SelectRequest{Router: "simple", TimeoutMS: new(300)})
+					return err
+				})
 				from := time.Now()
-				if !ok || code != http.StatusOK {
+				if err != nil {
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
 				selects.Add(1)
-				if lease, _ := sel["lease_id"].(string); lease != "" {
+				if sel.LeaseID != "" {
 					leasesMu.Lock()
-					lastLease[replica] = lease
+					lastLease[replica] = sel.LeaseID
 					leasesMu.Unlock()
 				}
 				work := time.Duration(20+rng.IntN(130)) * time.Millisecond
@@ -345,8 +350,8 @@ func TestHAFailover(t *testing.T) {
 		for {
 			urls, _ := cl.snapshot()
 			for _, u := range urls {
-				code, _, sel, err := haPost(u+"/select", map[string]any{"router": "simple", "timeout_ms": 0})
-				if err == nil && code == http.StatusOK {
+				sel, err := client.New(u, haClient).Select(ctx, api.SelectRequest{Router: "simple", TimeoutMS: new(0)})
+				if err == nil {
 					took = time.Since(killed)
 					cl.setLeader(u)
 					use(-1-k, sel, u, time.Now(), 10*time.Millisecond)
@@ -368,9 +373,13 @@ func TestHAFailover(t *testing.T) {
 
 		// The dead leader's lease is void on the new one.
 		if oldLease != "" {
-			code, out, _, ok := cl.routeOnLeader("/release", map[string]any{"lease_id": oldLease})
-			if !ok || code != http.StatusOK || out["released"] != false {
-				t.Errorf("kill %d: releasing the killed leader's lease %s on the new leader = %d %v (ok %t); want 200 released false", k+1, oldLease, code, out, ok)
+			var rel api.ReleaseResponse
+			_, err := cl.routeOnLeader(func(rc *client.Client) (err error) {
+				rel, err = rc.Release(ctx, oldLease)
+				return err
+			})
+			if err != nil || rel.Released {
+				t.Errorf("kill %d: releasing the killed leader's lease %s on the new leader = %+v, %v; want released false", k+1, oldLease, rel, err)
 			}
 		} else {
 			t.Errorf("kill %d: the killed leader had handed out no lease to check", k+1)
@@ -451,13 +460,8 @@ func (c *haCluster) leaderURL() string {
 // missingPolicies returns the ids in want that GET /policies on the
 // replica at u does not list (all of them if it does not answer).
 func missingPolicies(u string, want []string) []string {
-	resp, err := haClient.Get(u + "/policies")
+	list, err := client.New(u, haClient).Policies(context.Background())
 	if err != nil {
-		return want
-	}
-	defer resp.Body.Close()
-	var list api.PolicyList
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		return want
 	}
 	have := map[string]bool{}
@@ -484,21 +488,18 @@ func waitLeader(tb testing.TB, c *haCluster) string {
 		leader = ""
 		var named []string
 		for _, u := range urls {
-			resp, err := haClient.Get(u + "/readyz")
-			if err != nil {
+			err := client.New(u, haClient).Ready(context.Background())
+			var ce *client.Error
+			if err != nil && !errors.As(err, &ce) {
 				return false
 			}
-			var env api.ErrorResponse
-			_ = json.NewDecoder(resp.Body).Decode(&env)
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK || env.Error.Code == api.CodeNoPolicies {
+			if err == nil || ce.Code == api.CodeNoPolicies {
 				if leader != "" {
 					return false
 				}
 				leader = u
 			} else {
-				named = append(named, resp.Header.Get(api.LeaderHeader))
+				named = append(named, ce.Leader)
 			}
 		}
 		for _, n := range named {

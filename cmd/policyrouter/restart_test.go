@@ -1,7 +1,7 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/client"
 )
 
 // TestRestartWhileHeldHandsOutNothing is the trial that found policies
@@ -46,14 +49,11 @@ func TestRestartWhileHeldHandsOutNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	ctx, c := context.Background(), client.New(base, nil)
 	for range 4 {
-		code, body := post(t, base+"/select", "", `{"timeout_ms": 5000}`)
-		if code != http.StatusOK {
-			t.Fatalf("select before the restart: %d %s", code, body)
-		}
-		var sel struct{ Index int }
-		if err := json.Unmarshal([]byte(body), &sel); err != nil {
-			t.Fatal(err)
+		sel, err := c.Select(ctx, api.SelectRequest{TimeoutMS: new(5000)})
+		if err != nil {
+			t.Fatalf("select before the restart: %v", err)
 		}
 		busy[sel.Index].Store(true)
 	}
@@ -63,6 +63,7 @@ func TestRestartWhileHeldHandsOutNothing(t *testing.T) {
 
 	p = start(t, nil, args...)
 	base = "http://" + p.addr
+	c = client.New(base, nil)
 	if code, body := post(t, base+"/select", "", `{"timeout_ms": 0}`); code != http.StatusServiceUnavailable {
 		t.Fatalf("first select after the restart: %d %s; want 503", code, body)
 	}
@@ -89,19 +90,12 @@ func TestRestartWhileHeldHandsOutNothing(t *testing.T) {
 			t.Errorf("%s select while every policy answers busy: %d %s; want 503", router, code, body)
 		}
 	}
-	resp, err = http.Get(base + "/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stats struct{ Totals struct{ Busy, Unknown int } }
-	err = json.NewDecoder(resp.Body).Decode(&stats)
-	resp.Body.Close()
+	stats, err := c.Stats(ctx)
 	if err != nil || stats.Totals.Busy != 4 {
 		t.Errorf("stats totals %+v, %v; want 4 busy", stats.Totals, err)
 	}
 	busy[2].Store(false)
-	code, body := post(t, base+"/select", "", `{"timeout_ms": 10000}`)
-	if code != http.StatusOK || !strings.Contains(body, `"index":2`) {
-		t.Errorf("select once policy 2 answers idle: %d %s; want policy 2", code, body)
+	if sel, err := c.Select(ctx, api.SelectRequest{TimeoutMS: new(10000)}); err != nil || sel.Index != 2 {
+		t.Errorf("select once policy 2 answers idle: %+v %v; want policy 2", sel, err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/client"
 	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/internal/testpki"
 )
@@ -199,13 +200,8 @@ func TestHTTPSPolicies(t *testing.T) {
 // policyStats returns the first policy of GET {base}/stats.
 func policyStats(tb testing.TB, base string) api.PolicyStats {
 	tb.Helper()
-	resp, err := http.Get(base + "/stats")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var s api.Stats
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || len(s.Policies) == 0 {
+	s, err := client.New(base, nil).Stats(context.Background())
+	if err != nil || len(s.Policies) == 0 {
 		tb.Fatalf("GET /stats: %v, %d policies", err, len(s.Policies))
 	}
 	return s.Policies[0]
@@ -258,14 +254,13 @@ func TestMaxWaiters(t *testing.T) {
 		}
 	})
 	poll.Until(t, "GET /stats", func() bool {
-		resp, err := http.Get(base + "/stats")
+		s, err := client.New(base, nil).Stats(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		var s api.Stats
-		return json.NewDecoder(resp.Body).Decode(&s) == nil && s.Waiters == 1
+		return s.Waiters == 1
 	})
+	// A plain request: the answer's Retry-After header is checked too.
 	req, _ := http.NewRequest(http.MethodPost, base+"/select", strings.NewReader(`{"timeout_ms":60000}`))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
