@@ -19,6 +19,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/internal/etcdtest"
 	"github.com/policyrouter/policyrouter/internal/poll"
+	"github.com/policyrouter/policyrouter/internal/syncbuf"
 	"github.com/policyrouter/policyrouter/internal/testpki"
 	"github.com/policyrouter/policyrouter/registry"
 )
@@ -29,25 +30,7 @@ type replica struct {
 	url    string
 	cancel context.CancelFunc
 	done   chan struct{}
-	logs   *logBuffer
-}
-
-// logBuffer holds a replica's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs   *syncbuf.Buffer
 }
 
 // startReplica starts a replica on etcd at endpoint, with a leader ttl of
@@ -58,7 +41,7 @@ func startReplica(t *testing.T, endpoint, prefix string, configure ...func(*Conf
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg := Config{
 		Store: StoreEtcd, EtcdEndpoints: []string{endpoint}, EtcdPrefix: prefix, LeaderTTL: time.Second,
 		AdvertiseURL: srv.URL, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(logs, nil)),

@@ -1,7 +1,6 @@
 package poller
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/fakepolicy"
 	"github.com/policyrouter/policyrouter/internal/poll"
+	"github.com/policyrouter/policyrouter/internal/syncbuf"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -155,24 +155,6 @@ func TestEngineProbeErrorsNameTheEndpoint(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A policy's API key reaches the engine on every probe (the simulated
 // engine answers 401 without it), and no log line or last_error shows
 // it, even at debug level with failing probes.
@@ -180,7 +162,7 @@ func TestEngineKeySentNeverLogged(t *testing.T) {
 	const key = "sk-SECRET-123"
 	for _, engine := range []string{routing.EnginePolicyrouter, EngineSGLang, EngineVLLM} {
 		t.Run(engine, func(t *testing.T) {
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			st := routing.New(routing.Options{Polled: true, FailThreshold: 1, PassThreshold: 1})
 			var good, bad *fakepolicy.Fleet

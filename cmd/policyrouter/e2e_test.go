@@ -14,13 +14,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/internal/syncbuf"
 )
 
 // binary is the policyrouter binary built once for the end-to-end tests.
@@ -43,29 +43,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a running policyrouter process.
 type proc struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	done   chan error
 }
 
@@ -76,7 +58,7 @@ func start(tb testing.TB, env []string, args ...string) *proc {
 	cmd := exec.Command(binary, append(args, "--log-format", "json")...)
 	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	// The buffer first: whatever the scanner sees is in it already.
 	cmd.Stderr = io.MultiWriter(p.stderr, pw)
 	if err := cmd.Start(); err != nil {
