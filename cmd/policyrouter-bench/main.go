@@ -34,27 +34,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "policyrouter-bench:", err)
-		}
-		os.Exit(2)
-	}
-}
+func main() { benchkit.Main("policyrouter-bench", run) }
 
 // config is everything the flags set.
 type config struct {

@@ -35,14 +35,9 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
+
+	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
 
 // Limits that keep a run bounded.
@@ -51,14 +46,4 @@ const (
 	maxDuration = 10 * time.Minute
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "policyrouter-rollout:", err)
-		}
-		os.Exit(2)
-	}
-}
+func main() { benchkit.Main("policyrouter-rollout", run) }

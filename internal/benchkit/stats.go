@@ -2,11 +2,17 @@ package benchkit
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -96,4 +102,19 @@ func ParseList(name, noun, s string, known []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Main runs a measuring command: run with the command line, stdout and
+// stderr, cancelled on SIGINT or SIGTERM. An error is printed after the
+// command's name (but not -h's, whose usage the flags printed) and exits 2.
+func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, name+":", err)
+		}
+		os.Exit(2)
+	}
 }
