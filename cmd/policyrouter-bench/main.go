@@ -144,7 +144,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 // progress goes to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "rollout" {
-		return errors.New("the rollout simulator is its own command: go run ./cmd/policyrouter-rollout " + strings.Join(args[1:], " "))
+		return errors.New("the rollout simulator is its own command: " + strings.Join(append([]string{"go run ./cmd/policyrouter-rollout"}, args[1:]...), " "))
 	}
 	cfg, err := parseConfig(args, stderr)
 	if err != nil {

@@ -49,9 +49,9 @@ func runStrategy(ctx context.Context, cfg rolloutConfig, load float64, s strateg
 	// generations queued at a busy policy); runCtx bounds the run instead.
 	hc.Timeout = 0
 	defer hc.CloseIdleConnections()
-	// Under updates the policies are fake SGLang engines, registered as
-	// such once the router runs (startRouter registers native ones) and
-	// polled from then on.
+	// Under updates the policies are fake SGLang engines, registered with
+	// that engine, so that the router polls and updates them through
+	// SGLang's own endpoints.
 	rc := benchkit.Config{
 		Policies: cfg.Policies, Nodes: cfg.Nodes, Envs: cfg.Envs, Seed: cfg.Seed,
 		PollInterval: cfg.PollInterval, LogLevel: cfg.LogLevel,
