@@ -328,7 +328,8 @@ func checkNotQueued(tb testing.TB, hung *fake, d, timeout time.Duration) {
 }
 
 // TestGraceNoDoubleHandout: a policy that keeps answering idle is not
-// handed out again while its selection is within Grace, and is after.
+// handed out again while its on_idle lease (the seed's contract) is within
+// Grace, and is after.
 func TestGraceNoDoubleHandout(t *testing.T) {
 	srv := newFake(t, answerWith(200, `{"idle": true}`))
 	for _, grace := range []time.Duration{time.Minute, 100 * time.Millisecond} {
@@ -346,7 +347,7 @@ func TestGraceNoDoubleHandout(t *testing.T) {
 			poll.Until(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
 
 			beforeSelect := time.Now() // no later than the lease's start
-			first, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""})
+			first, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, Release: routing.ReleaseOnIdle, EnvID: ""})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -355,7 +356,7 @@ func TestGraceNoDoubleHandout(t *testing.T) {
 				poll.Until(t, "idle answers after the selection", func() bool { return idleSince.Load() >= 3 })
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 				defer cancel()
-				if sel, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""}); !errors.Is(err, context.DeadlineExceeded) {
+				if sel, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, Release: routing.ReleaseOnIdle, EnvID: ""}); !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("second select within grace = %+v, %v; want deadline exceeded", sel, err)
 				}
 				if got := policyStats(st, 0).Inflight; got != 1 {
@@ -368,7 +369,7 @@ func TestGraceNoDoubleHandout(t *testing.T) {
 			// Released, or freed by an idle answer sent Grace after the selection.
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			second, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, EnvID: ""})
+			second, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, Release: routing.ReleaseOnIdle, EnvID: ""})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -446,7 +447,8 @@ func TestNewPolicyProbedAtOnce(t *testing.T) {
 	}
 }
 
-// TestLeaseKeptWhileWorkerPrepares: with the default grace, an env worker
+// TestLeaseKeptWhileWorkerPrepares: with the default grace, an on_idle
+// lease's env worker
 // that holds its lease for 2 s before it sends its request (the policy
 // answering idle all along, every 10 ms) keeps it, and nobody else is
 // handed the policy; once the policy answers busy and then idle, the
@@ -468,7 +470,7 @@ func TestLeaseKeptWhileWorkerPrepares(t *testing.T) {
 	}})
 	poll.Until(t, "first probe", func() bool { return policyStats(st, 0).Probes > 0 })
 
-	sel, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle})
+	sel, err := st.Select(context.Background(), routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, Release: routing.ReleaseOnIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,7 +484,7 @@ func TestLeaseKeptWhileWorkerPrepares(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if other, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle}); err == nil {
+	if other, err := st.Select(ctx, routing.SelectRequest{Wait: time.Hour, Router: routing.SelectIdle, Release: routing.ReleaseOnIdle}); err == nil {
 		t.Fatalf("policy handed out twice: %+v", other)
 	}
 

@@ -67,6 +67,17 @@ func mustSelect(tb testing.TB, st *State, kind Selector, envID string) Decision 
 	return sel
 }
 
+// mustSelectOnIdle selects with the seed's release contract
+// (ReleaseOnIdle): an idle answer may end the lease.
+func mustSelectOnIdle(tb testing.TB, st *State, kind Selector, envID string) Decision {
+	tb.Helper()
+	sel, err := st.Select(cancelled(), SelectRequest{Router: kind, EnvID: envID, Release: ReleaseOnIdle})
+	if err != nil {
+		tb.Fatalf("Select(%T, %q, on_idle): %v", kind, envID, err)
+	}
+	return sel
+}
+
 // selectIndices selects once per env id, without waiting, and returns the
 // chosen indices.
 func selectIndices(tb testing.TB, st *State, kind Selector, envIDs ...string) []int {

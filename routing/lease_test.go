@@ -9,7 +9,7 @@ import (
 	"github.com/policyrouter/policyrouter/internal/fakeclock"
 )
 
-// A lease whose work has not started survives every idle answer within
+// An on_idle lease whose work has not started survives every idle answer within
 // Grace: an env worker that steps its environment for 2 s between /select
 // and its request keeps its policy, and nobody else gets it meanwhile.
 // Once a probe sees the work running, the idle answer after it frees the
@@ -17,7 +17,7 @@ import (
 func TestLeaseSurvivesIdleAnswersBeforeItsWork(t *testing.T) {
 	clock := fakeclock.New()
 	st := newState(t, Options{Now: clock.Now}, densePolicies(1), Topology{}) // default Grace
-	sel := mustSelect(t, st, SelectIdle, "")
+	sel := mustSelectOnIdle(t, st, SelectIdle, "")
 	start := clock.Now()
 	for range 20 { // 2 s of idle answers, every 100 ms
 		clock.Advance(100 * time.Millisecond)
@@ -37,7 +37,7 @@ func TestLeaseSurvivesIdleAnswersBeforeItsWork(t *testing.T) {
 	if st.LeaseValid(sel.Lease) {
 		t.Fatal("lease seen working, then idle: still out")
 	}
-	if got := mustSelect(t, st, SelectIdle, ""); got.Policy.Index != 0 {
+	if got := mustSelectOnIdle(t, st, SelectIdle, ""); got.Policy.Index != 0 {
 		t.Errorf("after the work: %d; want 0", got.Policy.Index)
 	}
 }
@@ -49,7 +49,7 @@ func TestBusyAnswerSentBeforeHandOutProvesNothing(t *testing.T) {
 	st := newState(t, Options{Now: clock.Now}, densePolicies(1), Topology{})
 	sentBefore := clock.Now()
 	clock.Advance(time.Millisecond)
-	sel := mustSelect(t, st, SelectIdle, "")
+	sel := mustSelectOnIdle(t, st, SelectIdle, "")
 	clock.Advance(50 * time.Millisecond)
 	st.ObserveProbe("p0", Probe{SentAt: sentBefore, OK: true, Idle: false})
 	clock.Advance(50 * time.Millisecond)
@@ -65,7 +65,7 @@ func TestBusyAnswerSentBeforeHandOutProvesNothing(t *testing.T) {
 func TestUnseenLeaseFreedAfterGrace(t *testing.T) {
 	clock := fakeclock.New()
 	st := newState(t, Options{Now: clock.Now}, densePolicies(1), Topology{})
-	sel := mustSelect(t, st, SelectIdle, "")
+	sel := mustSelectOnIdle(t, st, SelectIdle, "")
 	clock.Advance(DefaultGrace - time.Millisecond)
 	st.ObserveProbe("p0", Probe{SentAt: clock.Now(), OK: true, Idle: true})
 	if !st.LeaseValid(sel.Lease) {
@@ -86,7 +86,7 @@ func TestIdleAnswerWithLoadFreesOnlyTheExcess(t *testing.T) {
 	st := newState(t, Options{Now: clock.Now}, withCapacity(densePolicies(1), 4), Topology{})
 	var leases []uint64
 	for range 3 {
-		leases = append(leases, mustSelect(t, st, SelectIdle, "").Lease)
+		leases = append(leases, mustSelectOnIdle(t, st, SelectIdle, "").Lease)
 		clock.Advance(time.Millisecond)
 	}
 	// All three run: seen working.

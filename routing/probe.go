@@ -52,11 +52,11 @@ const (
 //     again.
 //   - The first answer makes a policy known (Options.Polled): until then it
 //     gets no work.
-//   - A busy answer takes the policy's idle slots out of the idle deques
-//     until it answers idle again; a slot whose lease ended after the probe
-//     was sent stays, since the end of the lease is newer news.
-//   - An idle answer puts the policy's held slots back, and frees those of
-//     its leases whose work it proves finished (settleLeasesLocked).
+//   - A good answer's load (its capacity when it answered busy) counts
+//     against the policy's capacity (occupancy.go): the policy is handed
+//     out only while max(engine load, outside load + leases) is below it.
+//   - An idle answer ends those of the policy's on_idle leases whose work it
+//     proves finished (settleLeasesLocked). It never ends an explicit lease.
 //
 // Probes of unknown (e.g. just deleted) policies are ignored.
 func (st *State) ObserveProbe(id string, p Probe) Transition {
@@ -93,12 +93,7 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 		if old := rt.version.Swap(max(p.Version, 0)); p.Version > old && st.waiters.len > 0 {
 			// Waiters with a floor the old version missed may take its
 			// idle slots now.
-			for _, s := range rt.slots {
-				if s.listed {
-					st.unlistLocked(s)
-					st.offerLocked(s, false)
-				}
-			}
+			st.reofferLocked(rt)
 		}
 	}
 	tr := NoTransition
@@ -112,45 +107,55 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	}
 	rt.heard.Store(true)
 	st.settleLeasesLocked(rt, p)
-	for _, s := range rt.slots {
-		if p.Idle {
-			s.held = false
-		} else if s.lease == 0 && !s.freedAt.After(p.SentAt) {
-			s.held = true
-		}
-	}
-	st.setAvailableLocked(rt)
+	st.observeEngineLocked(rt, p)
+	st.fitLocked(rt)
 	return tr
 }
 
-// settleLeasesLocked applies a good probe to rt's leases. An idle answer
-// must never free a lease whose work has not started yet: the env worker
-// may step its environment for seconds between the hand-out and its
-// request. So the rule is:
+// reofferLocked offers rt's idle slots again, to waiters first: after a
+// change that may let a waiter take what it could not (a higher version,
+// a lower floor, a lifted hold). Caller must hold State.mu.
+func (st *State) reofferLocked(rt *policyRuntime) {
+	for _, s := range rt.slots {
+		if s.listed {
+			st.unlistLocked(s)
+			st.offerLocked(s, false)
+		}
+	}
+}
+
+// settleLeasesLocked applies a good probe to rt's on_idle leases. An idle
+// answer must never free a lease whose work has not started yet: the env
+// worker may step its environment for seconds between the hand-out and
+// its request. So the rule is:
 //
 //   - A lease is seen working once a probe sent after its hand-out finds
 //     the policy busy (or, when the answer carries a load, counts it among
 //     the running requests: the oldest leases are counted first).
-//   - An idle answer frees, among the leases handed out before it was
-//     sent, those seen working by an earlier probe (their work began and
-//     is over) and those never seen working that were handed out at least
-//     Options.Grace before it was sent (work too short for the poller to
-//     see, or never sent: the seed adapter, which never releases, gets its
-//     policies back this way).
+//   - An idle answer frees, among the on_idle leases handed out before it
+//     was sent, those seen working by an earlier probe (their work began
+//     and is over) and those never seen working that were handed out at
+//     least Options.Grace before it was sent (work too short for the
+//     poller to see, or never sent: the seed adapter, which never
+//     releases, gets its policies back this way).
 //   - With a load figure, an idle answer frees no more leases than exceed
-//     the load: a batching policy that is idle below its capacity still
-//     runs load requests, which hold their leases.
+//     the load (counting every lease out, explicit ones too), oldest first:
+//     a batching policy that is idle below its capacity still runs load
+//     requests, which hold their leases.
 //
+// Explicit leases are never freed here: their holder says when.
 // Caller must hold State.mu.
 func (st *State) settleLeasesLocked(rt *policyRuntime, p Probe) {
 	var buf [8]*slot
 	before := buf[:0] // leases handed out before the probe was sent, oldest first
+	onIdle := false
 	for _, s := range rt.slots {
 		if s.lease != 0 && s.leasedAt.Before(p.SentAt) {
 			before = append(before, s)
+			onIdle = onIdle || s.onIdle
 		}
 	}
-	if len(before) == 0 {
+	if !onIdle {
 		return
 	}
 	slices.SortFunc(before, func(a, b *slot) int { return cmp.Compare(a.lease, b.lease) })
@@ -166,9 +171,9 @@ func (st *State) settleLeasesLocked(rt *policyRuntime, p Probe) {
 		excess := len(before) - running
 		kept := before[:0]
 		for _, s := range before {
-			if excess > 0 && (s.seenWorking || !s.leasedAt.After(cutoff)) {
+			if excess > 0 && s.onIdle && (s.seenWorking || !s.leasedAt.After(cutoff)) {
 				excess--
-				st.endLeaseLocked(s)
+				st.endLeaseLocked(s, EndProbe)
 				continue
 			}
 			kept = append(kept, s)

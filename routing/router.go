@@ -93,8 +93,10 @@ var routers = []Router{
 	},
 	{
 		Name:      "idle_affinity",
+		Assign:    AssignNodeAffinity,
 		Select:    SelectIdleAffinity,
 		EnvAffine: true,
+		AssignDoc: "as node_affinity: least loaded policy on the env worker's node, else overall",
 		SelectDoc: "oldest idle policy on the env worker's node, else the oldest idle one anywhere",
 	},
 	{
@@ -134,9 +136,12 @@ func SelectRouterNames() []string {
 	return names(func(r Router) bool { return r.Select != nil })
 }
 
-// DefaultRouter is the server-wide default router when none is configured:
-// a name of DefaultRouterNames.
-const DefaultRouter = "simple"
+// DefaultRouter is the server-wide default router when none is
+// configured: a name of DefaultRouterNames. It honours env ids (the env
+// worker's node first) and leases idle policies; "simple" stays the seed's
+// SimpleRouter and SyncSimpleRouter for those who ask for it (the seed
+// adapters do).
+const DefaultRouter = "idle_affinity"
 
 // LeasingRouterNames lists the routers whose /select leases (Leases), in
 // table order: those proxy mode accepts.

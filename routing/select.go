@@ -38,6 +38,10 @@ type SelectRequest struct {
 	// Exclude names policies (by id) this request must not get: those a
 	// proxied request already failed on.
 	Exclude []string
+	// Release says what may end the lease besides its TTL and its
+	// policy's removal: the holder alone (ReleaseExplicit, the default) or
+	// also an idle answer (ReleaseOnIdle, the seed's contract).
+	Release ReleaseMode
 }
 
 // Sticky is where the sticky stage sent a request that named a session.
@@ -97,18 +101,23 @@ func (e *WaitError) Error() string {
 
 func (e *WaitError) Unwrap() error { return e.Err }
 
-// Select decides one sync request. Leasing routers (SelectIdle,
-// SelectIdleAffinity) take an idle slot; when there is none they wait up
-// to req.Wait, in FIFO order with other waiters, until one is released,
-// seen idle, expired or registered. A waiter takes the first slot to
-// become idle, whatever its node; one that gives up consumes nothing.
-// Routers that do not lease never wait. The errors are the decision's
-// coded reasons: ErrNoPolicies (none registered), ErrAllUnavailable (none
-// passes the availability filter or is awaiting its first probe; answered
-// at once), ErrOverloaded (it would wait, and Options.MaxWaiters calls
-// wait already), a *WaitError (nothing became idle within req.Wait),
-// ErrShuttingDown (req.Stop closed), ErrReset (Reset ended the wait), or
-// ctx.Err() when the caller left.
+// Select decides one sync request, in stages: the filters (availability,
+// the weight-version floor, exclusions: filter.go), then, for a request
+// that names a session, the prefer stage (its home), then the router's
+// pick. Leasing routers (SelectIdle, SelectIdleAffinity) take an idle
+// slot; when there is none they wait up to req.Wait until one is
+// released, seen idle, expired or registered: a freed slot goes to the
+// longest waiter whose home it is, else to the longest waiter. A session
+// whose home is busy waits for it alone up to req.StickyWait (unless the
+// home's queue of sessions is at its bound), then takes what the router
+// finds or the first slot to free. A waiter that gives up consumes
+// nothing. Routers that do not lease never wait. The errors are the
+// decision's coded reasons: ErrNoPolicies (none registered),
+// ErrAllUnavailable (none passes the availability filter or is awaiting
+// its first probe; answered at once), ErrOverloaded (it would wait, and
+// Options.MaxWaiters calls wait already), a *WaitError (nothing became
+// idle within req.Wait), ErrShuttingDown (req.Stop closed), ErrReset
+// (Reset ended the wait), or ctx.Err() when the caller left.
 func (st *State) Select(ctx context.Context, req SelectRequest) (Decision, error) {
 	r := req.Router
 	if r == nil {
@@ -118,31 +127,36 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Decision, error
 	if ttl <= 0 {
 		ttl = st.opts.LeaseTTL
 	}
-	floor := st.minVersionOf(req.MinVersion)
+	q := Query{Exclude: req.Exclude}
+	if req.MinVersion != nil {
+		q.floor = max(*req.MinVersion, 0)
+	} else {
+		q.shared = &st.floor
+	}
 	deadline := time.Now().Add(req.Wait)
-	sticky := NotSticky
+	var pref preference
 	if req.Session != "" {
-		d, done, err := st.selectSticky(ctx, req, r, ttl, floor)
-		if done {
-			return d, err
-		}
-		sticky = d.Sticky
+		// The rings are built on first use; build them outside the lock
+		// (an Update in between only means building the next snapshot's
+		// under it).
+		st.snap.Load().rings()
 	}
 
 	st.mu.Lock()
 	envNode := st.ledger.snap.EnvNode(req.EnvID)
-	filter := candidateFilter{floor: floor, exclude: req.Exclude}
-	if p, ok := r.pick(st.candidatesLocked(r, filter), envNode); ok {
+	if req.Session != "" {
 		var d Decision
-		if p.slot != nil {
-			st.unlistLocked(p.slot)
-			d = st.leaseLocked(p.slot, ttl)
-		} else {
-			d = st.handOutLocked(st.ledger.snap.rts[p.pos])
+		var done bool
+		if pref, d, done = st.preferLocked(&req, r, &q, ttl, envNode); done {
+			st.mu.Unlock()
+			return d, nil
 		}
-		st.mu.Unlock()
-		d.EnvNode, d.Sticky = envNode, sticky
-		return d, nil
+	}
+	if !pref.homeOnly {
+		if d, ok := st.pickLocked(r, &q, ttl, req.Release, envNode); ok {
+			st.mu.Unlock()
+			return pref.served(st, d), nil
+		}
 	}
 	if len(st.runtimes) == 0 {
 		st.mu.Unlock()
@@ -154,61 +168,192 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Decision, error
 	}
 	wait := time.Until(deadline)
 	if wait <= 0 {
-		err := st.waitErrorLocked(floor, req.Wait)
+		err := st.waitErrorLocked(q.Floor(), req.Wait)
 		st.mu.Unlock()
+		pref.count(st, nil)
 		return Decision{}, err
 	}
 	if st.waiters.len >= st.opts.MaxWaiters {
 		st.mu.Unlock()
 		return Decision{}, ErrOverloaded
 	}
-	w := &waiter{ch: make(chan struct{}), ttl: ttl, filter: filter}
+	w := &waiter{ch: make(chan struct{}), ttl: ttl, mode: req.Release, q: q, home: pref.home, homeOnly: pref.homeOnly}
 	st.waiters.pushBack(w)
+	if w.home != nil {
+		w.home.homeWaiters.pushBack(w)
+		st.stickyLoadLocked(w.home)
+	}
 	st.mu.Unlock()
+	return st.await(ctx, w, &req, r, envNode, pref, wait)
+}
 
-	if err := st.await(ctx, w, wait, req.Stop); err != nil {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		if w.err != nil {
-			return Decision{}, w.err // ended, and removed, by Reset
-		}
-		if w.granted != nil {
-			st.giveBackLocked(w)
-		} else {
-			st.waiters.remove(w)
-		}
-		if err == errWaitTimeout {
-			return Decision{}, st.waitErrorLocked(floor, req.Wait)
-		}
-		return Decision{}, err
+// pickLocked asks router r for a policy that passes q, and leases or hands
+// it out. Caller must hold mu.
+func (st *State) pickLocked(r Selector, q *Query, ttl time.Duration, mode ReleaseMode, envNode string) (Decision, bool) {
+	p, ok := r.pick(st.candidatesLocked(r, q), envNode)
+	if !ok {
+		return Decision{}, false
 	}
-	if w.err != nil {
-		return Decision{}, w.err
+	var d Decision
+	if p.slot != nil {
+		st.unlistLocked(p.slot)
+		d = st.leaseLocked(p.slot, ttl, mode)
+	} else {
+		d = st.handOutLocked(st.ledger.snap.rts[p.pos])
 	}
-	d := w.sel
-	d.EnvNode, d.Sticky = envNode, sticky
-	return d, nil
+	d.EnvNode = envNode
+	return d, true
+}
+
+// preference is the outcome of the prefer stage for a request that names
+// a session: its home (nil when no policy can be one), whether that is
+// its natural home, and whether the request waits for it alone.
+type preference struct {
+	session  bool
+	home     *policyRuntime
+	natural  bool
+	homeOnly bool
+	// stickyWait is how long it waits for its home alone.
+	stickyWait time.Duration
+}
+
+// preferLocked is the prefer stage: it finds the session's home, the first
+// policy after the session key on the ring of the router's candidates (the
+// env worker's node's ring first for an env-affine router) that is
+// available and passes the filters, and hands it out when it can. A
+// router that hands policies out blind (round robin) hands out the home,
+// busy or not, as that router would; a leasing router leases an idle slot
+// of the home, or, when the home is busy, has the request wait for it
+// alone up to req.StickyWait, unless the home's queue of waiting sessions
+// is already at the bound ⌈c · (waiting + 1) / available⌉ of its ring:
+// that keeps a hot home from collecting the waits of many sessions, while
+// a busy home at low load is waited for. done is true when it decided.
+// Caller must hold mu.
+func (st *State) preferLocked(req *SelectRequest, r Selector, q *Query, ttl time.Duration, envNode string) (pref preference, d Decision, done bool) {
+	pref.session = true
+	snap := st.ledger.snap
+	pos, natural, ring := snap.home(sessionHash(req.Session), envNode, envAffine(r, nil), func(_ *hashRing, p int) bool {
+		rt := snap.rts[p]
+		return rt.available() && q.ok(rt)
+	})
+	if pos < 0 {
+		return pref, Decision{}, false
+	}
+	rt := snap.rts[pos]
+	pref.home, pref.natural = rt, natural
+	if !r.leases() {
+		d = st.handOutLocked(rt)
+		d.EnvNode = envNode
+		return pref, pref.served(st, d), true
+	}
+	if s := idleSlotLocked(rt); s != nil {
+		st.unlistLocked(s)
+		d = st.leaseLocked(s, ttl, req.Release)
+		d.EnvNode = envNode
+		return pref, pref.served(st, d), true
+	}
+	pref.stickyWait = min(req.StickyWait, req.Wait)
+	pref.homeOnly = pref.stickyWait > 0 && int64(rt.homeWaiters.len) < st.queueBoundLocked(ring, st.loadFactor(req.LoadFactor))
+	return pref, Decision{}, false
+}
+
+// served labels a decision with the prefer stage's outcome, and counts it.
+func (pref preference) served(st *State, d Decision) Decision {
+	d.Sticky = pref.count(st, &d)
+	return d
+}
+
+// count counts a session's request once, by where it landed (d nil: it
+// got nothing), and returns the outcome: StickyHome or StickyMoved at its
+// home (natural or not), StickySpilled elsewhere, StickyMoved when there
+// was no home. NotSticky without a session.
+func (pref preference) count(st *State, d *Decision) Sticky {
+	switch {
+	case !pref.session:
+		return NotSticky
+	case pref.home == nil:
+		st.sticky.misses.Add(1)
+		return StickyMoved
+	case d != nil && d.Policy.ID == pref.home.policy.ID:
+		st.sticky.count(pref.natural)
+		if pref.natural {
+			return StickyHome
+		}
+		return StickyMoved
+	default:
+		st.sticky.spills.Add(1)
+		return StickySpilled
+	}
 }
 
 // errWaitTimeout is await's answer when the wait ran out.
 var errWaitTimeout = errors.New("wait ran out")
 
-// await blocks until w is served (nil), wait runs out (errWaitTimeout),
-// ctx is done (ctx.Err()) or stop is closed (ErrShuttingDown). A served
-// waiter's result is in w.
-func (st *State) await(ctx context.Context, w *waiter, wait time.Duration, stop <-chan struct{}) error {
+// await blocks a queued waiter until it is served, its wait runs out, its
+// caller leaves (ctx) or stop is closed. When its home-only phase ends
+// (pref.stickyWait), the router may pick for it at once, and from then on
+// any freed slot may serve it.
+func (st *State) await(ctx context.Context, w *waiter, req *SelectRequest, r Selector, envNode string, pref preference, wait time.Duration) (Decision, error) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	select {
-	case <-w.ch:
-		return nil
-	case <-timer.C:
-		return errWaitTimeout
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-stop:
-		return ErrShuttingDown
+	var homeDone <-chan time.Time
+	if w.homeOnly {
+		ht := time.NewTimer(pref.stickyWait)
+		defer ht.Stop()
+		homeDone = ht.C
 	}
+	var err error
+	for err == nil {
+		select {
+		case <-w.ch:
+			if w.err != nil {
+				return Decision{}, w.err
+			}
+			d := w.sel
+			d.EnvNode = envNode
+			return pref.served(st, d), nil
+		case <-homeDone:
+			homeDone = nil
+			st.mu.Lock()
+			if w.granted != nil || w.err != nil {
+				st.mu.Unlock()
+				continue // w.ch is closed
+			}
+			w.homeOnly = false
+			if d, ok := st.pickLocked(r, &w.q, w.ttl, w.mode, envNode); ok {
+				st.unwaitLocked(w)
+				st.mu.Unlock()
+				return pref.served(st, d), nil
+			}
+			st.mu.Unlock()
+		case <-timer.C:
+			err = errWaitTimeout
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-req.Stop:
+			err = ErrShuttingDown
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case w.err != nil:
+		return Decision{}, w.err // ended, and removed, by Reset
+	case w.granted != nil && err == errWaitTimeout:
+		// A slot came as the wait ran out: take it.
+		d := w.sel
+		d.EnvNode = envNode
+		return pref.served(st, d), nil
+	case w.granted != nil:
+		st.giveBackLocked(w)
+	default:
+		st.unwaitLocked(w)
+	}
+	if err == errWaitTimeout {
+		pref.count(st, nil)
+		return Decision{}, st.waitErrorLocked(w.q.Floor(), req.Wait)
+	}
+	return Decision{}, err
 }
 
 // waitErrorLocked is the reason a wait of a request with floor found
@@ -235,10 +380,9 @@ func (st *State) handOutLocked(rt *policyRuntime) Decision {
 // Caller must hold mu.
 func (st *State) giveBackLocked(w *waiter) {
 	if s := w.granted; s.lease == w.sel.Lease {
-		freedAt := s.freedAt
 		s.rt.selected.Add(^uint64(0))
-		st.endLeaseLocked(s)
-		s.freedAt = freedAt
+		st.endLeaseLocked(s, EndRelease)
+		st.endedN[EndRelease].Add(^uint64(0)) // never handed to anyone: not a lease that ended
 		st.offerLocked(s, true)
 	}
 }
@@ -266,15 +410,12 @@ func (st *State) Release(lease uint64) (Decision, error) {
 	s := st.leases[lease]
 	if s == nil {
 		if lease != 0 && lease <= st.nextLease {
-			if st.aborted.has(lease) {
-				return Decision{}, ErrLeaseAborted
-			}
-			return Decision{}, ErrLeaseEnded
+			return Decision{}, &LeaseEndedError{How: st.ended.of(lease)}
 		}
 		return Decision{}, ErrUnknownLease
 	}
 	sel := Decision{Policy: s.rt.policy, Node: s.rt.node, Lease: lease}
-	st.releaseLocked(s, false)
+	st.releaseLocked(s, EndRelease)
 	return sel, nil
 }
 
@@ -299,7 +440,7 @@ func (st *State) ReleaseIndex(index int) (Decision, error) {
 		return Decision{}, ErrUnknownLease
 	}
 	sel := Decision{Policy: oldest.rt.policy, Node: oldest.rt.node, Lease: oldest.lease}
-	st.releaseLocked(oldest, false)
+	st.releaseLocked(oldest, EndRelease)
 	return sel, nil
 }
 

@@ -442,7 +442,7 @@ func TestProbeGrace(t *testing.T) {
 			clock := fakeclock.New()
 			st := newState(t, Options{Grace: grace, Now: clock.Now}, densePolicies(1), Topology{})
 			selectedAt := clock.Now()
-			sel := mustSelect(t, st, SelectIdle, "")
+			sel := mustSelectOnIdle(t, st, SelectIdle, "")
 			// The answer arrives late; only the send time counts.
 			clock.Advance(time.Hour)
 			st.ObserveProbe("p0", Probe{SentAt: selectedAt.Add(tt.after), OK: true, Idle: tt.idle})
@@ -464,9 +464,9 @@ func TestProbeGraceIsPerLease(t *testing.T) {
 	const grace = time.Second
 	clock := fakeclock.New()
 	st := newState(t, Options{Grace: grace, Now: clock.Now}, withCapacity(densePolicies(1), 2), Topology{})
-	old := mustSelect(t, st, SelectIdle, "")
+	old := mustSelectOnIdle(t, st, SelectIdle, "")
 	clock.Advance(grace)
-	recent := mustSelect(t, st, SelectIdle, "")
+	recent := mustSelectOnIdle(t, st, SelectIdle, "")
 	st.ObserveProbe("p0", Probe{SentAt: clock.Now(), OK: true, Idle: true})
 	if st.LeaseValid(old.Lease) || !st.LeaseValid(recent.Lease) {
 		t.Errorf("old lease valid %v, recent valid %v; want false, true", st.LeaseValid(old.Lease), st.LeaseValid(recent.Lease))

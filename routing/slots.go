@@ -5,9 +5,9 @@ import "time"
 // A slot is one unit of a policy's capacity. An idle slot sits at once in
 // the global idle deque and in its node's idle deque (intrusive lists, so a
 // pop from either is O(1) and allocates nothing); a leased slot is in
-// neither; a parked slot is unleased but not listable: its policy is
-// unavailable (unhealthy, draining, not heard from) or answered busy after
-// the slot was freed. All fields are guarded by State.mu.
+// neither; a parked slot is unleased but not listed: its policy is
+// unavailable (unhealthy, draining, not heard from) or has no room for it
+// (occupancy.go). All fields are guarded by State.mu.
 type slot struct {
 	rt     *policyRuntime
 	links  [2]link // by list kind: global, node
@@ -20,15 +20,16 @@ type slot struct {
 	retired  bool // capacity shrank while leased: dropped on release
 	lease    uint64
 	leasedAt time.Time
+	// onIdle marks a lease of ReleaseOnIdle: a probe may end it
+	// (settleLeasesLocked). Explicit leases end only by their holder,
+	// their TTL or their policy's removal.
+	onIdle bool
 	// seenWorking is set when a probe sent after the hand-out found the
 	// lease's work running (settleLeasesLocked).
 	seenWorking bool
 	expiry      *time.Timer // ends the lease at its TTL; nil without one
-	// freedAt is when the last lease ended; held is set when the policy
-	// answered busy to a probe sent after that, and cleared by an idle
-	// answer or the end of a later lease.
-	freedAt time.Time
-	held    bool
+	// ended describes the slot's last lease that ended (occupancy.go).
+	ended lastEnd
 }
 
 type link struct{ prev, next *slot }
@@ -109,25 +110,45 @@ func (l *slotList) remove(s *slot) {
 // slot is handed over under State.mu and ch is closed after; a waiter that
 // gives up takes State.mu and either finds a slot (and gives it back) or
 // unlinks itself, so nothing is lost either way.
+//
+// Every waiter is in State.waiters, in arrival order; one with a preferred
+// policy (its session's home) is also in that policy's homeWaiters. A
+// freed slot goes to the longest waiter whose home it is, else to the
+// longest waiter not in its home-only phase (offerLocked).
 type waiter struct {
-	prev, next *waiter
-	ch         chan struct{}
-	ttl        time.Duration   // of the lease it will get
-	filter     candidateFilter // what its policy must pass
-	sel        Decision
-	granted    *slot
-	err        error // why the wait was ended without a slot (ErrReset)
+	links [2]waiterLink // by list kind: all waiters, a home's waiters
+	ch    chan struct{}
+	ttl   time.Duration // of the lease it will get
+	mode  ReleaseMode   // of the lease it will get
+	q     Query         // what its policy must pass
+	// home is the preferred policy, nil for none; homeOnly is set while
+	// the waiter waits for its home alone (sticky_wait_ms).
+	home     *policyRuntime
+	homeOnly bool
+	sel      Decision
+	granted  *slot
+	err      error // why the wait was ended without a slot (ErrReset)
 }
 
+type waiterLink struct{ prev, next *waiter }
+
+const (
+	allWaiters  = 0
+	homeWaiters = 1
+)
+
+// waiterList is a FIFO of waiters threaded through waiter.links[kind].
 type waiterList struct {
+	kind       int
 	head, tail *waiter
 	len        int
 }
 
 func (l *waiterList) pushBack(w *waiter) {
-	w.prev, w.next = l.tail, nil
+	lk := &w.links[l.kind]
+	lk.prev, lk.next = l.tail, nil
 	if l.tail != nil {
-		l.tail.next = w
+		l.tail.links[l.kind].next = w
 	} else {
 		l.head = w
 	}
@@ -136,16 +157,17 @@ func (l *waiterList) pushBack(w *waiter) {
 }
 
 func (l *waiterList) remove(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
+	lk := &w.links[l.kind]
+	if lk.prev != nil {
+		lk.prev.links[l.kind].next = lk.next
 	} else {
-		l.head = w.next
+		l.head = lk.next
 	}
-	if w.next != nil {
-		w.next.prev = w.prev
+	if lk.next != nil {
+		lk.next.links[l.kind].prev = lk.prev
 	} else {
-		l.tail = w.prev
+		l.tail = lk.prev
 	}
-	w.prev, w.next = nil, nil
+	lk.prev, lk.next = nil, nil
 	l.len--
 }

@@ -3,7 +3,6 @@ package routing
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,10 +118,12 @@ type policyRuntime struct {
 	failStreak int
 	passStreak int
 	removed    bool
-	// busy is the policy's last answer: not idle. Its idle slots freed
-	// before that probe was sent are held (slot.held) until it answers
-	// idle again.
+	// busy is the policy's last answer: not idle (shown in stats; its
+	// effect is in occ).
 	busy bool
+	// occ is what takes the policy's capacity besides its leases
+	// (occupancy.go).
+	occ occupancyState
 	// lastError is why the last probe failed, kept while the policy fails
 	// or is unhealthy; failingSince is when the current failure streak
 	// began, unhealthySince when the one that made it unhealthy began
@@ -150,9 +151,9 @@ type policyRuntime struct {
 	// one. Guarded by State.mu.
 	weightVersion string
 
-	// stickyWaiters are /select callers waiting for this policy, their
-	// session's home: a freed slot goes to them before the FIFO waiters.
-	stickyWaiters waiterList
+	// homeWaiters are /select callers that prefer this policy, their
+	// session's home: a freed slot goes to them before the other waiters.
+	homeWaiters waiterList
 	// stickyIn is what the policy adds to the sticky rings' loads.
 	stickyIn stickyContribution
 
@@ -178,13 +179,6 @@ type policyRuntime struct {
 // Available, with capacity and the policy's busy answers kept in its slots).
 func (r *policyRuntime) available() bool {
 	return r.healthy.Load() && !r.draining.Load() && r.heard.Load()
-}
-
-// listable reports whether an unleased slot may sit in the idle deques:
-// its policy is registered and available, and has not said it is busy
-// since the slot was freed. Caller must hold State.mu.
-func (s *slot) listable() bool {
-	return !s.retired && !s.rt.removed && s.rt.available() && !s.held
 }
 
 // ledger is the live routing state behind State.mu: what selectors read and
@@ -214,22 +208,10 @@ type ledger struct {
 	batches    batchHeap
 	batchTimer *time.Timer
 	// joinFloor is the hold of policies registered from now on
-	// (SetJoinFloor); aborted the leases AbortLeases ended (update_hold.go).
+	// (SetJoinFloor); ended says how the leases that were not released
+	// ended (lease_end.go).
 	joinFloor int64
-	aborted   abortedLeases
-}
-
-// candidateFilter is what a request asks of its candidates beyond the
-// availability filter: a weight-version floor, and policies to leave out
-// (those a proxied request already failed on).
-type candidateFilter struct {
-	floor   int64
-	exclude []string // policy ids
-}
-
-// ok reports whether rt passes f.
-func (f *candidateFilter) ok(rt *policyRuntime) bool {
-	return rt.fresh(f.floor) && (len(f.exclude) == 0 || !slices.Contains(f.exclude, rt.policy.ID))
+	ended     endedLeases
 }
 
 // fresh reports whether the policy's version meets floor and its own hold.
@@ -246,13 +228,13 @@ type candidates struct {
 	snap   *Snapshot
 	global *slotList
 	byNode map[string]*slotList
-	filter candidateFilter
+	filter *Query
 	own    any
 }
 
 // candidatesLocked returns the candidates of a decision by r under filter.
 // Caller must hold State.mu.
-func (st *State) candidatesLocked(r Selector, filter candidateFilter) candidates {
+func (st *State) candidatesLocked(r Selector, filter *Query) candidates {
 	c := candidates{snap: st.ledger.snap, global: &st.ledger.global, byNode: st.ledger.byNode, filter: filter}
 	if sr, ok := r.(statefulRouter); ok {
 		c.own = st.ledger.stateOf(sr)
@@ -281,14 +263,6 @@ func (l *ledger) stateOf(r statefulRouter) any {
 	return s
 }
 
-// first returns the first slot of a deque, from s on along links of kind,
-// whose policy passes f, or nil. Caller must hold State.mu.
-func (f *candidateFilter) first(s *slot, kind int) *slot {
-	for ; s != nil && !f.ok(s.rt); s = s.links[kind].next {
-	}
-	return s
-}
-
 // State is the live routing state: the current snapshot of policies and
 // topology, tracked loads, idle deques, leases, routers' own state and
 // /select waiters. All methods are safe for concurrent use.
@@ -300,6 +274,7 @@ type State struct {
 	// none (SetMinVersion): policies below it get no work.
 	floor  atomic.Int64
 	sticky stickyCounters
+	endedN endCounters
 
 	mu sync.Mutex
 	ledger
@@ -314,6 +289,7 @@ func New(opts Options) *State {
 		ledger: ledger{
 			runtimes:   make(map[string]*policyRuntime),
 			global:     slotList{kind: globalList},
+			waiters:    waiterList{kind: allWaiters},
 			byNode:     make(map[string]*slotList),
 			leases:     make(map[uint64]*slot),
 			firstProbe: make(chan struct{}),
@@ -378,10 +354,7 @@ func (st *State) Reset() {
 // and every waiting Select ends with ErrReset. Caller must hold mu.
 func (st *State) updateLocked(snap *Snapshot, reset bool) {
 	if reset {
-		st.endWaitersLocked(&st.waiters)
-		for _, rt := range st.runtimes {
-			st.endWaitersLocked(&rt.stickyWaiters)
-		}
+		st.endWaitersLocked()
 	}
 
 	// Idle slots in deque order, to be put back in that order.
@@ -401,7 +374,7 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 	for pos, p := range snap.policies {
 		rt := old[p.ID]
 		if rt == nil || rt.policy.Index != p.Index || reset {
-			rt = &policyRuntime{}
+			rt = &policyRuntime{homeWaiters: waiterList{kind: homeWaiters}}
 			rt.healthy.Store(true)
 			// Nothing to probe without a URL: such a policy is taken as it is.
 			rt.heard.Store(!st.opts.Polled || p.URL == "")
@@ -429,7 +402,7 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 		rt.removed = true
 		for _, s := range rt.slots {
 			if s.lease != 0 {
-				st.endLeaseLocked(s)
+				st.endLeaseLocked(s, EndRemoved)
 			}
 		}
 		rt.slots = nil
@@ -466,13 +439,22 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 	}
 }
 
-// endWaitersLocked ends every wait in l with ErrReset. Caller must hold mu.
-func (st *State) endWaitersLocked(l *waiterList) {
-	for l.head != nil {
-		w := l.head
-		l.remove(w)
+// endWaitersLocked ends every wait with ErrReset. Caller must hold mu.
+func (st *State) endWaitersLocked() {
+	for st.waiters.head != nil {
+		w := st.waiters.head
+		st.unwaitLocked(w)
 		w.err = ErrReset
 		close(w.ch)
+	}
+}
+
+// unwaitLocked takes w out of the waiter lists. Caller must hold mu.
+func (st *State) unwaitLocked(w *waiter) {
+	st.waiters.remove(w)
+	if w.home != nil {
+		w.home.homeWaiters.remove(w)
+		st.stickyLoadLocked(w.home)
 	}
 }
 
@@ -516,47 +498,44 @@ func (st *State) unlistLocked(s *slot) {
 	st.global.remove(s)
 	st.nodeListLocked(s.rt.node).remove(s)
 	s.listed = false
+	s.rt.occ.listed--
 }
 
 // endLeaseLocked ends the lease of a leased slot (released, freed by a
-// probe, expired or its policy removed). The end is newer than any answer
-// the policy gave so far, so it clears the slot's hold. Caller must hold mu.
-func (st *State) endLeaseLocked(s *slot) {
+// probe, expired, aborted or its policy removed), and counts how. Caller
+// must hold mu.
+func (st *State) endLeaseLocked(s *slot, how EndHow) {
 	delete(st.leases, s.lease)
+	if how != EndRelease {
+		st.ended.add(s.lease, how)
+	}
+	st.endedN[how].Add(1)
 	s.lease = 0
-	s.rt.inflight--
+	now := st.opts.Now()
+	s.ended = lastEnd{at: now, leasedAt: s.leasedAt, byProbe: how == EndProbe}
+	s.rt.endedLocked(s.leasedAt, now, how)
 	st.stickyLoadLocked(s.rt)
-	s.freedAt = st.opts.Now()
-	s.held = false
 	if s.expiry != nil {
 		s.expiry.Stop()
 		s.expiry = nil
 	}
 }
 
-// offerLocked makes an unleased, unlisted slot idle if it is listable:
-// handed straight to the oldest waiter if there is one, else put in the
-// idle deques (at the back, or the front when front is set). An unlistable
-// slot stays parked. Caller must hold mu.
+// offerLocked makes an unleased, unlisted slot idle if its policy has
+// room for it (occupancy.go): handed straight to the oldest waiter if
+// there is one, else put in the idle deques (at the back, or the front
+// when front is set). Otherwise the slot stays parked. Caller must hold
+// mu.
 func (st *State) offerLocked(s *slot, front bool) {
-	if s.listed || s.lease != 0 || !s.listable() {
+	if s.listed || s.lease != 0 || s.retired || s.rt.room() <= 0 {
 		return
 	}
-	// A waiter for this very policy (its session's home) first, then the
-	// oldest waiter for any; each takes it only if the slot's policy meets
-	// the waiter's weight-version floor.
-	for _, wl := range [...]*waiterList{&s.rt.stickyWaiters, &st.waiters} {
-		for w := wl.head; w != nil; w = w.next {
-			if !w.filter.ok(s.rt) {
-				continue
-			}
-			wl.remove(w)
-			st.stickyLoadLocked(s.rt)
-			w.granted = s
-			w.sel = st.leaseLocked(s, w.ttl)
-			close(w.ch)
-			return
-		}
+	if w := st.waiterForLocked(s.rt); w != nil {
+		st.unwaitLocked(w)
+		w.granted = s
+		w.sel = st.leaseLocked(s, w.ttl, w.mode)
+		close(w.ch)
+		return
 	}
 	nl := st.nodeListLocked(s.rt.node)
 	switch {
@@ -571,25 +550,51 @@ func (st *State) offerLocked(s *slot, front bool) {
 		nl.pushBack(s)
 	}
 	s.listed = true
+	s.rt.occ.listed++
+}
+
+// waiterForLocked returns the waiter a freed slot of rt goes to: the
+// longest waiter whose home rt is, else the longest waiter not waiting for
+// its home alone; each only if rt passes its filters. nil when none.
+// Caller must hold mu.
+func (st *State) waiterForLocked(rt *policyRuntime) *waiter {
+	for w := rt.homeWaiters.head; w != nil; w = w.links[homeWaiters].next {
+		if w.q.ok(rt) {
+			return w
+		}
+	}
+	for w := st.waiters.head; w != nil; w = w.links[allWaiters].next {
+		if !w.homeOnly && w.q.ok(rt) {
+			return w
+		}
+	}
+	return nil
 }
 
 // releaseLocked ends a slot's lease and offers it. Caller must hold mu.
-func (st *State) releaseLocked(s *slot, front bool) {
-	st.endLeaseLocked(s)
-	st.offerLocked(s, front)
+func (st *State) releaseLocked(s *slot, how EndHow) {
+	st.endLeaseLocked(s, how)
+	st.offerLocked(s, false)
+	if s.rt.room() > 0 {
+		// The slot itself may be retired, or the end made more room than
+		// one slot (a shrunk capacity): offer the others.
+		st.fitLocked(s.rt)
+	}
 }
 
 // leaseLocked hands out an idle, unlisted slot, for ttl when positive.
 // Caller must hold mu.
-func (st *State) leaseLocked(s *slot, ttl time.Duration) Decision {
+func (st *State) leaseLocked(s *slot, ttl time.Duration, mode ReleaseMode) Decision {
 	st.nextLease++
 	lease := st.nextLease
+	now := st.opts.Now()
 	s.lease = lease
-	s.leasedAt = st.opts.Now()
+	s.leasedAt = now
+	s.onIdle = mode == ReleaseOnIdle
 	s.seenWorking = false
 	s.initial = false
 	st.leases[lease] = s
-	s.rt.inflight++
+	s.rt.handedOutLocked(now)
 	st.stickyLoadLocked(s.rt)
 	if ttl > 0 {
 		s.expiry = time.AfterFunc(ttl, func() { st.expire(s, lease) })
@@ -608,23 +613,12 @@ func (st *State) expire(s *slot, lease uint64) {
 	}
 	s.expiry = nil // fired: nothing to stop
 	s.rt.expired.Add(1)
-	st.releaseLocked(s, false)
+	st.releaseLocked(s, EndTTL)
 }
 
 // setAvailableLocked parks or offers a policy's unleased slots after its
 // availability changed (health, drain, first answer). Caller must hold mu.
-func (st *State) setAvailableLocked(rt *policyRuntime) {
-	for _, s := range rt.slots {
-		if s.lease != 0 {
-			continue
-		}
-		if s.listable() {
-			st.offerLocked(s, false)
-		} else {
-			st.unlistLocked(s)
-		}
-	}
-}
+func (st *State) setAvailableLocked(rt *policyRuntime) { st.fitLocked(rt) }
 
 // SetDraining stops (or resumes) new work to the policy with the given id
 // without removing it. Leases already out can still be released. It returns
@@ -695,9 +689,17 @@ func (st *State) WaitProbed(ctx context.Context, ids []string) error {
 
 // SetMinVersion sets the weight-version floor of every decision whose
 // request names none: policies whose version is below it get no work from
-// any router. 0 means no floor. Waiters already queued keep the floor they
-// started with.
-func (st *State) SetMinVersion(v int64) { st.floor.Store(max(v, 0)) }
+// any router. 0 means no floor. Waiting requests that named none follow
+// it at once: a lower floor hands them the idle slots it admits.
+func (st *State) SetMinVersion(v int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if old := st.floor.Swap(max(v, 0)); v < old && st.waiters.len > 0 {
+		for _, rt := range st.ledger.snap.rts {
+			st.reofferLocked(rt)
+		}
+	}
+}
 
 // SetVersion records the weight version of the policy with the given id,
 // for a policy whose /idle answers carry none (the rolling update that

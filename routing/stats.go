@@ -22,10 +22,18 @@ type PolicyStats struct {
 	Node     string
 	State    string // one of States
 	Load     int64  // tracked load
-	Inflight int    // leases out
+	Inflight int    // leases out (proxied requests in flight included)
 	Capacity int
-	Selected uint64 // hand-outs by /select
-	Assigned uint64 // tasks by /assign
+	// EngineLoad is the engine's own load as last reported and brought
+	// forward (occupancy.go); EngineLoadKnown is false before any report.
+	// OutsideLoad is the engine's load last seen with nothing out, and
+	// Occupancy max(EngineLoad, OutsideLoad + Inflight).
+	EngineLoad      int64
+	EngineLoadKnown bool
+	OutsideLoad     int64
+	Occupancy       int64
+	Selected        uint64 // hand-outs by /select
+	Assigned        uint64 // tasks by /assign
 	// Completed counts tasks reported done by /complete.
 	Completed uint64
 	// Expired counts leases ended by their TTL, ExpiredTasks /assign tasks
@@ -78,6 +86,8 @@ type Stats struct {
 	Idle     int           // idle slots in the global deque
 	// Sticky counts the requests and tasks that named a session.
 	Sticky StickyStats
+	// LeasesEnded counts the leases that ended, by how (EndHow's names).
+	LeasesEnded map[string]uint64
 	// OldestLease is the age of the oldest lease out, OldestTask of the
 	// oldest tracked /assign task not completed nor expired (of those
 	// that expire); zero when there is none.
@@ -107,9 +117,9 @@ func (st *State) Stats() Stats {
 	out.Leases = len(st.leases)
 	out.Idle = st.global.len
 	out.Sticky = st.sticky.stats()
+	out.LeasesEnded = st.LeasesEnded()
 	out.OldestLease, out.OldestTask, _, _ = st.oldestAgesLocked(st.opts.Now())
 	for i, rt := range snap.rts {
-		out.Waiters += rt.stickyWaiters.len
 		ps := statsLocked(rt)
 		out.Policies[i] = ps
 	}
@@ -123,6 +133,9 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		Node:           rt.node,
 		Load:           rt.load,
 		Inflight:       rt.inflight,
+		EngineLoad:     rt.engineNow(),
+		OutsideLoad:    rt.occ.outside,
+		Occupancy:      rt.occupancy(),
 		Capacity:       len(rt.slots),
 		Selected:       rt.selected.Load(),
 		Assigned:       rt.assigned.Load(),
@@ -147,6 +160,7 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		ReportedBusy:   rt.busy,
 	}
 	_, ps.Held = rt.held()
+	ps.EngineLoadKnown = rt.occ.engineKnown
 	if ns := rt.lastProbe.Load(); ns != 0 {
 		ps.LastProbe = time.Unix(0, ns)
 	}

@@ -213,7 +213,7 @@ func (st *State) stickyLoadLocked(rt *policyRuntime) {
 	was := rt.stickyIn
 	now := stickyContribution{on: !rt.removed && rt.available()}
 	if now.on {
-		now.load = int64(rt.stickyWaiters.len)
+		now.load = int64(rt.homeWaiters.len)
 		now.node = rt.node
 	}
 	if was == now {

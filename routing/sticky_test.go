@@ -455,7 +455,7 @@ func TestStickyRingLoadsKeptUpToDate(t *testing.T) {
 		byNode := make(map[string]ringLoad)
 		for _, rt := range st.ledger.snap.rts {
 			if rt.available() {
-				l := int64(rt.stickyWaiters.len)
+				l := int64(rt.homeWaiters.len)
 				all.total += l
 				all.n++
 				if rt.node == "" {
@@ -685,7 +685,7 @@ func waitForStickyWaiters(tb testing.TB, st *State, id string, n int) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st.mu.Lock()
-		got := st.runtimes[id].stickyWaiters.len
+		got := st.runtimes[id].homeWaiters.len
 		st.mu.Unlock()
 		if got >= n {
 			return

@@ -10,34 +10,6 @@ import "fmt"
 // aborted the work in flight for a weight update). It is an ErrLeaseEnded.
 var ErrLeaseAborted = fmt.Errorf("%w: aborted by a weight update", ErrLeaseEnded)
 
-// maxAbortedLeases bounds how many aborted leases are remembered; older
-// ones then read as merely ended.
-const maxAbortedLeases = 1 << 16
-
-// abortedLeases remembers the leases AbortLeases ended, the oldest
-// forgotten first. Guarded by State.mu.
-type abortedLeases struct {
-	set   map[uint64]struct{}
-	order []uint64
-}
-
-func (a *abortedLeases) add(lease uint64) {
-	if a.set == nil {
-		a.set = make(map[uint64]struct{})
-	}
-	if len(a.order) >= maxAbortedLeases {
-		delete(a.set, a.order[0])
-		a.order = a.order[1:]
-	}
-	a.set[lease] = struct{}{}
-	a.order = append(a.order, lease)
-}
-
-func (a *abortedLeases) has(lease uint64) bool {
-	_, ok := a.set[lease]
-	return ok
-}
-
 // AbortLeases ends every lease out on the policy with the given id at once,
 // as its engine aborts the requests in flight; a later Release of one of
 // them returns ErrLeaseAborted. The policy's slots are offered again if it
@@ -55,8 +27,7 @@ func (st *State) AbortLeases(id string) (int, error) {
 		if s.lease == 0 {
 			continue
 		}
-		st.aborted.add(s.lease)
-		st.releaseLocked(s, false)
+		st.releaseLocked(s, EndAborted)
 		n++
 	}
 	return n, nil
@@ -75,13 +46,7 @@ func (st *State) SetJoinFloor(v int64) {
 	}
 	for _, rt := range st.runtimes {
 		if rt.hold.Swap(0) != 0 {
-			// Its idle slots may serve waiters now.
-			for _, s := range rt.slots {
-				if s.listed {
-					st.unlistLocked(s)
-					st.offerLocked(s, false)
-				}
-			}
+			st.reofferLocked(rt) // its idle slots may serve waiters now
 		}
 	}
 }

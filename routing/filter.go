@@ -1,0 +1,96 @@
+package routing
+
+import "sync/atomic"
+
+// A decision runs in stages, as the Inference Extension's scheduler does:
+// filters narrow the candidates, an optional prefer stage offers the
+// request to one policy first (the session's home, with its bounded wait:
+// select.go), and the router picks among what is left.
+//
+// The availability filter (healthy, not draining, heard from, with room:
+// policyRuntime.available and occupancy.go) is applied once, by the idle
+// deques; the filters below are what a request asks beyond it. Adding a
+// criterion is one file with one Filter and one line in filters.
+
+// A Filter is one criterion a policy must meet to serve a request. Keep is
+// called under the routing state's lock for each policy a router
+// considers, so it must be cheap and must not block; it reads the request
+// (q) and a read-only view of the policy (c), never the ledger.
+type Filter interface {
+	Keep(q *Query, c Candidate) bool
+}
+
+// filters is the pipeline: every decision's candidates pass each of them,
+// in order.
+var filters = []Filter{
+	versionFilter{}, // filter_version.go
+	excludeFilter{}, // filter_exclude.go
+}
+
+// Query is what one request asks of its policy beyond availability: the
+// request's side of the filters.
+type Query struct {
+	// floor is the request's own weight-version floor when shared is nil;
+	// otherwise the floor is the State's (SetMinVersion), read at each
+	// check, so that a waiting request follows a floor changed while it
+	// waits.
+	floor  int64
+	shared *atomic.Int64
+	// Exclude names policies (by id) the request must not get.
+	Exclude []string
+}
+
+// Floor is the request's weight-version floor now.
+func (q *Query) Floor() int64 {
+	if q.shared != nil {
+		return q.shared.Load()
+	}
+	return q.floor
+}
+
+// ok reports whether rt passes every filter. Caller must hold State.mu.
+func (q *Query) ok(rt *policyRuntime) bool {
+	c := Candidate{rt}
+	for _, f := range filters {
+		if !f.Keep(q, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// first returns the first slot of a deque, from s on along links of kind,
+// whose policy passes the filters, or nil. Caller must hold State.mu.
+func (q *Query) first(s *slot, kind int) *slot {
+	for ; s != nil && !q.ok(s.rt); s = s.links[kind].next {
+	}
+	return s
+}
+
+// Candidate is the read-only view of one policy that filters and routers
+// get: what caddy's selection policies see of an upstream, not the ledger.
+// Its methods are valid only under the routing state's lock, for the
+// duration of the call that received it.
+type Candidate struct{ rt *policyRuntime }
+
+// Policy is the policy's registration.
+func (c Candidate) Policy() *Policy { return &c.rt.policy }
+
+// Node is the policy's effective node.
+func (c Candidate) Node() string { return c.rt.node }
+
+// Version is the policy's weight version, and Hold its own floor (a
+// policy that joined during a rolling update; 0 for none).
+func (c Candidate) Version() int64 { return c.rt.version.Load() }
+
+// Hold is the version the policy must reach before it gets work (0: none).
+func (c Candidate) Hold() int64 { return c.rt.hold.Load() }
+
+// Occupancy is max(engine load, outside load + leases) (occupancy.go).
+func (c Candidate) Occupancy() int64 { return c.rt.occupancy() }
+
+// Capacity is the policy's number of slots.
+func (c Candidate) Capacity() int { return len(c.rt.slots) }
+
+// Load is the policy's tracked /assign load plus its leases out.
+func (c Candidate) Load() int64 { return int64(c.rt.inflight) + c.rt.load }
