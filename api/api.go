@@ -171,6 +171,10 @@ type SelectRequest struct {
 	// LoadFactor is c of the home's load bound ⌈c · (total + 1) /
 	// available⌉; absent means the server's --sticky-load-factor.
 	LoadFactor *float64 `json:"load_factor,omitempty" validate:"omitempty,min=1,max=1000"`
+	// Release is what may end the lease besides its TTL: "explicit" (the
+	// default: only POST /release) or "on_idle" (the seed's contract: an
+	// idle answer may end it too).
+	Release string `json:"release,omitempty" validate:"omitempty,release_mode"`
 }
 
 // SelectResponse is the answer to POST /select.
@@ -187,6 +191,9 @@ type SelectResponse struct {
 	// Sticky says, when the request named a session, where it landed:
 	// "home", "moved" or "spilled".
 	Sticky string `json:"sticky,omitempty"`
+	// EnvUnmapped is true when the request's env_id names no env worker of
+	// the topology: no router could prefer its node.
+	EnvUnmapped bool `json:"env_unmapped,omitempty"`
 }
 
 // ReleaseRequest is the body of POST /release: a lease id, or a policy
@@ -209,6 +216,9 @@ type ReleaseResponse struct {
 	// router knows: "aborted" for one a rolling update in pause mode abort
 	// ended (its engine aborted the work: resubmit elsewhere).
 	Reason string `json:"reason,omitempty"`
+	// How says how a lease that had already ended ended: release, ttl,
+	// probe, removed or aborted. Absent when this call ended it.
+	How string `json:"how,omitempty"`
 }
 
 // ReleaseReasonAborted is ReleaseResponse.Reason for a lease ended by an
@@ -236,6 +246,16 @@ type PolicyStats struct {
 	Policy
 	Load     int64 `json:"load"`
 	Inflight int   `json:"inflight"`
+	// Leases is the number of leases out on the policy (proxied requests
+	// in flight included; the same figure as Inflight). EngineLoad is the
+	// engine's own load as last reported (null before any report),
+	// OutsideLoad its load last seen while the router had nothing out on
+	// it, and Occupancy max(engine_load, outside_load + leases): the
+	// policy is handed out only while Occupancy is below its capacity.
+	Leases      int    `json:"leases"`
+	EngineLoad  *int64 `json:"engine_load"`
+	OutsideLoad int64  `json:"outside_load"`
+	Occupancy   int64  `json:"occupancy"`
 	// SelectedTotal counts hand-outs by /select, AssignedTotal tasks by
 	// /assign, CompletedTotal tasks reported by /complete.
 	SelectedTotal  uint64 `json:"selected_total"`
@@ -310,6 +330,11 @@ type Stats struct {
 	// Leases the number of leases out.
 	Waiters int `json:"waiters"`
 	Leases  int `json:"leases"`
+	// LeasesEnded counts the leases that ended since the start, by how:
+	// release, ttl, probe (an idle answer ended an on_idle lease),
+	// removed (its policy left the registration, or the router reset),
+	// aborted (a weight update aborted its work).
+	LeasesEnded map[string]uint64 `json:"leases_ended"`
 	// OldestLeaseSeconds is the age of the oldest lease out,
 	// OldestTaskSeconds of the oldest tracked /assign task neither
 	// completed nor expired; 0 when there is none. A figure that keeps

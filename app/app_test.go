@@ -57,7 +57,7 @@ func TestReadyAfterFirstProbeRound(t *testing.T) {
 
 // The router name is checked against the table of routers.
 func TestUnknownRouterRefused(t *testing.T) {
-	if _, err := New(context.Background(), Config{Router: "idle_affinity"}); err == nil || !strings.Contains(err.Error(), "node_affinity") {
-		t.Errorf("New(router idle_affinity) = %v; want an error listing the routers a default may name", err)
+	if _, err := New(context.Background(), Config{Router: "least_busy"}); err == nil || !strings.Contains(err.Error(), "idle_affinity") {
+		t.Errorf("New(router least_busy) = %v; want an error listing the routers a default may name", err)
 	}
 }

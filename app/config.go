@@ -157,6 +157,11 @@ type Config struct {
 // /complete does not stall a rolling update for long.
 const DefaultAssignTTL = 5 * time.Minute
 
+// DefaultLeaseTTL is the default --lease-ttl: an explicit lease ends only
+// by its holder, so a holder that crashed must not hold its slot forever;
+// longer than a rollout turn plausibly runs.
+const DefaultLeaseTTL = 10 * time.Minute
+
 // DefaultConfig returns the configuration of `policyrouter serve` run
 // without flags. It is the one place the defaults are written.
 func DefaultConfig() Config {
@@ -167,6 +172,7 @@ func DefaultConfig() Config {
 		PollTimeout:       poller.DefaultTimeout,
 		ReadHeaderTimeout: 5 * time.Second,
 		Grace:             routing.DefaultGrace,
+		LeaseTTL:          DefaultLeaseTTL,
 		FailThreshold:     routing.DefaultFailThreshold,
 		PassThreshold:     routing.DefaultPassThreshold,
 		MaxWaiters:        routing.DefaultMaxWaiters,
@@ -232,7 +238,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ProxyRetries, "proxy-retries", c.ProxyRetries, "proxy mode: other policies a request is retried on after a connect error or a 502/503 answer, before any byte reached the client")
 	fs.DurationVar(&c.ProxyTimeout, "proxy-timeout", c.ProxyTimeout, "proxy mode: bound of each upstream request, streaming included; 0: none")
 	fs.Int64Var(&c.ProxyMaxBody, "proxy-max-body", c.ProxyMaxBody, "proxy mode: largest request body accepted, in bytes")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "lifetime of a /select lease that names no lease_ttl_ms; 0: leases do not expire")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "lifetime of a /select lease that names no lease_ttl_ms, so that a crashed holder's slot comes back; 0: leases do not expire")
 	fs.DurationVar(&c.AssignTTL, "assign-ttl", c.AssignTTL, "how long tracked /assign tasks count in their policies' loads unless /complete reports them first, for requests that name no assign_ttl_ms; 0: until completed")
 	fs.IntVar(&c.MaxWaiters, "max-waiters", c.MaxWaiters, "most /select calls waiting at once for an idle policy; one more is answered 503 overloaded")
 	fs.Float64Var(&c.StickyLoadFactor, "sticky-load-factor", c.StickyLoadFactor, "c of the sticky load bound ceil(c*(total+1)/available) for sessions whose request names no load_factor; 1 to 1000")

@@ -31,7 +31,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		change func(*Config)
 		want   string
 	}{
-		{"router", func(c *Config) { c.Router = "idle_affinity" }, `--router must be simple, node_affinity or power_of_two, not "idle_affinity"`},
+		{"router", func(c *Config) { c.Router = "least_busy" }, `--router must be simple, node_affinity, idle_affinity or power_of_two, not "least_busy"`},
 		{"poll interval", func(c *Config) { c.PollInterval = -time.Second }, "--poll-interval must be >= 0"},
 		{"poll timeout", func(c *Config) { c.PollTimeout = 0 }, "--poll-timeout must be positive, not 0s"},
 		{"lease ttl", func(c *Config) { c.LeaseTTL = -1 }, "--lease-ttl must be >= 0"},

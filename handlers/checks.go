@@ -106,6 +106,9 @@ func checkSelect(req *api.SelectRequest) error {
 	c.intRange("lease_ttl_ms", req.LeaseTTLMS, 0, 86400000)
 	c.intRange("sticky_wait_ms", req.StickyWaitMS, 0, 3600000)
 	c.loadFactor(req.LoadFactor)
+	if _, err := routing.ParseReleaseMode("release", req.Release); err != nil {
+		c.add("release", "must be "+routing.NameList(routing.ReleaseModeNames))
+	}
 	return c.err()
 }
 

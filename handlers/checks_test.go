@@ -36,6 +36,7 @@ func TestChecksMatchTags(t *testing.T) {
 				EnvID: g.str(256), Router: g.router(), TimeoutMS: g.int(0, 3600000),
 				MinVersion: g.int64(), LeaseTTLMS: g.int(0, 86400000), SessionID: g.str(256),
 				StickyWaitMS: g.int(0, 3600000), LoadFactor: g.float(),
+				Release: []string{"", "explicit", "on_idle", "on-idle", "x"}[rng.IntN(5)],
 			}
 			same(t, req, checkSelect(req), s.validateTags(req))
 		}
@@ -172,6 +173,7 @@ func TestChecksCoverEveryTag(t *testing.T) {
 			"env_id max=256", "router omitempty,select_router", "timeout_ms omitempty,min=0,max=3600000",
 			"min_version omitempty,min=0", "lease_ttl_ms omitempty,min=0,max=86400000", "session_id ",
 			"sticky_wait_ms omitempty,min=0,max=3600000", "load_factor omitempty,min=1,max=1000",
+			"release omitempty,release_mode",
 		}},
 		{api.ReleaseRequest{}, []string{
 			"lease_id required_without=Index,omitempty,uuid", "index required_without=LeaseID,omitempty,min=0,max=1048575",

@@ -35,6 +35,7 @@ func newValidator() *validator.Validate {
 		"assign_router": routing.AssignRouterNames(),
 		"select_router": routing.SelectRouterNames(),
 		"engine":        poller.EngineNames(),
+		"release_mode":  routing.ReleaseModeNames,
 	} {
 		err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool {
 			return slices.Contains(names, fl.Field().String())
@@ -219,6 +220,8 @@ func describe(fe validator.FieldError) string {
 		return "must be " + routing.NameList(routing.SelectRouterNames())
 	case "engine":
 		return "must be " + routing.NameList(poller.EngineNames())
+	case "release_mode":
+		return "must be " + routing.NameList(routing.ReleaseModeNames)
 	case "http_url":
 		return "must be an absolute http or https URL"
 	case "uuid":

@@ -108,6 +108,8 @@ func setSelect(req *api.SelectRequest, key []byte, v jsonScalar) bool {
 		return v.setInt(&req.StickyWaitMS)
 	case "load_factor":
 		return v.setFloat(&req.LoadFactor)
+	case "release":
+		return v.setString(&req.Release)
 	}
 	return false
 }

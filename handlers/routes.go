@@ -113,7 +113,12 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID, MinVersion: req.MinVersion, Session: req.SessionID, LoadFactor: deref(req.LoadFactor)}
+	mode, err := routing.ParseReleaseMode("release", req.Release)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID, MinVersion: req.MinVersion, Session: req.SessionID, LoadFactor: deref(req.LoadFactor), Release: mode}
 	if req.LeaseTTLMS != nil {
 		sreq.LeaseTTL = time.Duration(*req.LeaseTTLMS) * time.Millisecond
 	}
@@ -126,7 +131,8 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if router.EnvAffine && req.EnvID != "" && d.EnvNode == "" {
+	unmapped := req.EnvID != "" && d.EnvNode == ""
+	if unmapped && router.EnvAffine {
 		s.unmappedEnv(r.Context(), req.EnvID)
 	}
 	if router.EnvAffine && s.Metrics != nil && d.EnvNode != "" {
@@ -135,7 +141,7 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	}
 	writeSelected(w, &api.SelectResponse{
 		Index: d.Policy.Index, ID: d.Policy.ID, URL: d.Policy.URL, NodeID: d.Node,
-		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky),
+		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky), EnvUnmapped: unmapped,
 	})
 }
 
@@ -194,6 +200,9 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 			out := api.ReleaseResponse{Released: false, LeaseID: req.LeaseID}
 			if errors.Is(err, routing.ErrLeaseAborted) {
 				out.Reason = api.ReleaseReasonAborted
+			}
+			if how, ok := routing.HowEnded(err); ok {
+				out.How = how.String()
 			}
 			writeReleased(w, &out)
 			return

@@ -134,7 +134,6 @@ func TestAssignErrors(t *testing.T) {
 		{"env_ids too short", `{"num_tasks":3,"env_ids":["env-0"]}`, "env_ids"},
 		{"env_ids too long", `{"num_tasks":1,"env_ids":["env-0","env-1"]}`, "env_ids"},
 		{"unknown router", `{"num_tasks":1,"router":"random"}`, "router"},
-		{"select-only router", `{"num_tasks":1,"router":"idle_affinity"}`, "router"},
 		{"float load", `{"num_tasks":1,"current_loads":[1e12]}`, "current_loads"},
 		{"load out of range", `{"num_tasks":1,"current_loads":[0,600000000]}`, "current_loads"},
 		{"negative load out of range", `{"num_tasks":1,"current_loads":[-600000000,0]}`, "current_loads"},

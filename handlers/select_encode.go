@@ -34,6 +34,9 @@ func writeSelected(w http.ResponseWriter, resp *api.SelectResponse) {
 		buf = append(buf, `,"sticky":`...)
 		buf = appendJSONString(buf, resp.Sticky)
 	}
+	if resp.EnvUnmapped {
+		buf = append(buf, `,"env_unmapped":true`...)
+	}
 	buf = append(buf, "}\n"...)
 	writeBody(w, http.StatusOK, buf)
 }
@@ -59,6 +62,10 @@ func writeReleased(w http.ResponseWriter, resp *api.ReleaseResponse) {
 	if resp.Reason != "" {
 		buf = append(buf, `,"reason":`...)
 		buf = appendJSONString(buf, resp.Reason)
+	}
+	if resp.How != "" {
+		buf = append(buf, `,"how":`...)
+		buf = appendJSONString(buf, resp.How)
 	}
 	buf = append(buf, "}\n"...)
 	writeBody(w, http.StatusOK, buf)

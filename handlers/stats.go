@@ -66,6 +66,7 @@ func (s *Server) buildStats() api.Stats {
 		Nodes:              make(map[string]api.StateCounts),
 		Waiters:            st.Waiters,
 		Leases:             st.Leases,
+		LeasesEnded:        st.LeasesEnded,
 		OldestLeaseSeconds: st.OldestLease.Seconds(),
 		OldestTaskSeconds:  st.OldestTask.Seconds(),
 		Sticky:             stickyStats(st.Sticky),
@@ -109,6 +110,9 @@ func (s *Server) buildStats() api.Stats {
 			Policy:              toAPI(p.Policy, p, true),
 			Load:                p.Load,
 			Inflight:            p.Inflight,
+			Leases:              p.Inflight,
+			OutsideLoad:         p.OutsideLoad,
+			Occupancy:           p.Occupancy,
 			SelectedTotal:       p.Selected,
 			AssignedTotal:       p.Assigned,
 			CompletedTotal:      p.Completed,
@@ -122,6 +126,9 @@ func (s *Server) buildStats() api.Stats {
 			UpdateError:         updateError,
 		}
 		ps.State, ps.Capacity = p.State, p.Capacity // the slots in force, and update_failed
+		if p.EngineLoadKnown {
+			ps.EngineLoad = &p.EngineLoad
+		}
 		out.Policies[i] = ps
 		node := out.Nodes[p.Node]
 		count(&node, p)

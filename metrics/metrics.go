@@ -279,6 +279,10 @@ var (
 		"Registered policies by weight version (as registered, or reported by their /idle answers).", []string{"version"}, nil)
 	capacityDesc = prometheus.NewDesc("policyrouter_node_capacity",
 		"Concurrent /select hand-outs the node's policies take in all.", []string{"node"}, nil)
+	leasesEndedDesc = prometheus.NewDesc("policyrouter_leases_ended_total",
+		"Leases ended, by how: release (its holder), ttl (its lease TTL), probe (an idle answer ended an on_idle lease), removed (its policy left, or the router reset), aborted (a weight update aborted its work).", []string{"how"}, nil)
+	occupancyDesc = prometheus.NewDesc("policyrouter_node_occupancy",
+		"Capacity taken per node: the sum over its policies of max(engine load, outside load + leases); over policyrouter_node_capacity, what the engines and the router together hold.", []string{"node"}, nil)
 	stickyDesc = prometheus.NewDesc("policyrouter_sticky_total",
 		"/select calls and /assign tasks that named a session, by outcome: hit (its first ring successor), spill (home busy past sticky_wait_ms, the router's pick) or miss (first successor unavailable or at the load bound).", []string{"outcome"}, nil)
 )
@@ -294,6 +298,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- capacityDesc
 	ch <- versionDesc
 	ch <- stickyDesc
+	ch <- leasesEndedDesc
+	ch <- occupancyDesc
 	ch <- policyInflightDesc
 	ch <- oldestLeaseDesc
 	ch <- oldestTaskDesc
@@ -313,10 +319,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	loads := make(map[string]int64)
 	inflight := make(map[string]int)
 	capacity := make(map[string]int)
+	occupancy := make(map[string]int64)
 	versions := make(map[int64]int)
 	for _, p := range st.Policies {
 		versions[p.Version]++
 		inflight[p.Node] += p.Inflight
+		occupancy[p.Node] += p.Occupancy
 		capacity[p.Node] += p.Capacity
 		for _, s := range routing.States {
 			counts[key{p.Node, s}] += 0 // every state of a node is reported, zeros included
@@ -331,6 +339,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(loadDesc, prometheus.GaugeValue, float64(l), node)
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(inflight[node]), node)
 		ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(capacity[node]), node)
+		ch <- prometheus.MustNewConstMetric(occupancyDesc, prometheus.GaugeValue, float64(occupancy[node]), node)
 	}
 	for v, n := range versions {
 		ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(n), strconv.FormatInt(v, 10))
@@ -340,4 +349,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(stickyDesc, prometheus.CounterValue, float64(st.Sticky.Hits), "hit")
 	ch <- prometheus.MustNewConstMetric(stickyDesc, prometheus.CounterValue, float64(st.Sticky.Spills), "spill")
 	ch <- prometheus.MustNewConstMetric(stickyDesc, prometheus.CounterValue, float64(st.Sticky.Misses), "miss")
+	for how, n := range st.LeasesEnded {
+		ch <- prometheus.MustNewConstMetric(leasesEndedDesc, prometheus.CounterValue, float64(n), how)
+	}
 }
