@@ -62,7 +62,7 @@ func statusOf(code string) int {
 		return http.StatusBadGateway
 	case api.CodeUpstreamTimeout:
 		return http.StatusGatewayTimeout
-	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy, api.CodeNotLeader, api.CodeStoreDown:
+	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy, api.CodeFloorUnmet, api.CodeNotLeader, api.CodeStoreDown:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
