@@ -123,7 +123,7 @@ func TestReadyzFloorUnmet(t *testing.T) {
 
 	want(t, ts.do(t, "PUT", "/weights", `{"version": 45, "max_staleness": 0, "force": true}`), http.StatusOK, nil)
 	e := wantError(t, ts.do(t, "GET", "/readyz", ""), http.StatusServiceUnavailable, api.CodeFloorUnmet, "")
-	for _, w := range []string{"floor 45", "none of the 2 policies that can route", "highest version present is 5", "PUT /weights"} {
+	for _, w := range []string{"floor 45", "none of the 2 policies that can route meets it", "highest version present is 5", "PUT /weights"} {
 		if !strings.Contains(e.Message, w) {
 			t.Errorf("floor_unmet message %q lacks %q", e.Message, w)
 		}

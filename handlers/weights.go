@@ -49,11 +49,15 @@ func floorUnmet(f routing.Floor, registered int) *Error {
 		return nil
 	}
 	floor, highest, meeting := f.MinVersion, f.Highest, f.Meeting
+	who := "none of the " + strconv.Itoa(f.Routable) + " policies that can route meets it"
+	if f.Routable == 1 {
+		who = "the one policy that can route does not meet it"
+	}
 	return &Error{
 		Code: api.CodeFloorUnmet,
-		Message: "not ready: the weight-version floor " + strconv.FormatInt(floor, 10) + " (PUT /weights: version - max_staleness) " +
-			"is met by none of the " + nPolicies(f.Routable) + " that can route; the highest version present is " +
-			strconv.FormatInt(highest, 10) + ", so all routing waits: update the policies (POST /updates), or lower the floor with PUT /weights",
+		Message: "not ready: weight-version floor " + strconv.FormatInt(floor, 10) + " (PUT /weights: version - max_staleness): " +
+			who + "; the highest version present is " + strconv.FormatInt(highest, 10) +
+			", so all routing waits: update the policies (POST /updates), or lower the floor with PUT /weights",
 		Details: &api.ErrorDetails{Policies: registered, MeetingFloor: &meeting, MinVersion: &floor, HighestVersion: &highest},
 	}
 }
