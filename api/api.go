@@ -343,10 +343,13 @@ type Stats struct {
 	OldestTaskSeconds  float64 `json:"oldest_task_seconds"`
 	Router             string  `json:"router"`
 	// MinVersion is the weight-version floor in force (PUT /weights).
-	MinVersion int64         `json:"min_version"`
-	Decisions  DecisionStats `json:"decisions"`
-	Poller     *PollerStats  `json:"poller"`
-	Sticky     StickyStats   `json:"sticky"`
+	MinVersion int64 `json:"min_version"`
+	// Floor says whether a routable policy meets MinVersion. Every router
+	// that has it sets it; nil from an older router.
+	Floor     *FloorStats   `json:"floor"`
+	Decisions DecisionStats `json:"decisions"`
+	Poller    *PollerStats  `json:"poller"`
+	Sticky    StickyStats   `json:"sticky"`
 	// Update summarises the running rolling update, else the latest one;
 	// null when there has been none.
 	Update *UpdateSummary `json:"update"`
@@ -358,6 +361,24 @@ type Stats struct {
 	EnvUnmapped   EnvUnmappedStats `json:"env_unmapped"`
 	UptimeSeconds float64          `json:"uptime_seconds"`
 	Time          time.Time        `json:"time"`
+}
+
+// FloorStats is what the weight-version floor in force (Stats.MinVersion)
+// leaves routable, of the policies that pass the availability filter
+// (healthy, not draining, heard from: idle or busy).
+type FloorStats struct {
+	// Met is false when a floor is set, policies are routable and none of
+	// them has a version at or above it: routing that names no floor of
+	// its own waits, and /readyz answers floor_unmet. With no floor, or no
+	// routable policy at all, it is true.
+	Met bool `json:"met"`
+	// Meeting counts the routable policies at or above the floor, of
+	// Routable.
+	Meeting  int `json:"meeting"`
+	Routable int `json:"routable"`
+	// HighestVersion is the highest weight version among the routable
+	// policies; 0 with none.
+	HighestVersion int64 `json:"highest_version"`
 }
 
 // EnvUnmappedStats counts the env ids, given to a node-affine router,
@@ -462,6 +483,7 @@ const (
 	CodeNoIdlePolicy   = "no_idle_policy"    // /select waited timeout_ms and none became idle
 	CodeShuttingDown   = "shutting_down"     // the server is stopping
 	CodeNoFreshPolicy  = "no_fresh_policy"   // available policies, none at the weight-version floor
+	CodeFloorUnmet     = "floor_unmet"       // /readyz: policies are routable, none at the floor PUT /weights set
 	CodeOverloaded     = "overloaded"        // /select: too many calls waiting already (--max-waiters)
 	CodeNotReady       = "not_ready"         // /readyz: not ready yet
 	CodeNotLeader      = "not_leader"        // a follower replica: routing is the leader's (ErrorBody.Leader)
@@ -483,8 +505,8 @@ type ErrorBody struct {
 	// not_leader answer, when one is known.
 	Leader string `json:"leader,omitempty"`
 	// Details are the figures behind the answer, for programs: on
-	// no_policies and all_unavailable (also from /readyz), and on a
-	// PUT /weights refused for its floor.
+	// no_policies and all_unavailable (also from /readyz), on
+	// floor_unmet (/readyz) and on a PUT /weights refused for its floor.
 	Details *ErrorDetails `json:"details,omitempty"`
 }
 
@@ -500,8 +522,13 @@ type ErrorDetails struct {
 	LastError      string `json:"last_error,omitempty"`
 	LastErrorCount int    `json:"last_error_count,omitempty"`
 	// MeetingFloor, on a PUT /weights refused with conflict, is how many
-	// policies have a version at or above the floor asked for.
+	// policies have a version at or above the floor asked for; on
+	// floor_unmet (0) how many routable ones do.
 	MeetingFloor *int `json:"meeting_floor,omitempty"`
+	// MinVersion and HighestVersion, on floor_unmet, are the floor in
+	// force and the highest version among the routable policies.
+	MinVersion     *int64 `json:"min_version,omitempty"`
+	HighestVersion *int64 `json:"highest_version,omitempty"`
 }
 
 // LeaderHeader names the leader's advertised URL on a not_leader answer.

@@ -383,6 +383,16 @@ type fakeRouter struct {
 
 	mu    sync.Mutex
 	reads int
+	// minVersion and floor are the weight floor /stats shows (setFloor).
+	minVersion int64
+	floor      *api.FloorStats
+}
+
+// setFloor sets the weight floor the next /stats shows.
+func (f *fakeRouter) setFloor(minVersion int64, floor *api.FloorStats) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.minVersion, f.floor = minVersion, floor
 }
 
 func (f *fakeRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -400,6 +410,7 @@ func (f *fakeRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.reads++
 	k := f.reads
+	minVersion, floor := f.minVersion, f.floor
 	f.mu.Unlock()
 
 	now := time.Now().UTC()
@@ -410,6 +421,8 @@ func (f *fakeRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Leases:        f.n / 3,
 		UptimeSeconds: now.Sub(f.start).Seconds() + 3725,
 		Time:          now,
+		MinVersion:    minVersion,
+		Floor:         floor,
 		Poller: &api.PollerStats{IntervalMS: 100, TimeoutMS: 1000, Concurrency: 64, Policies: f.n,
 			Sweeps: uint64(k * 10), ProbesTotal: uint64(k * 10 * f.n), FailuresTotal: uint64(k)},
 	}
@@ -490,6 +503,43 @@ func TestDashboardTokenInBrowser(t *testing.T) {
 	// Forgetting the token brings the form back.
 	b.do(t, 5*time.Second, chromedp.Click(chromedp.ID("token-button")), chromedp.Click(chromedp.ID("forget")))
 	waitFor(t, b, "the token form after forgetting", `!document.getElementById("auth").hidden && document.getElementById("conn").dataset.status === "auth"`, 5*time.Second)
+	b.checkConsole(t)
+}
+
+// TestDashboardFloorBannerInBrowser: while /stats says the weight floor is
+// unmet the page shows a banner naming the floor and the highest version,
+// and the floor figure is red; once it is met both go back to normal.
+func TestDashboardFloorBannerInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	fr := &fakeRouter{n: 4, nodes: []string{"node-a"}, start: time.Now()}
+	fr.setFloor(45, &api.FloorStats{Met: false, Routable: 3, HighestVersion: 3})
+	srv := httptest.NewServer(fr)
+	defer srv.Close()
+
+	b.do(t, 15*time.Second, chromedp.Navigate(srv.URL+"/"))
+	waitFor(t, b, "the floor banner", `!document.getElementById("floor-banner").hidden`, 5*time.Second)
+	text := eval[string](t, b, `document.getElementById("floor-banner").textContent`)
+	for _, want := range []string{"Weight floor 45 is unmet", "none of the 3 policies that can route", "highest version is 3", "PUT /weights"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("floor banner says %q; want %q in it", text, want)
+		}
+	}
+	if got := eval[string](t, b, `document.getElementById("f-floor").textContent`); got != "45 · met by 0 of 3" {
+		t.Errorf("floor figure = %q", got)
+	}
+	if !eval[bool](t, b, `document.getElementById("f-floor").classList.contains("bad")`) {
+		t.Error("the unmet floor's figure is not marked bad")
+	}
+	b.screenshot(t, "floor-unmet")
+
+	fr.setFloor(45, &api.FloorStats{Met: true, Meeting: 1, Routable: 3, HighestVersion: 45})
+	waitFor(t, b, "the banner gone once the floor is met", `document.getElementById("floor-banner").hidden`, 5*time.Second)
+	if got := eval[string](t, b, `document.getElementById("f-floor").textContent`); got != "45 · met by 1 of 3" {
+		t.Errorf("floor figure once met = %q", got)
+	}
+	if eval[bool](t, b, `document.getElementById("f-floor").classList.contains("bad")`) {
+		t.Error("the met floor's figure is still marked bad")
+	}
 	b.checkConsole(t)
 }
 

@@ -62,6 +62,24 @@
     const phases = order.filter((p) => (u.phases || {})[p]).map((p) => u.phases[p] + " " + p);
     return "v" + u.version + " " + u.state + " · wave " + u.waves + (phases.length ? " · " + phases.join(", ") : "");
   };
+  // fmtFloor says where the weight-version floor stands: "none", or
+  // "45 · met by 3 of 4" (of the policies that can route).
+  const fmtFloor = (s) => {
+    const f = s.floor;
+    if (!s.min_version) return "none";
+    if (!f) return String(s.min_version);
+    return s.min_version + " · met by " + f.meeting + " of " + f.routable;
+  };
+  // floorAlarm is the banner's text while the floor stops all routing:
+  // policies can route but none has reached it. "" otherwise, and for a
+  // router whose /stats has no floor object.
+  const floorAlarm = (s) => {
+    const f = s.floor;
+    if (!f || f.met !== false) return "";
+    const who = f.routable === 1 ? "the one policy that can route has not" : "none of the " + f.routable + " policies that can route has";
+    return "Weight floor " + s.min_version + " is unmet: " + who + " reached it (the highest version is " + f.highest_version +
+      "), so all routing waits. Update the policies, or lower the floor with PUT /weights.";
+  };
   const fmtDuration = (sec) => {
     if (!Number.isFinite(sec) || sec < 0) return "—";
     sec = Math.floor(sec);
@@ -385,6 +403,11 @@
     setText($("f-sticky-n"), fmtCount(stickyN));
     setText($("f-uptime"), fmtDuration(uptime));
     setText($("f-update"), fmtUpdate(s.update));
+    setText($("f-floor"), fmtFloor(s));
+    const alarm = floorAlarm(s);
+    $("f-floor").classList.toggle("bad", alarm !== "");
+    setText($("floor-banner"), alarm);
+    $("floor-banner").hidden = alarm === "";
     setText($("f-probes"), s.poller ? fmtCount(poller.probes_total) : "—");
     setText($("f-failures"), s.poller ? fmtCount(poller.failures_total) : "—");
     if (s !== lastStats) { // red while probes keep failing

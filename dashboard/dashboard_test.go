@@ -1,12 +1,15 @@
 package dashboard_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/dashboard"
 )
 
@@ -33,9 +36,11 @@ func TestServesAssets(t *testing.T) {
 		contentType string
 		contains    []string
 	}{
-		{"/", "text/html; charset=utf-8", []string{`<script src="dashboard.js"`, `href="dashboard.css"`, `id="nodes"`, `id="f-sticky"`, `id="rollout"`, "scope <code>read</code>"}},
-		{"/dashboard.js", "text/javascript; charset=utf-8", []string{`"/stats"`, "fetch(STATS_URL", "Authorization", "sessionStorage", "401", "hit_rate", `"/updates/"`, "encodeURIComponent(sum.id)"}},
-		{"/dashboard.css", "text/css; charset=utf-8", []string{".tile", ".s-unhealthy", ".p-updating", ".ro-wave.current"}},
+		{"/", "text/html; charset=utf-8", []string{`<script src="dashboard.js"`, `href="dashboard.css"`, `id="nodes"`, `id="f-sticky"`, `id="rollout"`, "scope <code>read</code>",
+			`id="floor-banner"`, `id="f-floor"`}},
+		{"/dashboard.js", "text/javascript; charset=utf-8", []string{`"/stats"`, "fetch(STATS_URL", "Authorization", "sessionStorage", "401", "hit_rate", `"/updates/"`, "encodeURIComponent(sum.id)",
+			`$("floor-banner")`, "floorAlarm(s)"}},
+		{"/dashboard.css", "text/css; charset=utf-8", []string{".tile", ".s-unhealthy", ".p-updating", ".ro-wave.current", ".floor-banner"}},
 		{"/ui/", "text/html; charset=utf-8", []string{"<title>policyrouter</title>"}}, // mounted under a prefix
 	}
 	for _, tt := range tests {
@@ -136,5 +141,80 @@ func TestConditionalAndErrors(t *testing.T) {
 				t.Error("no Content-Security-Policy")
 			}
 		})
+	}
+}
+
+// jsFunction returns the source of the arrow function dashboard.js
+// declares as "  const name = (" at the top of its closure, to its
+// closing "  };".
+func jsFunction(tb testing.TB, js, name string) string {
+	tb.Helper()
+	start := strings.Index(js, "\n  const "+name+" = (")
+	if start < 0 {
+		tb.Fatalf("dashboard.js declares no %s", name)
+	}
+	end := strings.Index(js[start:], "\n  };\n")
+	if end < 0 {
+		tb.Fatalf("dashboard.js: %s has no end", name)
+	}
+	return js[start : start+end+len("\n  };\n")]
+}
+
+// TestFloorTexts runs the page's own floor functions (the banner's text
+// and the floor figure) in Node on /stats documents, so that the banner
+// is tested where the browser test skips (no Chromium). It skips without
+// Node.
+func TestFloorTexts(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skipf("node not installed: %v", err)
+	}
+	_, js := get(t, dashboard.Handler(), http.MethodGet, "/dashboard.js", nil)
+	cases := []struct {
+		name   string
+		stats  api.Stats
+		figure string
+		banner []string // in the banner; none: no banner
+	}{
+		{"no floor", api.Stats{Floor: &api.FloorStats{Met: true, Meeting: 4, Routable: 4, HighestVersion: 3}}, "none", nil},
+		{"met", api.Stats{MinVersion: 3, Floor: &api.FloorStats{Met: true, Meeting: 1, Routable: 4, HighestVersion: 3}}, "3 · met by 1 of 4", nil},
+		{"unmet", api.Stats{MinVersion: 45, Floor: &api.FloorStats{Met: false, Routable: 4, HighestVersion: 0}}, "45 · met by 0 of 4",
+			[]string{"Weight floor 45 is unmet", "none of the 4 policies that can route has reached it", "the highest version is 0", "all routing waits", "PUT /weights"}},
+		{"unmet by the only one", api.Stats{MinVersion: 45, Floor: &api.FloorStats{Met: false, Routable: 1, HighestVersion: 7}}, "45 · met by 0 of 1",
+			[]string{"the one policy that can route has not reached it", "the highest version is 7"}},
+		{"none can route", api.Stats{MinVersion: 45, Floor: &api.FloorStats{Met: true}}, "45 · met by 0 of 0", nil},
+		{"an older router", api.Stats{MinVersion: 45}, "45", nil},
+	}
+	docs := make([]api.Stats, len(cases))
+	for i, c := range cases {
+		docs[i] = c.stats
+	}
+	in, err := json.Marshal(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := jsFunction(t, js, "fmtFloor") + jsFunction(t, js, "floorAlarm") +
+		`process.stdout.write(JSON.stringify(JSON.parse(process.argv[1]).map((s) => [fmtFloor(s), floorAlarm(s)])));`
+	out, err := exec.Command(node, "-e", script, string(in)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var got [][2]string
+	if err := json.Unmarshal(out, &got); err != nil || len(got) != len(cases) {
+		t.Fatalf("node printed %s (%v); want %d pairs", out, err, len(cases))
+	}
+	for i, c := range cases {
+		figure, banner := got[i][0], got[i][1]
+		if figure != c.figure {
+			t.Errorf("%s: floor figure %q, want %q", c.name, figure, c.figure)
+		}
+		if (banner == "") != (len(c.banner) == 0) {
+			t.Errorf("%s: banner %q, want one: %v", c.name, banner, len(c.banner) > 0)
+		}
+		for _, w := range c.banner {
+			if !strings.Contains(banner, w) {
+				t.Errorf("%s: banner %q lacks %q", c.name, banner, w)
+			}
+		}
 	}
 }

@@ -62,7 +62,7 @@ func statusOf(code string) int {
 		return http.StatusBadGateway
 	case api.CodeUpstreamTimeout:
 		return http.StatusGatewayTimeout
-	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy, api.CodeNotLeader, api.CodeStoreDown:
+	case api.CodeNoPolicies, api.CodeAllUnavailable, api.CodeNoIdlePolicy, api.CodeShuttingDown, api.CodeOverloaded, api.CodeNotReady, api.CodeNoFreshPolicy, api.CodeFloorUnmet, api.CodeNotLeader, api.CodeStoreDown:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -75,6 +75,7 @@ func asError(err error) *Error {
 	var e *Error
 	var in *routing.InputError
 	var we *routing.WaitError
+	var ce *registry.ConflictError
 	switch {
 	case errors.As(err, &e):
 		return e
@@ -94,6 +95,8 @@ func asError(err error) *Error {
 		return errorf(api.CodeStoreDown, "the registration's store did not answer; nothing was written: "+err.Error())
 	case errors.Is(err, store.ErrStale):
 		return errorf(api.CodeConflict, "the registration kept changing under this request (other replicas writing); nothing was written, send it again")
+	case errors.As(err, &ce):
+		return &Error{Code: api.CodeConflict, Message: err.Error(), Fields: map[string]string{ce.Field: ce.Msg}}
 	case errors.Is(err, registry.ErrConflict):
 		return errorf(api.CodeConflict, err.Error())
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, routing.ErrUnknownPolicy):

@@ -94,3 +94,51 @@ func TestAllUnavailableSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyzFloorUnmet: a weight-version floor that no routable policy
+// meets makes /readyz 503 floor_unmet, naming the floor and the highest
+// version present, and /stats says so; a drained policy above the floor
+// does not count. Lowering the floor makes it ready again.
+func TestReadyzFloorUnmet(t *testing.T) {
+	st := routing.New(routing.Options{Polled: true, FailThreshold: 1})
+	ts := newTestServer(t, Config{State: st})
+	ps := ts.register(t, 3)
+	now := time.Now()
+	for i, v := range []int64{3, 5, 50} {
+		st.ObserveProbe(ps[i].ID, routing.Probe{SentAt: now, OK: true, Idle: true, Version: v, HasVersion: true})
+	}
+	want(t, ts.do(t, "POST", "/policies/by-index/2/drain", ""), http.StatusOK, nil)
+	floor := func(t *testing.T) api.FloorStats {
+		t.Helper()
+		var s api.Stats
+		want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &s)
+		if s.Floor == nil {
+			t.Fatal("/stats has no floor")
+		}
+		return *s.Floor
+	}
+	if got := floor(t); !got.Met || got.Routable != 2 || got.Meeting != 2 || got.HighestVersion != 5 {
+		t.Errorf("/stats floor without a floor = %+v; want met by 2 of 2, highest 5", got)
+	}
+
+	want(t, ts.do(t, "PUT", "/weights", `{"version": 45, "max_staleness": 0, "force": true}`), http.StatusOK, nil)
+	e := wantError(t, ts.do(t, "GET", "/readyz", ""), http.StatusServiceUnavailable, api.CodeFloorUnmet, "")
+	for _, w := range []string{"floor 45", "none of the 2 policies that can route meets it", "highest version present is 5", "PUT /weights"} {
+		if !strings.Contains(e.Message, w) {
+			t.Errorf("floor_unmet message %q lacks %q", e.Message, w)
+		}
+	}
+	if d := e.Details; d == nil || d.Policies != 3 || d.MinVersion == nil || *d.MinVersion != 45 ||
+		d.HighestVersion == nil || *d.HighestVersion != 5 || d.MeetingFloor == nil || *d.MeetingFloor != 0 {
+		t.Errorf("floor_unmet details %+v; want 3 policies, floor 45, highest 5, 0 meeting", d)
+	}
+	if got, want := floor(t), (api.FloorStats{Met: false, Meeting: 0, Routable: 2, HighestVersion: 5}); got != want {
+		t.Errorf("/stats floor = %+v; want %+v", got, want)
+	}
+
+	want(t, ts.do(t, "PUT", "/weights", `{"version": 5, "max_staleness": 0}`), http.StatusOK, nil)
+	want(t, ts.do(t, "GET", "/readyz", ""), http.StatusOK, nil)
+	if got, want := floor(t), (api.FloorStats{Met: true, Meeting: 1, Routable: 2, HighestVersion: 5}); got != want {
+		t.Errorf("/stats floor after lowering it = %+v; want %+v", got, want)
+	}
+}

@@ -33,7 +33,6 @@ func TestRegistration(t *testing.T) {
 		{"topology typo", `{"policies":[],"topology":{"n":{"evals":{"ids":[0]}}}}`, "topology.n.evals"},
 		{"eval not registered", `{"policies":[],"topology":{"n":{"env":{"ids":[0]},"eval":{"ids":[0]}}}}`, "topology.n.eval.ids"},
 		{"bad url", `{"policies":[{"url":"ftp://x"}],"topology":{}}`, "policies[0].url"},
-		{"url twice", `{"policies":[{"url":"http://a:1"},{"url":"http://a:1"}],"topology":{}}`, "policies[1].url"},
 		{"no topology", `{"policies":[]}`, "topology"},
 		{"no policies", `{"topology":{}}`, "policies"},
 		{"id by-index", `{"policies":[{"url":"http://a:1","id":"by-index"}],"topology":{}}`, "policies[0].id"},
@@ -56,6 +55,69 @@ func TestRegistration(t *testing.T) {
 	e := wantError(t, ts.do(t, "PUT", "/policies", `{"policies":[]}`), http.StatusConflict, api.CodeConflict, "")
 	if !strings.Contains(e.Message, "PUT /registration") {
 		t.Errorf("409 message %q does not point to PUT /registration", e.Message)
+	}
+}
+
+// One server, one policy: a URL that names the server of a registered
+// policy (or of another entry of the same PUT), in any spelling, is 409
+// naming that policy's id and index and the field; the same policy and
+// body again stays 200; allow_shared_url still allows it; the stored URL
+// is the one the client wrote.
+func TestOneServerOnePolicy(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	var p0 api.Policy
+	want(t, ts.do(t, "POST", "/policies", `{"url":"http://127.0.0.1:9000/p/0","index":0,"id":"p0"}`), http.StatusCreated, &p0)
+
+	t.Run("POST /policies", func(t *testing.T) {
+		for _, url := range []string{
+			"http://127.0.0.1:9000/p/0", "http://127.0.0.1:9000/p/0/", "http://localhost:9000/p/0",
+			"HTTP://LOCALHOST:9000/p/0/", "http://[::1]:9000/p/0",
+		} {
+			e := wantError(t, ts.do(t, "POST", "/policies", `{"url":"`+url+`","index":1}`), http.StatusConflict, api.CodeConflict, "url")
+			for _, w := range []string{`policy "p0" at index 0`, "allow_shared_url"} {
+				if !strings.Contains(e.Message, w) {
+					t.Errorf("%s: message %q lacks %q", url, e.Message, w)
+				}
+			}
+		}
+		// The same policy with the same body again is idempotent, by
+		// index or by id.
+		want(t, ts.do(t, "POST", "/policies", `{"url":"http://127.0.0.1:9000/p/0","index":0,"id":"p0"}`), http.StatusOK, nil)
+		want(t, ts.do(t, "POST", "/policies", `{"url":"http://127.0.0.1:9000/p/0","id":"p0"}`), http.StatusOK, nil)
+		// Another path or port is another server.
+		want(t, ts.do(t, "POST", "/policies", `{"url":"http://localhost:9000/p/1","index":1}`), http.StatusCreated, nil)
+		var shared api.Policy
+		want(t, ts.do(t, "POST", "/policies", `{"url":"http://localhost:9000/p/0/","index":2,"allow_shared_url":true}`), http.StatusCreated, &shared)
+		if shared.URL != "http://localhost:9000/p/0/" {
+			t.Errorf("stored url %q; want it as written", shared.URL)
+		}
+	})
+
+	for _, path := range []string{"/policies", "/registration"} {
+		t.Run("PUT "+path, func(t *testing.T) {
+			body := func(policies string) string {
+				if path == "/registration" {
+					return `{"policies":[` + policies + `],"topology":{}}`
+				}
+				return `{"policies":[` + policies + `]}`
+			}
+			e := wantError(t, ts.do(t, "PUT", path, body(`{"url":"http://127.0.0.1:9000/p/0","index":0,"id":"p0"},{"url":"http://a:1"},{"url":"http://localhost:9000/p/0/","index":5}`)),
+				http.StatusConflict, api.CodeConflict, "policies[2].url")
+			for _, w := range []string{`policies[0] (index 0, id "p0")`, `"http://localhost:9000/p/0/" is the same server as "http://127.0.0.1:9000/p/0"`} {
+				if !strings.Contains(e.Message, w) {
+					t.Errorf("message %q lacks %q", e.Message, w)
+				}
+			}
+			e = wantError(t, ts.do(t, "PUT", path, body(`{"url":"http://a:80"},{"url":"http://A/"}`)), http.StatusConflict, api.CodeConflict, "policies[1].url")
+			if !strings.Contains(e.Message, "policies[0] (index 0)") {
+				t.Errorf("message %q does not name policies[0] and its index", e.Message)
+			}
+			var reg api.Registration
+			want(t, ts.do(t, "PUT", path, body(`{"url":"http://127.0.0.1:9000/p/0/","index":0},{"url":"http://localhost:9000/p/0","index":1,"allow_shared_url":true}`)), http.StatusOK, &reg)
+			if len(reg.Policies) != 2 || reg.Policies[0].URL != "http://127.0.0.1:9000/p/0/" || reg.Policies[1].URL != "http://localhost:9000/p/0" {
+				t.Errorf("PUT %s with allow_shared_url = %+v; want both urls as written", path, reg.Policies)
+			}
+		})
 	}
 }
 

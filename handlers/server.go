@@ -272,10 +272,11 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 
 // readyz answers 200 when this router can route now: it leads (else
 // leaderOnly answered not_leader), Ready passes (first probes done, store
-// reachable), and at least one policy is available. Otherwise 503 with
-// the reason's code: not_ready, store_unavailable, no_policies or
-// all_unavailable (with the counts by state and the most frequent last
-// error). /healthz is liveness only.
+// reachable), at least one policy is available, and one of those meets
+// the weight-version floor. Otherwise 503 with the reason's code:
+// not_ready, store_unavailable, no_policies, all_unavailable (with the
+// counts by state and the most frequent last error) or floor_unmet (with
+// the floor and the highest version present). /healthz is liveness only.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.Ready != nil {
 		if err := s.Ready(); err != nil {
@@ -288,8 +289,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.State != nil {
-		if e := unroutable(s.State.Availability()); e != nil {
+		av := s.State.Availability()
+		if e := unroutable(av); e != nil {
 			e.Message = "not ready: " + e.Message
+			s.writeError(w, r, e)
+			return
+		}
+		if e := floorUnmet(s.State.Floor(), av.Policies); e != nil {
 			s.writeError(w, r, e)
 			return
 		}

@@ -77,6 +77,8 @@ func (s *Server) buildStats() api.Stats {
 		UptimeSeconds:      now.Sub(s.started).Seconds(),
 		Time:               now.UTC(),
 	}
+	f := routing.FloorOf(out.MinVersion, st.Policies)
+	out.Floor = &api.FloorStats{Met: f.Met(), Meeting: f.Meeting, Routable: f.Routable, HighestVersion: f.Highest}
 	if s.Leader != nil {
 		leading, leader := s.Leader()
 		out.Replica = &api.ReplicaStats{Leading: leading, Leader: leader}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
 )
 
@@ -35,5 +36,28 @@ func (s *Server) checkFloor(req api.WeightsRequest) error {
 			" (the highest is " + strconv.FormatInt(highest, 10) + "), so all routing would stop; " +
 			"raise max_staleness, update the policies first (POST /updates with set_floor), or send \"force\": true",
 		Details: &api.ErrorDetails{Policies: total, MeetingFloor: &n},
+	}
+}
+
+// floorUnmet returns the floor_unmet error of /readyz when f is unmet:
+// policies are routable but none has reached the floor in force, so
+// every decision that names no floor of its own waits (or fails with
+// no_fresh_policy) until one does. registered is how many policies are
+// registered. It returns nil when f is met.
+func floorUnmet(f routing.Floor, registered int) *Error {
+	if f.Met() {
+		return nil
+	}
+	floor, highest, meeting := f.MinVersion, f.Highest, f.Meeting
+	who := "none of the " + strconv.Itoa(f.Routable) + " policies that can route meets it"
+	if f.Routable == 1 {
+		who = "the one policy that can route does not meet it"
+	}
+	return &Error{
+		Code: api.CodeFloorUnmet,
+		Message: "not ready: weight-version floor " + strconv.FormatInt(floor, 10) + " (PUT /weights: version - max_staleness): " +
+			who + "; the highest version present is " + strconv.FormatInt(highest, 10) +
+			", so all routing waits: update the policies (POST /updates), or lower the floor with PUT /weights",
+		Details: &api.ErrorDetails{Policies: registered, MeetingFloor: &meeting, MinVersion: &floor, HighestVersion: &highest},
 	}
 }

@@ -29,6 +29,18 @@ var (
 	ErrNotFound = errors.New("not found")
 )
 
+// ConflictError is an ErrConflict about one input field: the handlers
+// answer it 409 with Field named in the envelope's fields.
+type ConflictError struct {
+	Field string // JSON path, e.g. "url" or "policies[2].url"
+	Msg   string // what is wrong with it, after its name
+}
+
+func (e *ConflictError) Error() string { return ErrConflict.Error() + ": " + e.Field + " " + e.Msg }
+
+// Unwrap makes errors.Is(err, ErrConflict) hold.
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
 // Spec is a registration request. Nil Index means the lowest free index,
 // empty ID a new UUID, nil Capacity 1.
 type Spec struct {
@@ -42,7 +54,8 @@ type Spec struct {
 	// or, for a policy already registered, the version it has.
 	Version *int64
 	// AllowSharedURL registers the policy even when another index has the
-	// same URL (one server serving as two policies).
+	// same URL, in any spelling (serverKey): one server serving as two
+	// policies.
 	AllowSharedURL bool
 	// Engine is the kind of server: empty means the registry's default
 	// engine (SetDefaultEngine), resolved at registration and stored.
@@ -147,10 +160,11 @@ func (r *Registry) Register(ctx context.Context, spec Spec) (p routing.Policy, c
 			return nil, err
 		}
 		if !spec.AllowSharedURL {
+			key := serverKey(spec.URL)
 			for _, other := range r.cur.Policies {
-				if other.URL == spec.URL {
-					return nil, fmt.Errorf("%w: url %q is already registered at index %d (policy %q); "+
-						"set allow_shared_url to register one server twice", ErrConflict, spec.URL, other.Index, other.ID)
+				if serverKey(other.URL) == key {
+					return nil, &ConflictError{Field: "url", Msg: fmt.Sprintf("%q %s policy %q at index %d; "+
+						"set allow_shared_url to register one server twice", spec.URL, isTheURLOf(spec.URL, other.URL), other.ID, other.Index)}
 				}
 			}
 		}
@@ -314,11 +328,11 @@ func (r *Registry) ReplaceRegistration(ctx context.Context, specs []Spec, t rout
 }
 
 // planLocked turns the specs of a whole new policy set into policies in
-// index order, checking that indices, ids and URLs are unique in it.
+// index order, checking that indices, ids and servers (URLs, by
+// serverKey) are unique in it.
 func (r *Registry) planLocked(specs []Spec) ([]routing.Policy, error) {
 	taken := make(map[int]bool)
 	ids := make(map[string]bool)
-	urls := make(map[string]int)
 	for i, s := range specs {
 		field := "policies[" + strconv.Itoa(i) + "]"
 		if s.Index != nil {
@@ -333,14 +347,12 @@ func (r *Registry) planLocked(specs []Spec) ([]routing.Policy, error) {
 			}
 			ids[s.ID] = true
 		}
-		if j, dup := urls[s.URL]; dup && !s.AllowSharedURL {
-			return nil, &routing.InputError{Field: field + ".url", Msg: fmt.Sprintf("%q is also the url of policies[%d]; set allow_shared_url to register one server twice", s.URL, j)}
-		}
-		urls[s.URL] = i
 	}
 	old := make(map[int]routing.Policy, len(r.cur.Policies))
+	kept := make(map[string]bool, len(r.cur.Policies)) // ids that are not new
 	for _, p := range r.cur.Policies {
 		old[p.Index] = p
+		kept[p.ID] = true
 	}
 	next := make([]routing.Policy, 0, len(specs))
 	free := 0
@@ -355,8 +367,37 @@ func (r *Registry) planLocked(specs []Spec) ([]routing.Policy, error) {
 		}
 		next = append(next, r.fromSpecKeeping(s, index, old, ids))
 	}
+	servers := make(map[string]int, len(specs))
+	for i, s := range specs {
+		key := serverKey(s.URL)
+		j, dup := servers[key]
+		if !dup {
+			servers[key] = i
+			continue
+		}
+		if s.AllowSharedURL {
+			continue
+		}
+		first := fmt.Sprintf("policies[%d] (index %d", j, next[j].Index)
+		if specs[j].ID != "" || kept[next[j].ID] {
+			first += fmt.Sprintf(", id %q", next[j].ID)
+		}
+		field := "policies[" + strconv.Itoa(i) + "].url"
+		return nil, &ConflictError{Field: field, Msg: fmt.Sprintf("%q %s %s); set allow_shared_url to register one server twice",
+			s.URL, isTheURLOf(s.URL, specs[j].URL), first)}
+	}
 	slices.SortFunc(next, func(a, b routing.Policy) int { return a.Index - b.Index })
 	return next, nil
+}
+
+// isTheURLOf says, of a url whose serverKey is other's, that it names
+// the policy other is registered to: "is already the url of", or, for
+// another spelling, `is the same server as "http://a:1", the url of`.
+func isTheURLOf(url, other string) string {
+	if url == other {
+		return "is already the url of"
+	}
+	return fmt.Sprintf("is the same server as %q, the url of", other)
 }
 
 // evalsRegistered is ErrConflict when t names as an eval worker an index

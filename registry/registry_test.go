@@ -359,3 +359,61 @@ func TestOpenLoadedReadsNothing(t *testing.T) {
 		t.Errorf("registry holds %d policies, routing %d; want 1 each", got, len(state.Snapshot().Policies()))
 	}
 }
+
+// A URL that names a registered policy's server, in any spelling, is a
+// ConflictError naming the field and that policy; within one Replace, the
+// later entry's url is the field and the earlier entry is named.
+func TestOneServerOnePolicy(t *testing.T) {
+	ctx := context.Background()
+	r, _, _ := open(t)
+	if _, _, err := r.Register(ctx, Spec{URL: "http://127.0.0.1:9000/p/0", Index: ptr(0), ID: "p0"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name  string
+		do    func() error
+		field string
+		want  []string
+	}{
+		{"register, same spelling", func() error {
+			_, _, err := r.Register(ctx, Spec{URL: "http://127.0.0.1:9000/p/0", Index: ptr(1)})
+			return err
+		}, "url", []string{`"http://127.0.0.1:9000/p/0" is already the url of policy "p0" at index 0`}},
+		{"register, another spelling", func() error {
+			_, _, err := r.Register(ctx, Spec{URL: "http://localhost:9000/p/0/"})
+			return err
+		}, "url", []string{`"http://localhost:9000/p/0/" is the same server as "http://127.0.0.1:9000/p/0", the url of policy "p0" at index 0`}},
+		{"replace, same spelling", func() error {
+			_, err := r.Replace(ctx, []Spec{{URL: "http://a:1", Index: ptr(3)}, {URL: "http://a:1"}})
+			return err
+		}, "policies[1].url", []string{`"http://a:1" is already the url of policies[0] (index 3)`}},
+		{"replace, another spelling, named entry", func() error {
+			_, err := r.ReplaceRegistration(ctx, []Spec{{URL: "http://b:1", ID: "b"}, {URL: "http://x:1"}, {URL: "HTTP://B:1/"}}, nil)
+			return err
+		}, "policies[2].url", []string{`the url of policies[0] (index 0, id "b")`}},
+		{"replace keeping an id", func() error {
+			_, err := r.Replace(ctx, []Spec{{URL: "http://127.0.0.1:9000/p/0", Index: ptr(0)}, {URL: "http://[::1]:9000/p/0"}})
+			return err
+		}, "policies[1].url", []string{`policies[0] (index 0, id "p0")`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.do()
+			var ce *ConflictError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) || ce.Field != tt.field {
+				t.Fatalf("err = %v; want a ConflictError on %s", err, tt.field)
+			}
+			for _, w := range append(tt.want, "allow_shared_url") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q lacks %q", err.Error(), w)
+				}
+			}
+		})
+	}
+	if got := r.Current().Policies; len(got) != 1 || got[0].ID != "p0" {
+		t.Errorf("refused calls changed the registration: %+v", got)
+	}
+	// The same policy and body again is idempotent.
+	if p, created, err := r.Register(ctx, Spec{URL: "http://127.0.0.1:9000/p/0", Index: ptr(0), ID: "p0"}); err != nil || created || p.ID != "p0" {
+		t.Errorf("Register the same again = %+v, %v, %v; want p0, not created", p, created, err)
+	}
+}

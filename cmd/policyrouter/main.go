@@ -29,7 +29,7 @@ Usage: policyrouter COMMAND [flags]
 Commands:
   serve        run the router
   demo         run the router with simulated policies and env workers
-  status       print the policies of a running router (exit 1 if any is unhealthy)
+  status       print the policies of a running router (exit 1 on a failed policy or an unmet floor)
   token        mint a bearer token
   fake-policy  serve simulated policies
   version      print the version and build information (also --version, -v)
@@ -47,7 +47,7 @@ func main() {
 	err := run(ctx, os.Args[1:])
 	switch {
 	case err == nil:
-	case errors.Is(err, errUnhealthy):
+	case errors.Is(err, errAttention):
 		stop()
 		os.Exit(1)
 	case errors.Is(err, flag.ErrHelp), errors.Is(err, errUsage):

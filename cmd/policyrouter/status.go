@@ -17,13 +17,26 @@ import (
 	"github.com/policyrouter/policyrouter/client"
 )
 
-// errUnhealthy is the status command's answer when a policy is unhealthy:
-// exit status 1, after the table.
-var errUnhealthy = errors.New("a policy is unhealthy")
+// errAttention is the status command's answer when the router needs a
+// person: exit status 1, after the table. The errors below wrap it;
+// statusCommand returns those that apply, joined.
+var errAttention = errors.New("the router needs attention")
+
+var (
+	// errUnhealthy: a policy is unhealthy (its /idle fails).
+	errUnhealthy = fmt.Errorf("a policy is unhealthy: %w", errAttention)
+	// errUpdateFailed: a rolling update failed a policy and left it
+	// drained (state update_failed) until an operator resumes it.
+	errUpdateFailed = fmt.Errorf("a rolling update failed a policy: %w", errAttention)
+	// errFloorUnmet: policies can route but none meets the weight-version
+	// floor, so all routing waits.
+	errFloorUnmet = fmt.Errorf("no policy that can route meets the weight-version floor: %w", errAttention)
+)
 
 // statusCommand prints the policies of a running router from its /stats,
-// one line each, and returns errUnhealthy when any is unhealthy, so that
-// scripts and probes can use its exit status.
+// one line each, and the weight-version floor, and returns errAttention
+// (wrapped) when a policy is unhealthy or failed by an update or the floor
+// is unmet, so that scripts and probes can use its exit status.
 func statusCommand(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var (
@@ -55,10 +68,23 @@ func statusCommand(ctx context.Context, out io.Writer, args []string) error {
 	if err := printStatus(out, stats); err != nil {
 		return err
 	}
-	if stats.Totals.Unhealthy > 0 {
-		return errUnhealthy
+	return statusVerdict(stats)
+}
+
+// statusVerdict returns what in s needs a person, as the errors above
+// joined, or nil.
+func statusVerdict(s api.Stats) error {
+	var errs []error
+	if s.Totals.Unhealthy > 0 {
+		errs = append(errs, errUnhealthy)
 	}
-	return nil
+	if s.Totals.UpdateFailed > 0 {
+		errs = append(errs, errUpdateFailed)
+	}
+	if s.Floor != nil && !s.Floor.Met {
+		errs = append(errs, errFloorUnmet)
+	}
+	return errors.Join(errs...)
 }
 
 // httpsClient returns a client that trusts the system's roots and the
@@ -96,7 +122,26 @@ func httpsClient(ca, cert, key string) (*http.Client, error) {
 	return &http.Client{Transport: tr}, nil
 }
 
-// printStatus writes one line per policy, then the totals.
+// floorLine describes the weight-version floor of s in one line.
+func floorLine(s api.Stats) string {
+	f := s.Floor
+	switch {
+	case s.MinVersion == 0:
+		return "weight floor: none"
+	case f == nil: // a router without the floor object
+		return fmt.Sprintf("weight floor: %d", s.MinVersion)
+	case f.Routable == 0:
+		return fmt.Sprintf("weight floor: %d; no policy can route", s.MinVersion)
+	case !f.Met:
+		return fmt.Sprintf("weight floor: %d UNMET: none of the %d policies that can route has reached it (highest version %d); "+
+			"all routing waits: update the policies, or lower the floor with PUT /weights", s.MinVersion, f.Routable, f.HighestVersion)
+	}
+	return fmt.Sprintf("weight floor: %d, met by %d of the %d policies that can route (highest version %d)",
+		s.MinVersion, f.Meeting, f.Routable, f.HighestVersion)
+}
+
+// printStatus writes one line per policy, then the totals and the
+// weight-version floor.
 func printStatus(w io.Writer, s api.Stats) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tNODE\tSTATE\tVERSION\tLOAD\tIN FLIGHT\tLAST ERROR")
@@ -112,9 +157,16 @@ func printStatus(w io.Writer, s api.Stats) error {
 		return err
 	}
 	t := s.Totals
-	_, err := fmt.Fprintf(w, "%d policies: %d idle, %d busy, %d unhealthy, %d draining, %d unknown; %d waiters, %d leases\n",
-		t.Policies, t.Idle, t.Busy, t.Unhealthy, t.Draining, t.Unknown, s.Waiters, s.Leases)
-	if err != nil || s.Replica == nil {
+	failed := ""
+	if t.UpdateFailed > 0 {
+		failed = fmt.Sprintf(", %d %s", t.UpdateFailed, api.StateUpdateFailed)
+	}
+	_, err := fmt.Fprintf(w, "%d policies: %d idle, %d busy, %d unhealthy, %d draining, %d unknown%s; %d waiters, %d leases\n",
+		t.Policies, t.Idle, t.Busy, t.Unhealthy, t.Draining, t.Unknown, failed, s.Waiters, s.Leases)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(w, floorLine(s)); err != nil || s.Replica == nil {
 		return err
 	}
 	switch {
