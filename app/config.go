@@ -78,6 +78,9 @@ type Config struct {
 	// MaxWaiters bounds the /select calls waiting at once; one more is
 	// answered 503 overloaded.
 	MaxWaiters int
+	// StickyWait is how long a session whose request names no
+	// sticky_wait_ms waits for its busy home before the router picks.
+	StickyWait time.Duration
 	// StickyLoadFactor is c of the sticky stage's load bound for requests
 	// that name no load_factor.
 	StickyLoadFactor float64
@@ -177,6 +180,7 @@ func DefaultConfig() Config {
 		PassThreshold:     routing.DefaultPassThreshold,
 		MaxWaiters:        routing.DefaultMaxWaiters,
 		StickyLoadFactor:  routing.DefaultLoadFactor,
+		StickyWait:        routing.DefaultStickyWait,
 		MaxSelectWait:     handlers.DefaultMaxSelectWait,
 		ProxyRetries:      handlers.DefaultProxyRetries,
 		ProxyTimeout:      handlers.DefaultProxyTimeout,
@@ -241,6 +245,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "lifetime of a /select lease that names no lease_ttl_ms, so that a crashed holder's slot comes back; 0: leases do not expire")
 	fs.DurationVar(&c.AssignTTL, "assign-ttl", c.AssignTTL, "how long tracked /assign tasks count in their policies' loads unless /complete reports them first, for requests that name no assign_ttl_ms; 0: until completed")
 	fs.IntVar(&c.MaxWaiters, "max-waiters", c.MaxWaiters, "most /select calls waiting at once for an idle policy; one more is answered 503 overloaded")
+	fs.DurationVar(&c.StickyWait, "sticky-wait", c.StickyWait, "how long a session (session_id, X-Session-ID) whose request names no sticky_wait_ms waits for its busy home before the router picks; 0 spills at once")
 	fs.Float64Var(&c.StickyLoadFactor, "sticky-load-factor", c.StickyLoadFactor, "c of the sticky load bound ceil(c*(total+1)/available) for sessions whose request names no load_factor; 1 to 1000")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the durable (bolt) store; empty keeps registrations in memory")
 	fs.StringVar(&c.Store, "store", c.Store, "where registrations live: memory, bolt (in --data-dir) or etcd (shared by router replicas, which elect a leader); default bolt with --data-dir, else memory")
@@ -354,6 +359,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateTransport(); err != nil {
 		return err
+	}
+	if c.StickyWait < 0 || c.StickyWait > time.Hour {
+		return fmt.Errorf("--sticky-wait must be between 0 and 1h, not %s", c.StickyWait)
 	}
 	if !(c.StickyLoadFactor >= routing.MinLoadFactor && c.StickyLoadFactor <= routing.MaxLoadFactor) {
 		return fmt.Errorf("--sticky-load-factor must be between %g and %g, not %g", routing.MinLoadFactor, routing.MaxLoadFactor, c.StickyLoadFactor)

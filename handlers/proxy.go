@@ -283,7 +283,8 @@ func (s *Server) proxySelectRequest(r *http.Request) (routing.SelectRequest, str
 		return req, "", err
 	}
 	// X-Sticky-Wait-MS: how long a session waits for its busy home (its
-	// cache), as /select's sticky_wait_ms; none spills at once.
+	// cache), as /select's sticky_wait_ms; none means the server's default.
+	req.StickyWait = min(s.DefaultStickyWait, req.Wait)
 	if v := h.Get(HeaderStickyWaitMS); v != "" {
 		ms, err := strconv.Atoi(v)
 		if err != nil || ms < 0 || ms > 3600000 {

@@ -122,9 +122,13 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	if req.LeaseTTLMS != nil {
 		sreq.LeaseTTL = time.Duration(*req.LeaseTTLMS) * time.Millisecond
 	}
-	if req.StickyWaitMS != nil && req.SessionID != "" {
+	if req.SessionID != "" {
 		// The wait for the home is part of the wait for a policy.
-		sreq.StickyWait = min(time.Duration(*req.StickyWaitMS)*time.Millisecond, wait)
+		sticky := s.DefaultStickyWait
+		if req.StickyWaitMS != nil {
+			sticky = time.Duration(*req.StickyWaitMS) * time.Millisecond
+		}
+		sreq.StickyWait = min(sticky, wait)
 	}
 	sreq.Wait, sreq.Stop = wait, s.stopping.Done()
 	d, ok := s.decide(w, r, "select", router.Name, sreq)

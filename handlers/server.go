@@ -42,6 +42,11 @@ type Config struct {
 	// MaxSelectWait caps timeout_ms of /select. Default
 	// DefaultMaxSelectWait.
 	MaxSelectWait time.Duration
+	// DefaultStickyWait is how long a request that names a session but no
+	// sticky_wait_ms (X-Sticky-Wait-MS) waits for its busy home. Zero
+	// spills at once; routing.DefaultStickyWait is the serve command's
+	// default.
+	DefaultStickyWait time.Duration
 	// DefaultSelectWait is the wait of a /select without timeout_ms.
 	// Default 30s, capped by MaxSelectWait.
 	DefaultSelectWait time.Duration

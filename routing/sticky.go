@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Load factors of the sticky stage.
@@ -18,6 +19,14 @@ const (
 	// MaxLoadFactor is the largest c accepted; large factors are plain
 	// consistent hashing.
 	MaxLoadFactor = 1000.0
+	// DefaultStickyWait is how long a session waits for its busy home
+	// when its request names no wait: the serve command's --sticky-wait.
+	// Chosen from policyrouter-rollout's oversubscribed runs (see
+	// BENCHMARKS.md): long enough that a multi-turn episode finds its home
+	// free again (a turn's generation takes about as long), short enough
+	// that a home gone slow costs little. A freed slot goes to its home's
+	// waiters first, else to the longest waiter not bound for its home.
+	DefaultStickyWait = 2 * time.Second
 	// MaxSessionBytes is the longest session key accepted.
 	MaxSessionBytes = 256
 )
