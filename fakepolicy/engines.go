@@ -29,6 +29,7 @@ func routes(engine string) []route {
 		{"POST", "/v1/chat/completions", (*Policy).serveChat},
 		{"GET", "/v1/models", (*Policy).serveModels},
 		{"GET", "/cache", (*Policy).serveCache},
+		{"GET", "/peak", (*Policy).servePeak},
 	}
 	switch engine {
 	case EngineSGLang:

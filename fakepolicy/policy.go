@@ -66,6 +66,9 @@ type Policy struct {
 
 	probes atomic.Uint64
 	works  atomic.Uint64
+	// peak is the most work items the policy has held at once (running
+	// and waiting): what a test holds against its capacity.
+	peak atomic.Int64
 
 	mu   sync.Mutex
 	jobs []time.Time // end times of unfinished work, by the fleet's clock
@@ -128,9 +131,22 @@ func (p *Policy) startWork(d time.Duration) time.Time {
 		start = p.busy.to
 	}
 	end := start.Add(d)
+	p.pruneLocked(now)
 	p.jobs = append(p.jobs, end)
+	if n := int64(len(p.jobs)); n > p.peak.Load() {
+		p.peak.Store(n) // under mu: no lost maximum
+	}
 	p.busy.add(start, end)
 	return end
+}
+
+// PeakLoad returns the most work items the policy has held at once.
+func (p *Policy) PeakLoad() int64 { return p.peak.Load() }
+
+// servePeak answers GET /peak with the policy's peak and current load:
+// a test's view of how much work the router let pile up on it.
+func (p *Policy) servePeak(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]int64{"peak_load": p.PeakLoad(), "load": int64(p.Load())})
 }
 
 // Load returns the number of work items not yet done.
