@@ -145,6 +145,9 @@ type AssignResponse struct {
 	// Sticky says per task, when session_ids were given, where the task
 	// landed: "home", "moved" or "spilled"; null for a task without one.
 	Sticky []*string `json:"sticky,omitempty"`
+	// EnvUnmapped is true when one of env_ids names no env worker of the
+	// topology: no router could prefer its node.
+	EnvUnmapped bool `json:"env_unmapped,omitempty"`
 }
 
 // SelectRequest is the body of POST /select.

@@ -42,7 +42,7 @@ func refsFor(cache *atomic.Pointer[policyRefs], snap *routing.Snapshot) *policyR
 // document encoding/json would give, but without sorting the policies' keys
 // or reflecting over every task. Keys follow the order in which the
 // indices first appear in the assignments.
-func (s *Server) writeAssignment(w http.ResponseWriter, a routing.Assignment) {
+func (s *Server) writeAssignment(w http.ResponseWriter, a routing.Assignment, envUnmapped bool) {
 	refs := refsFor(&s.refs, a.Snapshot)
 	b := buffers.Get().(*jsonBuffer)
 	defer b.release()
@@ -102,6 +102,9 @@ func (s *Server) writeAssignment(w http.ResponseWriter, a routing.Assignment) {
 			}
 		}
 		buf = append(buf, ']')
+	}
+	if envUnmapped {
+		buf = append(buf, `,"env_unmapped":true`...)
 	}
 	buf = append(buf, "}\n"...)
 	writeBody(w, http.StatusOK, buf)

@@ -75,6 +75,19 @@ func (s *Server) unmappedEnv(ctx context.Context, env string) {
 }
 
 // stats returns the figures of /stats.
+// anyUnmapped reports whether one of envIDs maps to no node of snap.
+func anyUnmapped(snap *routing.Snapshot, envIDs []string) bool {
+	if snap == nil {
+		return false
+	}
+	for _, id := range envIDs {
+		if snap.EnvNode(id) == "" {
+			return true
+		}
+	}
+	return false
+}
+
 func (u *unmappedEnvs) stats() api.EnvUnmappedStats {
 	u.mu.Lock()
 	defer u.mu.Unlock()

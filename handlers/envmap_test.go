@@ -23,21 +23,35 @@ func TestEnvUnmapped(t *testing.T) {
 	ts.register(t, 2, "node-a", "node-b")
 	want(t, ts.do(t, "PUT", "/topology", `{"node-a": {"env": {"ids": [0]}, "eval": {"ids": [0]}}, "node-b": {"env": {"ids": [1]}, "eval": {"ids": [1]}}}`), http.StatusOK, nil)
 
-	for _, c := range []struct{ path, body string }{
-		{"/select", `{"env_id": "env-0", "router": "idle_affinity", "timeout_ms": 0}`},     // mapped
-		{"/select", `{"env_id": "worker-99", "router": "idle_affinity", "timeout_ms": 0}`}, // no such worker
-		{"/select", `{"env_id": "envA", "router": "idle_affinity", "timeout_ms": 0}`},      // no index
-		{"/select", `{"env_id": "envA", "router": "simple", "timeout_ms": 0}`},             // not node-affine: not counted
-		{"/assign", `{"num_tasks": 3, "env_ids": ["env-1", "envA", "worker-7"], "router": "node_affinity"}`},
+	for _, c := range []struct {
+		path, body string
+		unmapped   bool // named in the answer
+	}{
+		{"/select", `{"env_id": "env-0", "router": "idle_affinity", "timeout_ms": 0}`, false},    // mapped
+		{"/select", `{"env_id": "worker-99", "router": "idle_affinity", "timeout_ms": 0}`, true}, // no such worker
+		{"/select", `{"env_id": "envA", "router": "idle_affinity", "timeout_ms": 0}`, true},      // no index
+		{"/select", `{"env_id": "envA", "router": "simple", "timeout_ms": 0}`, true},             // not node-affine: named, not counted
+		{"/select", `{"router": "idle_affinity", "timeout_ms": 0}`, false},                       // no env id
+		{"/assign", `{"num_tasks": 3, "env_ids": ["env-1", "envA", "worker-7"], "router": "node_affinity"}`, true},
+		{"/assign", `{"num_tasks": 2, "env_ids": ["env-1", "env-0"], "router": "node_affinity"}`, false},
 	} {
 		rec := ts.do(t, "POST", c.path, c.body)
 		if rec.Code != http.StatusOK {
 			t.Fatalf("%s %s: %d %s", c.path, c.body, rec.Code, rec.Body)
 		}
-		var sel api.SelectResponse
 		if c.path == "/select" {
+			var sel api.SelectResponse
 			want(t, rec, http.StatusOK, &sel)
+			if sel.EnvUnmapped != c.unmapped {
+				t.Errorf("%s %s: env_unmapped %v, want %v", c.path, c.body, sel.EnvUnmapped, c.unmapped)
+			}
 			ts.do(t, "POST", "/release", `{"lease_id": "`+sel.LeaseID+`"}`)
+		} else {
+			var a api.AssignResponse
+			want(t, rec, http.StatusOK, &a)
+			if a.EnvUnmapped != c.unmapped {
+				t.Errorf("%s %s: env_unmapped %v, want %v", c.path, c.body, a.EnvUnmapped, c.unmapped)
+			}
 		}
 	}
 	var stats api.Stats

@@ -67,6 +67,7 @@ const (
 	HeaderMinWeightVersion = "X-Min-Weight-Version"
 	HeaderRouter           = "X-Router"
 	HeaderStickyWaitMS     = "X-Sticky-Wait-MS"
+	HeaderEnvUnmapped      = "X-Env-Unmapped"
 	HeaderPolicyIndex      = "X-Policy-Index"
 	HeaderPolicyID         = "X-Policy-ID"
 	HeaderWeightVersion    = "X-Weight-Version"
@@ -131,6 +132,9 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 			h.Set(HeaderPolicyIndex, strconv.Itoa(a.d.Policy.Index))
 			h.Set(HeaderPolicyID, a.d.Policy.ID)
 			h.Set(HeaderWeightVersion, strconv.FormatInt(a.d.Version, 10))
+			if a.d.EnvUnmapped {
+				h.Set(HeaderEnvUnmapped, "true")
+			}
 			res.Body = &upstreamBody{ReadCloser: res.Body, a: a, stream: isEventStream(res.Header)}
 			return nil
 		},

@@ -466,3 +466,33 @@ func TestProxyModels(t *testing.T) {
 		t.Errorf("models %+v; want qwen, llama", list)
 	}
 }
+
+// An X-Env-ID that names no env worker of the topology is named in the
+// answer (X-Env-Unmapped), one that does is not.
+func TestProxyEnvUnmapped(t *testing.T) {
+	b := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"text":"ok","meta_info":{"id":"1","finish_reason":{"type":"stop"}}}`)
+	})
+	srv := proxyServer(t, Config{}, 1, b.URL)
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/topology", strings.NewReader(`{"node-a": {"env": {"ids": [0]}, "eval": {"ids": [0]}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("PUT /topology: %v %v", res, err)
+	}
+	for env, want := range map[string]string{"env-0": "", "worker-9": "true", "": ""} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/generate", strings.NewReader(`{"text":"hi"}`))
+		if env != "" {
+			req.Header.Set(HeaderEnvID, env)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if got := res.Header.Get(HeaderEnvUnmapped); res.StatusCode != http.StatusOK || got != want {
+			t.Errorf("X-Env-ID %q: status %d, X-Env-Unmapped %q; want 200, %q", env, res.StatusCode, got, want)
+		}
+	}
+}

@@ -91,7 +91,7 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		s.observeAffinity("assign", router.Name, a.Snapshot, req.EnvIDs, a.Indices)
 		s.noteUnmapped(r.Context(), a.Snapshot, req.EnvIDs...)
 	}
-	s.writeAssignment(w, a)
+	s.writeAssignment(w, a, anyUnmapped(a.Snapshot, req.EnvIDs))
 }
 
 func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
@@ -135,7 +135,7 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	unmapped := req.EnvID != "" && d.EnvNode == ""
+	unmapped := d.EnvUnmapped
 	if unmapped && router.EnvAffine {
 		s.unmappedEnv(r.Context(), req.EnvID)
 	}

@@ -69,6 +69,9 @@ type Decision struct {
 	Node string
 	// EnvNode is the env worker's node, "" when the env id maps to none.
 	EnvNode string
+	// EnvUnmapped is set when the request named an env id that maps to no
+	// node of the topology: no router could prefer its node.
+	EnvUnmapped bool
 	// Lease identifies the hand-out for Release, LeaseID renders it; 0
 	// and "" for routers that issue none (round robin).
 	Lease   uint64
@@ -119,6 +122,13 @@ func (e *WaitError) Unwrap() error { return e.Err }
 // idle within req.Wait), ErrShuttingDown (req.Stop closed), ErrReset
 // (Reset ended the wait), or ctx.Err() when the caller left.
 func (st *State) Select(ctx context.Context, req SelectRequest) (Decision, error) {
+	d, err := st.decide(ctx, req)
+	d.EnvUnmapped = req.EnvID != "" && d.EnvNode == "" && err == nil
+	return d, err
+}
+
+// decide is Select but for EnvUnmapped.
+func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error) {
 	r := req.Router
 	if r == nil {
 		r = SelectIdle
@@ -186,6 +196,7 @@ func (st *State) Select(ctx context.Context, req SelectRequest) (Decision, error
 	st.mu.Unlock()
 	return st.await(ctx, w, &req, r, envNode, pref, wait)
 }
+
 
 // pickLocked asks router r for a policy that passes q, and leases or hands
 // it out. Caller must hold mu.
