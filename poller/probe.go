@@ -50,7 +50,7 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	}
 	p.probes.Add(1)
 	if err != nil {
-		pr.Err = err.Error()
+		pr.Err, pr.ErrKind = err.Error(), errKind(err)
 		p.failures.Add(1)
 		if p.log.Enabled(ctx, slog.LevelDebug) {
 			p.log.Debug("probe failed", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err)
@@ -59,10 +59,10 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	if m.gone.Load() {
 		return
 	}
-	tr := p.target.ObserveProbe(m.id, pr)
+	tr := p.target.ObserveProbeKind(m.id, pr)
 	switch tr {
 	case routing.BecameUnhealthy:
-		p.log.Warn("policy unhealthy", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err)
+		p.log.Warn("policy unhealthy", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err, "error_kind", pr.ErrKind)
 	case routing.BecameHealthy:
 		p.log.Info("policy healthy again", "policy_id", m.id, "index", m.index, "url", m.shown, "latency", pr.Latency)
 	}
@@ -123,17 +123,20 @@ func (nativeEngine) probe(ctx context.Context, p *Poller, m *member) (answer, er
 		_ = resp.Body.Close()
 	}()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return answer{}, fmt.Errorf("GET %s: status %d", m.errURL, resp.StatusCode)
+		return answer{}, &statusError{endpoint: "GET " + m.errURL, status: resp.StatusCode}
 	}
 	buf := bodyPool.Get().(*[]byte)
 	defer bodyPool.Put(buf)
 	n, err := readBody(resp.Body, *buf)
+	if errors.Is(err, errTooLarge) {
+		return answer{}, &decodeError{fmt.Errorf("GET %s: read body: %w", m.errURL, err)}
+	}
 	if err != nil {
 		return answer{}, fmt.Errorf("GET %s: read body: %w", m.errURL, err)
 	}
 	ans, err := parseAnswer((*buf)[:n])
 	if err != nil {
-		return answer{}, fmt.Errorf("GET %s: %w", m.errURL, err)
+		return answer{}, &decodeError{fmt.Errorf("GET %s: %w", m.errURL, err)}
 	}
 	if ans.hasVersion {
 		ans.weightVersion = strconv.FormatInt(ans.version, 10)
