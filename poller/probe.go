@@ -60,11 +60,16 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 		return
 	}
 	tr := p.target.ObserveProbeKind(m.id, pr)
+	// Each transition at Debug; the round's summary (healthLog) at Warn
+	// or Info.
 	switch tr {
 	case routing.BecameUnhealthy:
-		p.log.Warn("policy unhealthy", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err, "error_kind", pr.ErrKind)
+		p.log.Debug("policy unhealthy", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err, "error_kind", pr.ErrKind)
 	case routing.BecameHealthy:
-		p.log.Info("policy healthy again", "policy_id", m.id, "index", m.index, "url", m.shown, "latency", pr.Latency)
+		p.log.Debug("policy healthy again", "policy_id", m.id, "index", m.index, "url", m.shown, "latency", pr.Latency)
+	}
+	if tr != routing.NoTransition {
+		p.health.add(m, tr, pr.ErrKind, err)
 	}
 	if p.onProbe != nil {
 		p.onProbe(m.id, pr, tr)
