@@ -268,8 +268,11 @@ type PolicyStats struct {
 	LastPoll            *time.Time `json:"last_poll"`
 	LatencyMS           float64    `json:"latency_ms"`
 	ConsecutiveFailures int        `json:"consecutive_failures"`
-	ProbesTotal         uint64     `json:"probes_total"`
-	ProbeFailuresTotal  uint64     `json:"probe_failures_total"`
+	// LastErrorKind is the cause kind of last_error: connect_refused,
+	// timeout, status_<code>, decode, tls, dns or other; "" without one.
+	LastErrorKind      string `json:"last_error_kind"`
+	ProbesTotal        uint64 `json:"probes_total"`
+	ProbeFailuresTotal uint64 `json:"probe_failures_total"`
 	// ExpiredTotal counts leases ended by their TTL.
 	ExpiredTotal uint64 `json:"expired_total"`
 	// TasksExpiredTotal counts tracked /assign tasks that expired
@@ -524,6 +527,9 @@ type ErrorDetails struct {
 	// not available, LastErrorCount how many share it.
 	LastError      string `json:"last_error,omitempty"`
 	LastErrorCount int    `json:"last_error_count,omitempty"`
+	// Causes groups the last errors of the policies that are not
+	// available by cause kind (last_error_kind), most frequent first.
+	Causes []ErrorCause `json:"causes,omitempty"`
 	// MeetingFloor, on a PUT /weights refused with conflict, is how many
 	// policies have a version at or above the floor asked for; on
 	// floor_unmet (0) how many routable ones do.
@@ -532,6 +538,15 @@ type ErrorDetails struct {
 	// force and the highest version among the routable policies.
 	MinVersion     *int64 `json:"min_version,omitempty"`
 	HighestVersion *int64 `json:"highest_version,omitempty"`
+}
+
+// ErrorCause is one cause kind among the last errors of the policies
+// that are not available: how many have it, and one of their last_error
+// texts.
+type ErrorCause struct {
+	Kind    string `json:"kind"`
+	Count   int    `json:"count"`
+	Example string `json:"example"`
 }
 
 // LeaderHeader names the leader's advertised URL on a not_leader answer.

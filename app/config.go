@@ -128,6 +128,11 @@ type Config struct {
 	JWTPublicKey string
 	JWTIssuer    string
 	JWTAudience  string
+	// JWTLeeway is the clock skew allowed on a token's exp, nbf and iat: a
+	// token is accepted until JWTLeeway after its exp. DefaultConfig's is
+	// auth.DefaultLeeway, and 0 there allows none; a Config literal's zero
+	// takes the default. Not used with Auth.
+	JWTLeeway time.Duration
 	// Auth, when set, verifies bearer tokens instead of a verifier built
 	// from the JWT settings, which must then be empty.
 	Auth *auth.Verifier
@@ -188,6 +193,7 @@ func DefaultConfig() Config {
 		EtcdPrefix:        store.DefaultEtcdPrefix,
 		LeaderTTL:         DefaultLeaderTTL,
 		AssignTTL:         DefaultAssignTTL,
+		JWTLeeway:         auth.DefaultLeeway,
 		LogFormat:         "auto",
 		LogLevel:          "info",
 		DefaultEngine:     routing.EnginePolicyrouter,
@@ -214,6 +220,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.ProxyMaxBody, d.ProxyMaxBody)
 	orDefault(&c.EtcdPrefix, d.EtcdPrefix)
 	orDefault(&c.LeaderTTL, d.LeaderTTL)
+	orDefault(&c.JWTLeeway, d.JWTLeeway)
 	orDefault(&c.LogFormat, d.LogFormat)
 	orDefault(&c.LogLevel, d.LogLevel)
 	orDefault(&c.DefaultEngine, d.DefaultEngine)
@@ -263,6 +270,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.JWTPublicKey, "jwt-public-key", c.JWTPublicKey, "PEM file of an RSA or Ed25519 public key for bearer tokens")
 	fs.StringVar(&c.JWTIssuer, "jwt-issuer", c.JWTIssuer, "required iss claim, if set")
 	fs.StringVar(&c.JWTAudience, "jwt-audience", c.JWTAudience, "required aud claim, if set")
+	fs.DurationVar(&c.JWTLeeway, "jwt-leeway", c.JWTLeeway, "clock skew allowed on a token's exp, nbf and iat: a token is accepted until this long after its exp; 0 allows none")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow running without a token key on a non-loopback address")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM file of the certificate (chain) to serve HTTPS with; read again when it changes")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM file of the key of --tls-cert")
@@ -353,6 +361,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--max-select-wait must be positive, not %s", c.MaxSelectWait)
 	case c.ReadHeaderTimeout <= 0:
 		return fmt.Errorf("the read header timeout must be positive, not %s", c.ReadHeaderTimeout)
+	case c.JWTLeeway < 0:
+		return fmt.Errorf("--jwt-leeway must be >= 0 (0 allows no clock skew), not %s", c.JWTLeeway)
 	}
 	if err := c.validateStore(); err != nil {
 		return err
@@ -490,7 +500,10 @@ func (c Config) Verifier() (*auth.Verifier, error) {
 	if c.Auth != nil {
 		return c.Auth, nil
 	}
-	ac := auth.Config{Issuer: c.JWTIssuer, Audience: c.JWTAudience}
+	ac := auth.Config{Issuer: c.JWTIssuer, Audience: c.JWTAudience, Leeway: c.JWTLeeway}
+	if c.JWTLeeway == 0 {
+		ac.Leeway = auth.NoLeeway // auth's zero is its default
+	}
 	if c.JWTSecret != "" {
 		ac.Secret = []byte(c.JWTSecret)
 	}

@@ -37,6 +37,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"lease ttl", func(c *Config) { c.LeaseTTL = -1 }, "--lease-ttl must be >= 0"},
 		{"max waiters", func(c *Config) { c.MaxWaiters = 0 }, "--max-waiters must be >= 1, not 0"},
 		{"grace", func(c *Config) { c.Grace = 0 }, "--grace must be positive, not 0s"},
+		{"jwt leeway", func(c *Config) { c.JWTLeeway = -time.Second }, "--jwt-leeway must be >= 0 (0 allows no clock skew), not -1s"},
 		{"fail threshold", func(c *Config) { c.FailThreshold = 0 }, "--fail-threshold must be >= 1, not 0"},
 		{"pass threshold", func(c *Config) { c.PassThreshold = -2 }, "--pass-threshold must be >= 1, not -2"},
 		{"max select wait", func(c *Config) { c.MaxSelectWait = 0 }, "--max-select-wait must be positive"},
@@ -97,10 +98,11 @@ func TestLiteralZeroFieldsTakeDefaults(t *testing.T) {
 		FailThreshold, MaxWaiters int
 		StickyLoadFactor          float64
 		Addr, Store, LogFormat    string
+		JWTLeeway                 time.Duration
 	}
 	of := func(c Config) settings {
 		return settings{c.Router, c.PollInterval, c.PollTimeout, c.Grace, c.MaxSelectWait, c.ReadHeaderTimeout,
-			c.FailThreshold, c.MaxWaiters, c.StickyLoadFactor, c.Addr, c.Store, c.LogFormat}
+			c.FailThreshold, c.MaxWaiters, c.StickyLoadFactor, c.Addr, c.Store, c.LogFormat, c.JWTLeeway}
 	}
 	want := DefaultConfig()
 	want.Grace, want.PollInterval, want.Addr, want.Store = time.Second, 0, "", StoreMemory

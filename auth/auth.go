@@ -47,8 +47,12 @@ func IsScope(s string) bool {
 const Realm = "policyrouter"
 
 // DefaultLeeway is the clock skew allowed on exp, nbf and iat when
-// Config.Leeway is zero.
+// Config.Leeway is zero: a token is accepted until 30 s after its exp.
 const DefaultLeeway = 30 * time.Second
+
+// NoLeeway is the Config.Leeway that allows no clock skew at all: a token
+// is refused from its exp on. (Zero means DefaultLeeway.)
+const NoLeeway time.Duration = -1
 
 // ErrInvalidToken is wrapped by every error Verify returns for a token that
 // is not accepted; the rest of the message says why in a few fixed words.

@@ -56,6 +56,9 @@ func TestMiddlewareAttacks(t *testing.T) {
 	ed := mustVerifier(t, edConfig(t))
 	rsPKCS1 := mustVerifier(t, Config{PublicKeyPEM: k.rsaPKCS1Pub, Issuer: testIssuer, Audience: testAudience, Now: fixedNow})
 	noAud := mustVerifier(t, Config{Secret: testSecret, Now: fixedNow})
+	noLeeway := hsConfig()
+	noLeeway.Leeway = NoLeeway
+	strict := mustVerifier(t, noLeeway)
 
 	with := func(edit func(jwt.MapClaims)) jwt.MapClaims {
 		c := goodClaims("route")
@@ -115,6 +118,8 @@ func TestMiddlewareAttacks(t *testing.T) {
 
 		// Time.
 		{name: "expired", v: hs, authz: []string{"Bearer " + hsSign(with(func(c jwt.MapClaims) { c["exp"] = testNow.Add(-time.Minute).Unix() }))},
+			wantCode: 401, wantChall: challengeInvalid("token is expired")},
+		{name: "1s past exp without leeway", v: strict, authz: []string{"Bearer " + hsSign(with(func(c jwt.MapClaims) { c["exp"] = testNow.Add(-time.Second).Unix() }))},
 			wantCode: 401, wantChall: challengeInvalid("token is expired")},
 		{name: "not yet valid", v: hs, authz: []string{"Bearer " + hsSign(with(func(c jwt.MapClaims) { c["nbf"] = testNow.Add(time.Minute).Unix() }))},
 			wantCode: 401, wantChall: challengeInvalid("token is not valid yet")},

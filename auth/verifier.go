@@ -31,8 +31,9 @@ type Config struct {
 	// Audience, when set, is written to "aud" by Mint and required among
 	// "aud" by the Verifier.
 	Audience string
-	// Leeway is the clock skew allowed on exp, nbf and iat; zero means
-	// DefaultLeeway. It may not be negative.
+	// Leeway is the clock skew allowed on exp, nbf and iat: a token is
+	// accepted while now is before exp + Leeway. Zero means DefaultLeeway,
+	// NoLeeway none; any other negative value is refused.
 	Leeway time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -69,7 +70,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if !hasSecret && !hasPublic {
 		return nil, errors.New("auth: neither Secret nor PublicKeyPEM is set; give exactly one")
 	}
-	if cfg.Leeway < 0 {
+	if cfg.Leeway < 0 && cfg.Leeway != NoLeeway {
 		return nil, fmt.Errorf("auth: leeway %v is negative", cfg.Leeway)
 	}
 	v := &Verifier{}
@@ -87,8 +88,11 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		v.key, v.alg = key, alg
 	}
 	leeway := cfg.Leeway
-	if leeway == 0 {
+	switch leeway {
+	case 0:
 		leeway = DefaultLeeway
+	case NoLeeway:
+		leeway = 0
 	}
 	now := cfg.Now
 	if now == nil {

@@ -27,6 +27,7 @@ func TestNewVerifierConfig(t *testing.T) {
 		{name: "EdDSA PKIX", cfg: Config{PublicKeyPEM: k.edPKIXPub}, wantAlg: AlgEdDSA},
 		{name: "private key ignored", cfg: Config{Secret: testSecret, PrivateKeyPEM: k.rsaPKCS8}, wantAlg: AlgHS256},
 		{name: "leeway set", cfg: Config{Secret: testSecret, Leeway: time.Second}, wantAlg: AlgHS256},
+		{name: "no leeway", cfg: Config{Secret: testSecret, Leeway: NoLeeway}, wantAlg: AlgHS256},
 
 		{name: "neither", cfg: Config{}, wantErr: "neither Secret nor PublicKeyPEM"},
 		{name: "only private key", cfg: Config{PrivateKeyPEM: k.rsaPKCS8}, wantErr: "neither Secret nor PublicKeyPEM"},
@@ -35,6 +36,7 @@ func TestNewVerifierConfig(t *testing.T) {
 		{name: "31-byte secret", cfg: Config{Secret: bytes.Repeat([]byte("x"), 31)}, wantErr: "at least 32"},
 		{name: "PEM as secret", cfg: Config{Secret: k.rsaPKIXPub}, wantErr: "secret looks like a PEM key"},
 		{name: "negative leeway", cfg: Config{Secret: testSecret, Leeway: -time.Second}, wantErr: "negative"},
+		{name: "negative leeway near NoLeeway", cfg: Config{Secret: testSecret, Leeway: NoLeeway - 1}, wantErr: "negative"},
 		{name: "not PEM", cfg: Config{PublicKeyPEM: []byte("ssh-ed25519 AAAA")}, wantErr: "no PEM block"},
 		{name: "private key as public", cfg: Config{PublicKeyPEM: k.rsaPKCS8}, wantErr: `PEM block is "PRIVATE KEY"`},
 		{name: "corrupt DER", cfg: Config{PublicKeyPEM: []byte("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")}, wantErr: "auth: public key:"},
@@ -150,6 +152,13 @@ func TestLeeway(t *testing.T) {
 		{"default 30s not 40s", 0, expiredBy(40 * time.Second), true},
 		{"1s not 20s", time.Second, expiredBy(20 * time.Second), true},
 		{"2m covers 90s", 2 * time.Minute, expiredBy(90 * time.Second), false},
+		// At the edges: accepted while now is before exp + leeway.
+		{"default covers 29s", 0, expiredBy(29 * time.Second), false},
+		{"default not 30s", 0, expiredBy(DefaultLeeway), true},
+		{"default not 31s", 0, expiredBy(31 * time.Second), true},
+		{"none: 1s before exp", NoLeeway, expiredBy(-time.Second), false},
+		{"none: not at exp", NoLeeway, expiredBy(0), true},
+		{"none: not 1s past exp", NoLeeway, expiredBy(time.Second), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

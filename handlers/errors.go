@@ -193,8 +193,8 @@ func (b *jsonBuffer) release() {
 }
 
 // withAvailability adds to a no_policies or all_unavailable answer the
-// counts of policies by state and the most frequent last error, so that
-// the caller sees why without a second call to /stats.
+// counts of policies by state and their last errors by cause kind, so
+// that the caller sees why without a second call to /stats.
 func (s *Server) withAvailability(e *Error) *Error {
 	if s.State == nil || e.Details != nil {
 		return e
@@ -207,6 +207,9 @@ func withAvailability(e *Error, av routing.Availability) *Error {
 	out := *e
 	out.Details = &api.ErrorDetails{Policies: av.Policies, States: av.ByState,
 		LastError: av.LastError, LastErrorCount: av.LastErrorCount}
+	for _, c := range av.Causes {
+		out.Details.Causes = append(out.Details.Causes, api.ErrorCause{Kind: c.Kind, Count: c.Count, Example: c.Example})
+	}
 	if e.Code == api.CodeAllUnavailable && av.Policies > 0 {
 		out.Message = e.Message + "; " + describeAvailability(av) + " (see GET /stats)"
 	}
@@ -229,9 +232,10 @@ func unroutable(av routing.Availability) *Error {
 }
 
 // describeAvailability says, for people, how many policies are in which
-// state and the most frequent last error, e.g. "of 3 policies, 2
-// unhealthy, 1 unknown; most frequent last error (2 policies):
-// connection refused".
+// state and their last errors by cause kind, with the most frequent
+// kind's example, e.g. "of 3 policies, 2 unhealthy, 1 unknown; last
+// errors by cause: connect_refused (1 policy), status_503 (1 policy);
+// e.g. policy p0: ...: connection refused".
 func describeAvailability(av routing.Availability) string {
 	var b strings.Builder
 	b.WriteString("of " + nPolicies(av.Policies))
@@ -241,8 +245,16 @@ func describeAvailability(av routing.Availability) string {
 			b.WriteString(sep + strconv.Itoa(n) + " " + st)
 		}
 	}
-	if av.LastError != "" {
-		b.WriteString("; most frequent last error (" + nPolicies(av.LastErrorCount) + "): " + av.LastError)
+	for i, c := range av.Causes {
+		if i == 0 {
+			b.WriteString("; last errors by cause: ")
+		} else {
+			b.WriteString(", ")
+		}
+		b.WriteString(c.Kind + " (" + nPolicies(c.Count) + ")")
+	}
+	if len(av.Causes) > 0 {
+		b.WriteString("; e.g. " + av.Causes[0].Example)
 	}
 	return b.String()
 }

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func TestAllUnavailableSaysWhy(t *testing.T) {
 		t.Errorf("no_policies message %q does not say how to register", e.Message)
 	}
 	ps := ts.register(t, 2)
-	st.ObserveFailure(ps[0].ID, time.Now(), "dial tcp 127.0.0.1:9: connection refused")
+	st.ObserveProbeKind(ps[0].ID, routing.Probe{SentAt: time.Now(), Err: "dial tcp 127.0.0.1:9: connection refused", ErrKind: routing.ErrKindConnectRefused})
 	if err := st.SetDraining(ps[1].ID, true); err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +85,14 @@ func TestAllUnavailableSaysWhy(t *testing.T) {
 		{"/assign", `{"num_tasks": 1}`},
 	} {
 		e := wantError(t, ts.do(t, "POST", c.path, c.body), http.StatusServiceUnavailable, api.CodeAllUnavailable, "")
-		for _, w := range []string{"of 2 policies", "1 unhealthy", "1 draining", "(1 policy): dial tcp 127.0.0.1:9: connection refused"} {
+		for _, w := range []string{"of 2 policies", "1 unhealthy", "1 draining", "by cause: connect_refused (1 policy); e.g. dial tcp 127.0.0.1:9: connection refused"} {
 			if !strings.Contains(e.Message, w) {
 				t.Errorf("%s: message %q lacks %q", c.path, e.Message, w)
 			}
 		}
-		if d := e.Details; d == nil || d.Policies != 2 || d.LastErrorCount != 1 {
-			t.Errorf("%s: details %+v", c.path, d)
+		wantCauses := []api.ErrorCause{{Kind: "connect_refused", Count: 1, Example: "dial tcp 127.0.0.1:9: connection refused"}}
+		if d := e.Details; d == nil || d.Policies != 2 || d.LastErrorCount != 1 || !slices.Equal(d.Causes, wantCauses) {
+			t.Errorf("%s: details %+v; want causes %+v", c.path, d, wantCauses)
 		}
 	}
 }

@@ -120,6 +120,7 @@ func (s *Server) buildStats() api.Stats {
 			CompletedTotal:      p.Completed,
 			LatencyMS:           float64(p.LastLatency) / float64(time.Millisecond),
 			ConsecutiveFailures: p.FailStreak,
+			LastErrorKind:       p.LastErrorKind,
 			ProbesTotal:         p.Probes,
 			ProbeFailuresTotal:  p.ProbeFailures,
 			ExpiredTotal:        p.Expired,

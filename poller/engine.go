@@ -187,7 +187,7 @@ func (p *Poller) get(ctx context.Context, m *member, path string, limit int64) (
 		return nil, fmt.Errorf("%s: read body: %w", endpoint, err)
 	}
 	if int64(len(body)) > limit {
-		return nil, fmt.Errorf("%s: body exceeds %d bytes", endpoint, limit)
+		return nil, &decodeError{fmt.Errorf("%s: body exceeds %d bytes", endpoint, limit)}
 	}
 	return body, nil
 }

@@ -147,10 +147,11 @@ func sglangLoad(ctx context.Context, p *Poller, m *member) (int64, error) {
 	return n, nil
 }
 
-// endpointError names the endpoint whose answer could not be used.
+// endpointError names the endpoint whose answer could not be used: a
+// decodeError.
 func endpointError(m *member, path string, err error) error {
 	_, shown := m.endpoint(path)
-	return fmt.Errorf("GET %s: %w", shown, err)
+	return &decodeError{fmt.Errorf("GET %s: %w", shown, err)}
 }
 
 // sglangPause is PauseGenerationReqInput of

@@ -12,9 +12,10 @@
 // than queued twice. When the poller falls behind (all Concurrency probes
 // in flight, or a starved process) the rest of the period shifts later:
 // every policy's period stretches alike, and probes never go out in a burst
-// to catch up. Results go to Target.ObserveProbe, which decides what they
-// mean (health, idle deques, reported loads); the poller only logs the
-// health transitions it reports.
+// to catch up. Results go to Target.ObserveProbeKind, which decides what
+// they mean (health, idle deques, reported loads); the poller only logs
+// the health transitions it reports: each at Debug, and those of one
+// period together in one line, at Warn when a policy became unhealthy.
 package poller
 
 import (
@@ -41,9 +42,10 @@ import (
 type Target interface {
 	// Snapshot returns the registered policies; never nil.
 	Snapshot() *routing.Snapshot
-	// ObserveProbe records one probe of the policy with the given id and
+	// ObserveProbeKind records one probe of the policy with the given id,
+	// with the cause kind of a failed one (routing.Probe.ErrKind), and
 	// returns the health transition it caused, if any.
-	ObserveProbe(id string, p routing.Probe) routing.Transition
+	ObserveProbeKind(id string, p routing.Probe) routing.Transition
 }
 
 var _ Target = (*routing.State)(nil)
@@ -99,9 +101,11 @@ type Config struct {
 	// towards https:// policies: a private CA (RootCAs), a client
 	// certificate for mutual TLS. It is ignored when Client is set.
 	TLSClientConfig *tls.Config
-	// Logger receives health transitions (Warn when a policy becomes
-	// unhealthy, Info when it recovers) and, at Debug, failed probes.
-	// Default slog.Default().
+	// Logger receives health transitions: at most one line per period
+	// that counts them by state and by cause kind and names the first few
+	// policies (Warn when a policy became unhealthy, else Info), and at
+	// Debug each policy's transition and failed probe. Default
+	// slog.Default().
 	Logger *slog.Logger
 	// Now stamps probes (SentAt) and measures their latency; default
 	// time.Now. Scheduling always uses the runtime's timers.
@@ -126,6 +130,7 @@ type Poller struct {
 	log      *slog.Logger
 	now      func() time.Time
 	onProbe  func(id string, p routing.Probe, tr routing.Transition)
+	health   healthLog // this period's transitions
 
 	running  atomic.Bool
 	wg       sync.WaitGroup // probe workers
@@ -315,6 +320,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	}
 	defer p.running.Store(false)
 	defer p.closeIdle()
+	defer p.health.flush(p.log) // after the workers have reported
 	defer p.wg.Wait()
 	p.workers = 0
 
@@ -323,6 +329,9 @@ func (p *Poller) Run(ctx context.Context) error {
 	start := time.Now()
 	var prev time.Time
 	for {
+		// Last period's transitions, its probes having had that period to
+		// answer, in one line.
+		p.health.flush(p.log)
 		// The sweep shifts start when it falls far behind.
 		shifted, ok := p.sweep(ctx, timer, start)
 		if !ok {

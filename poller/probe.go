@@ -50,7 +50,7 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	}
 	p.probes.Add(1)
 	if err != nil {
-		pr.Err = err.Error()
+		pr.Err, pr.ErrKind = err.Error(), errKind(err)
 		p.failures.Add(1)
 		if p.log.Enabled(ctx, slog.LevelDebug) {
 			p.log.Debug("probe failed", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err)
@@ -59,12 +59,17 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	if m.gone.Load() {
 		return
 	}
-	tr := p.target.ObserveProbe(m.id, pr)
+	tr := p.target.ObserveProbeKind(m.id, pr)
+	// Each transition at Debug; the round's summary (healthLog) at Warn
+	// or Info.
 	switch tr {
 	case routing.BecameUnhealthy:
-		p.log.Warn("policy unhealthy", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err)
+		p.log.Debug("policy unhealthy", "policy_id", m.id, "index", m.index, "url", m.shown, "error", err, "error_kind", pr.ErrKind)
 	case routing.BecameHealthy:
-		p.log.Info("policy healthy again", "policy_id", m.id, "index", m.index, "url", m.shown, "latency", pr.Latency)
+		p.log.Debug("policy healthy again", "policy_id", m.id, "index", m.index, "url", m.shown, "latency", pr.Latency)
+	}
+	if tr != routing.NoTransition {
+		p.health.add(m, tr, pr.ErrKind, err)
 	}
 	if p.onProbe != nil {
 		p.onProbe(m.id, pr, tr)
@@ -123,17 +128,20 @@ func (nativeEngine) probe(ctx context.Context, p *Poller, m *member) (answer, er
 		_ = resp.Body.Close()
 	}()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return answer{}, fmt.Errorf("GET %s: status %d", m.errURL, resp.StatusCode)
+		return answer{}, &statusError{endpoint: "GET " + m.errURL, status: resp.StatusCode}
 	}
 	buf := bodyPool.Get().(*[]byte)
 	defer bodyPool.Put(buf)
 	n, err := readBody(resp.Body, *buf)
+	if errors.Is(err, errTooLarge) {
+		return answer{}, &decodeError{fmt.Errorf("GET %s: read body: %w", m.errURL, err)}
+	}
 	if err != nil {
 		return answer{}, fmt.Errorf("GET %s: read body: %w", m.errURL, err)
 	}
 	ans, err := parseAnswer((*buf)[:n])
 	if err != nil {
-		return answer{}, fmt.Errorf("GET %s: %w", m.errURL, err)
+		return answer{}, &decodeError{fmt.Errorf("GET %s: %w", m.errURL, err)}
 	}
 	if ans.hasVersion {
 		ans.weightVersion = strconv.FormatInt(ans.version, 10)

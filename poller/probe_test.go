@@ -85,6 +85,8 @@ func TestProbe(t *testing.T) {
 		path    string // appended to the server URL to make the policy URL
 		want    answer
 		wantErr string
+		// wantKind is the cause kind of wantErr.
+		wantKind string
 	}{
 		{name: "idle", h: answerWith(200, `{"idle": true}`), want: answer{idle: true}},
 		{name: "busy with load", h: answerWith(200, `{"idle": false, "load": 3}`), want: answer{load: 3, hasLoad: true}},
@@ -92,15 +94,15 @@ func TestProbe(t *testing.T) {
 		{name: "trailing slash", h: answerWith(200, "true"), path: "/", want: answer{idle: true}},
 		{name: "path prefix", h: answerWith(200, "true"), path: "/p/3", want: answer{idle: true}},
 		{name: "201", h: answerWith(201, "true"), want: answer{idle: true}},
-		{name: "500", h: answerWith(500, `{"idle": true}`), wantErr: "status 500"},
-		{name: "404", h: http.NotFound, wantErr: "status 404"},
-		{name: "204", h: answerWith(204, ""), wantErr: "not an idle answer"},
+		{name: "500", h: answerWith(500, `{"idle": true}`), wantErr: "status 500", wantKind: "status_500"},
+		{name: "404", h: http.NotFound, wantErr: "status 404", wantKind: "status_404"},
+		{name: "204", h: answerWith(204, ""), wantErr: "not an idle answer", wantKind: "decode"},
 		{name: "redirect", h: func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, target.URL+"/idle", http.StatusFound)
-		}, wantErr: "status 302"},
-		{name: "garbage", h: answerWith(200, "OK"), wantErr: "not an idle answer"},
-		{name: "other json", h: answerWith(200, `{"status": "ok"}`), wantErr: `no boolean "idle"`},
-		{name: "too large", h: answerWith(200, `{"idle": true, "pad": "`+strings.Repeat("x", MaxBodyBytes)+`"}`), wantErr: "exceeds"},
+		}, wantErr: "status 302", wantKind: "status_302"},
+		{name: "garbage", h: answerWith(200, "OK"), wantErr: "not an idle answer", wantKind: "decode"},
+		{name: "other json", h: answerWith(200, `{"status": "ok"}`), wantErr: `no boolean "idle"`, wantKind: "decode"},
+		{name: "too large", h: answerWith(200, `{"idle": true, "pad": "`+strings.Repeat("x", MaxBodyBytes)+`"}`), wantErr: "exceeds", wantKind: "decode"},
 		{name: "slow within timeout", h: func(w http.ResponseWriter, _ *http.Request) {
 			time.Sleep(30 * time.Millisecond)
 			fmt.Fprint(w, "true")
@@ -116,6 +118,9 @@ func TestProbe(t *testing.T) {
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("probe error = %v, want one containing %q", err, tt.wantErr)
+				}
+				if got := errKind(err); got != tt.wantKind {
+					t.Errorf("errKind(%v) = %q, want %q", err, got, tt.wantKind)
 				}
 				return
 			}

@@ -14,6 +14,10 @@ type Availability struct {
 	// LastErrorCount how many policies share it.
 	LastError      string
 	LastErrorCount int
+	// Causes counts the last errors of the policies that are not
+	// available by cause kind, most frequent first, each with one
+	// example (errkind.go).
+	Causes []Cause
 }
 
 // Availability returns the Availability of the registered policies, on one
@@ -24,6 +28,7 @@ func (st *State) Availability() Availability {
 	snap := st.ledger.snap
 	out := Availability{Policies: len(snap.rts), ByState: make(map[string]int, len(States))}
 	errs := make(map[string]int)
+	var causes causeTally
 	for _, rt := range snap.rts {
 		ps := statsLocked(rt)
 		out.ByState[ps.State]++
@@ -31,6 +36,7 @@ func (st *State) Availability() Availability {
 			out.Available++
 			continue
 		}
+		causes.add(ps)
 		if ps.LastError == "" {
 			continue
 		}
@@ -39,6 +45,7 @@ func (st *State) Availability() Availability {
 			out.LastError, out.LastErrorCount = ps.LastError, n
 		}
 	}
+	out.Causes = causes.sorted()
 	return out
 }
 

@@ -32,6 +32,9 @@ type Probe struct {
 	// Err says why a failed probe failed (shown as the policy's last
 	// error); it must not hold secrets such as a URL's password.
 	Err string
+	// ErrKind is the cause kind of a failed probe: one of the ErrKind
+	// constants (errkind.go), or ErrKindStatus of a non-2xx answer.
+	ErrKind string
 }
 
 // Transition is a change of a policy's health caused by a probe.

@@ -132,6 +132,10 @@ type policyRuntime struct {
 	failingSince   time.Time
 	unhealthySince time.Time
 	lastOK         time.Time
+	// lastErrKind is the cause kind of lastError, recorded with the
+	// text lastErrKindOf it classifies (errkind.go).
+	lastErrKind   string
+	lastErrKindOf string
 
 	// Written under State.mu, read without it.
 	healthy  atomic.Bool

@@ -49,6 +49,9 @@ type PolicyStats struct {
 	// LastError is why the last probe failed, while the policy fails or is
 	// unhealthy; "" otherwise.
 	LastError string
+	// LastErrorKind is the cause kind of LastError (Probe.ErrKind;
+	// ErrKindOther when it was recorded without one); "" without one.
+	LastErrorKind string
 	// UnhealthySince is when the failures that made the policy unhealthy
 	// began; zero while healthy. LastOK is when the last good probe was
 	// sent; zero if none.
@@ -147,6 +150,7 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		LastLatency:    time.Duration(rt.lastLatency.Load()),
 		FailStreak:     rt.failStreak,
 		LastError:      rt.lastError,
+		LastErrorKind:  errKindLocked(rt),
 		UnhealthySince: rt.unhealthySince,
 		LastOK:         rt.lastOK,
 		Version:        rt.version.Load(),

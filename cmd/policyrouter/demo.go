@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -32,6 +33,10 @@ type demoConfig struct {
 	// Engine is the engine the simulated policies are: policyrouter (GET
 	// /idle), sglang or vllm (their own wire formats, fakepolicy).
 	Engine string
+	// FleetAddr is the host:port the simulated policies listen on, one
+	// listener for all (policy i at http://FleetAddr/p/i); empty takes a
+	// free loopback port.
+	FleetAddr string
 }
 
 // register registers serve's flags, with their defaults, and the
@@ -44,6 +49,7 @@ func (c *demoConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MinWork, "min-work", 200*time.Millisecond, "shortest simulated rollout step")
 	fs.DurationVar(&c.MaxWork, "max-work", 1500*time.Millisecond, "longest simulated rollout step")
 	fs.StringVar(&c.Engine, "engine", "policyrouter", "engine the simulated policies are: policyrouter (GET /idle), sglang or vllm (their own endpoints, registered with that engine)")
+	fs.StringVar(&c.FleetAddr, "fleet-addr", "", "`host:port` the simulated policies listen on, one listener for all (policy i at http://HOST:PORT/p/i); empty: a free loopback port")
 }
 
 // demoCommand runs the router with simulated policies on two nodes, a
@@ -64,13 +70,21 @@ func demoCommand(ctx context.Context, args []string) error {
 	default:
 		return fmt.Errorf("--engine must be policyrouter, sglang or vllm, not %q", cfg.Engine)
 	}
+	if cfg.FleetAddr != "" {
+		if _, _, err := net.SplitHostPort(cfg.FleetAddr); err != nil {
+			return fmt.Errorf("--fleet-addr must be host:port, not %q: %w", cfg.FleetAddr, err)
+		}
+	}
 	// The simulated workers send several requests a second: their request
 	// lines show at --log-level debug only.
 	cfg.RequestLogLevel = slog.LevelDebug
 	fleet, err := fakepolicy.New(cfg.Policies, rand.NewPCG(uint64(time.Now().UnixNano()), 7), fakepolicy.Options{
-		MinWork: cfg.MinWork, MaxWork: cfg.MaxWork, PrefixCache: 8, Engine: cfg.Engine,
+		MinWork: cfg.MinWork, MaxWork: cfg.MaxWork, PrefixCache: 8, Engine: cfg.Engine, Addr: cfg.FleetAddr,
 	})
 	if err != nil {
+		if cfg.FleetAddr != "" {
+			return fmt.Errorf("--fleet-addr %s: %w", cfg.FleetAddr, err)
+		}
 		return err
 	}
 	defer fleet.Close()
@@ -93,6 +107,7 @@ func demoCommand(ctx context.Context, args []string) error {
 	logger.Info("demo ready", "policies", cfg.Policies, "workers", cfg.Workers, "engine", cfg.Engine, "addr", addr)
 	fmt.Fprintf(os.Stderr, `
 policyrouter demo: %[1]d simulated %[4]s policies on node-a and node-b, %[2]d simulated env workers.
+  policies   %[6]s … %[7]s
   dashboard  %[3]s/
   stats      curl -s %[3]s/stats
   select     curl -s -XPOST %[3]s/select -H 'Content-Type: application/json' -d '{"env_id": "env-0"}'
@@ -100,7 +115,7 @@ policyrouter demo: %[1]d simulated %[4]s policies on node-a and node-b, %[2]d si
   update     %[5]s
 Requests are logged at --log-level debug; Ctrl-C stops.
 
-`, cfg.Policies, cfg.Workers, base, cfg.Engine, demoUpdateHint(base, cfg.Engine))
+`, cfg.Policies, cfg.Workers, base, cfg.Engine, demoUpdateHint(base, cfg.Engine), fleet.URL(0), fleet.URL(fleet.Len()-1))
 
 	var wg sync.WaitGroup
 	for w := range cfg.Workers {
