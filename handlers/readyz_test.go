@@ -76,7 +76,7 @@ func TestAllUnavailableSaysWhy(t *testing.T) {
 		t.Errorf("no_policies message %q does not say how to register", e.Message)
 	}
 	ps := ts.register(t, 2)
-	st.ObserveProbeKind(ps[0].ID, routing.Probe{SentAt: time.Now(), Err: "dial tcp 127.0.0.1:9: connection refused", ErrKind: routing.ErrKindConnectRefused})
+	st.ObserveProbe(ps[0].ID, routing.Probe{SentAt: time.Now(), Err: "dial tcp 127.0.0.1:9: connection refused", ErrKind: routing.ErrKindConnectRefused})
 	if err := st.SetDraining(ps[1].ID, true); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@
 // than queued twice. When the poller falls behind (all Concurrency probes
 // in flight, or a starved process) the rest of the period shifts later:
 // every policy's period stretches alike, and probes never go out in a burst
-// to catch up. Results go to Target.ObserveProbeKind, which decides what
+// to catch up. Results go to Target.ObserveProbe, which decides what
 // they mean (health, idle deques, reported loads); the poller only logs
 // the health transitions it reports: each at Debug, and those of one
 // period together in one line, at Warn when a policy became unhealthy.
@@ -42,10 +42,10 @@ import (
 type Target interface {
 	// Snapshot returns the registered policies; never nil.
 	Snapshot() *routing.Snapshot
-	// ObserveProbeKind records one probe of the policy with the given id,
+	// ObserveProbe records one probe of the policy with the given id,
 	// with the cause kind of a failed one (routing.Probe.ErrKind), and
 	// returns the health transition it caused, if any.
-	ObserveProbeKind(id string, p routing.Probe) routing.Transition
+	ObserveProbe(id string, p routing.Probe) routing.Transition
 }
 
 var _ Target = (*routing.State)(nil)

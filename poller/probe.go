@@ -59,7 +59,7 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	if m.gone.Load() {
 		return
 	}
-	tr := p.target.ObserveProbeKind(m.id, pr)
+	tr := p.target.ObserveProbe(m.id, pr)
 	// Each transition at Debug; the round's summary (healthLog) at Warn
 	// or Info.
 	switch tr {

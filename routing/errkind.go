@@ -24,29 +24,14 @@ const (
 // ErrKindStatus is the cause kind of a non-2xx answer: "status_503".
 func ErrKindStatus(code int) string { return "status_" + strconv.Itoa(code) }
 
-// ObserveProbeKind is ObserveProbe that also keeps the cause kind of a
-// failed probe (p.ErrKind) beside the policy's last error, for
-// PolicyStats.LastErrorKind and Availability.Causes. The poller reports
-// its probes through it.
-func (st *State) ObserveProbeKind(id string, p Probe) Transition {
-	if !p.OK {
-		st.mu.Lock()
-		if rt := st.runtimes[id]; rt != nil {
-			rt.lastErrKind, rt.lastErrKindOf = p.ErrKind, p.Err
-		}
-		st.mu.Unlock()
-	}
-	return st.ObserveProbe(id, p)
-}
-
-// errKindLocked is the cause kind of rt's last error: "" without one, the
-// kind recorded with that very text, else ErrKindOther (a failure
-// recorded without a kind). Caller must hold State.mu.
+// errKindLocked is the cause kind of rt's last error: "" without one,
+// else the kind recorded with it, ErrKindOther for a failure recorded
+// without a kind. Caller must hold State.mu.
 func errKindLocked(rt *policyRuntime) string {
 	switch {
 	case rt.lastError == "":
 		return ""
-	case rt.lastErrKind != "" && rt.lastErrKindOf == rt.lastError:
+	case rt.lastErrKind != "":
 		return rt.lastErrKind
 	default:
 		return ErrKindOther

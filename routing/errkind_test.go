@@ -25,15 +25,15 @@ func TestLastErrorKind(t *testing.T) {
 	}{
 		{"before any probe", func() {}, "", ""},
 		{"refused", func() {
-			st.ObserveProbeKind("p0", Probe{SentAt: now, Err: "dial: connection refused", ErrKind: ErrKindConnectRefused})
+			st.ObserveProbe("p0", Probe{SentAt: now, Err: "dial: connection refused", ErrKind: ErrKindConnectRefused})
 		}, "dial: connection refused", ErrKindConnectRefused},
 		{"status", func() {
-			st.ObserveProbeKind("p0", Probe{SentAt: now, Err: "GET /idle: status 503", ErrKind: ErrKindStatus(503)})
+			st.ObserveProbe("p0", Probe{SentAt: now, Err: "GET /idle: status 503", ErrKind: ErrKindStatus(503)})
 		}, "GET /idle: status 503", "status_503"},
 		{"proxy failure, no kind", func() { st.ObserveFailure("p0", now, "proxy: reset") }, "proxy: reset", ErrKindOther},
 		{"probe without a kind", func() { st.ObserveProbe("p0", Probe{SentAt: now, Err: "boom"}) }, "boom", ErrKindOther},
-		{"healthy again", func() { st.ObserveProbeKind("p0", Probe{SentAt: now, OK: true, Idle: true}) }, "", ""},
-		{"unknown id ignored", func() { st.ObserveProbeKind("nope", Probe{SentAt: now, Err: "x", ErrKind: ErrKindDNS}) }, "", ""},
+		{"healthy again", func() { st.ObserveProbe("p0", Probe{SentAt: now, OK: true, Idle: true}) }, "", ""},
+		{"unknown id ignored", func() { st.ObserveProbe("nope", Probe{SentAt: now, Err: "x", ErrKind: ErrKindDNS}) }, "", ""},
 	}
 	for _, s := range steps {
 		s.do()
@@ -50,12 +50,12 @@ func TestAvailabilityCauses(t *testing.T) {
 	now := time.Now()
 	st := newState(t, Options{Polled: true, FailThreshold: 1}, densePolicies(8), Topology{})
 	st.ObserveProbe("p0", Probe{SentAt: now, OK: true, Idle: true})
-	st.ObserveProbeKind("p1", Probe{SentAt: now, Err: "GET http://policy-1/idle: status 500", ErrKind: ErrKindStatus(500)})
+	st.ObserveProbe("p1", Probe{SentAt: now, Err: "GET http://policy-1/idle: status 500", ErrKind: ErrKindStatus(500)})
 	for i := 2; i < 6; i++ {
-		st.ObserveProbeKind(fmt.Sprintf("p%d", i), Probe{SentAt: now,
+		st.ObserveProbe(fmt.Sprintf("p%d", i), Probe{SentAt: now,
 			Err: fmt.Sprintf("GET http://policy-%d/idle: connection refused", i), ErrKind: ErrKindConnectRefused})
 	}
-	st.ObserveProbeKind("p6", Probe{SentAt: now, Err: "GET http://policy-6/idle: timeout", ErrKind: ErrKindTimeout})
+	st.ObserveProbe("p6", Probe{SentAt: now, Err: "GET http://policy-6/idle: timeout", ErrKind: ErrKindTimeout})
 	// p7 is unknown: no error, no cause.
 	got := st.Availability().Causes
 	want := []Cause{

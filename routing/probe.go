@@ -79,7 +79,7 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	rt.lastLatency.Store(int64(p.Latency))
 	if !p.OK {
 		rt.probeFailures.Add(1)
-		return st.failLocked(rt, p.SentAt, p.Err)
+		return st.failLocked(rt, p.SentAt, p.Err, p.ErrKind)
 	}
 
 	rt.lastOK = p.SentAt
@@ -203,18 +203,18 @@ func (st *State) ObserveFailure(id string, at time.Time, reason string) Transiti
 		return NoTransition
 	}
 	defer st.stickyLoadLocked(rt) // runs before the unlock
-	return st.failLocked(rt, at, reason)
+	return st.failLocked(rt, at, reason, "")
 }
 
 // failLocked counts one failure of rt that began at. Caller must hold
 // State.mu.
-func (st *State) failLocked(rt *policyRuntime, at time.Time, reason string) Transition {
+func (st *State) failLocked(rt *policyRuntime, at time.Time, reason, kind string) Transition {
 	rt.passStreak = 0
 	if rt.failStreak == 0 {
 		rt.failingSince = at
 	}
 	rt.failStreak++
-	rt.lastError = reason
+	rt.lastError, rt.lastErrKind = reason, kind
 	if rt.lastError == "" {
 		rt.lastError = "probe failed"
 	}

@@ -197,7 +197,6 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 	return st.await(ctx, w, &req, r, envNode, pref, wait)
 }
 
-
 // pickLocked asks router r for a policy that passes q, and leases or hands
 // it out. Caller must hold mu.
 func (st *State) pickLocked(r Selector, q *Query, ttl time.Duration, mode ReleaseMode, envNode string) (Decision, bool) {

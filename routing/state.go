@@ -132,10 +132,9 @@ type policyRuntime struct {
 	failingSince   time.Time
 	unhealthySince time.Time
 	lastOK         time.Time
-	// lastErrKind is the cause kind of lastError, recorded with the
-	// text lastErrKindOf it classifies (errkind.go).
-	lastErrKind   string
-	lastErrKindOf string
+	// lastErrKind is the cause kind of lastError (errkind.go); "" for a
+	// failure recorded without one.
+	lastErrKind string
 
 	// Written under State.mu, read without it.
 	healthy  atomic.Bool
