@@ -177,7 +177,7 @@ func BenchmarkStickyPick(b *testing.B) {
 			snap := st.Snapshot()
 			snap.rings() // built once per registration, not per pick
 			b.ReportAllocs()
-			filter := &Query{}
+			filter := Query{}
 			accept := func(_ *hashRing, p int) bool { rt := snap.rts[p]; return rt.available() && filter.ok(rt) }
 			i := 0
 			for b.Loop() {

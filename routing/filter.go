@@ -15,9 +15,10 @@ import "sync/atomic"
 // A Filter is one criterion a policy must meet to serve a request. Keep is
 // called under the routing state's lock for each policy a router
 // considers, so it must be cheap and must not block; it reads the request
-// (q) and a read-only view of the policy (c), never the ledger.
+// (q, a copy: a decision allocates nothing for its filters) and a
+// read-only view of the policy (c), never the ledger.
 type Filter interface {
-	Keep(q *Query, c Candidate) bool
+	Keep(q Query, c Candidate) bool
 }
 
 // filters is the pipeline: every decision's candidates pass each of them,
@@ -41,7 +42,7 @@ type Query struct {
 }
 
 // Floor is the request's weight-version floor now.
-func (q *Query) Floor() int64 {
+func (q Query) Floor() int64 {
 	if q.shared != nil {
 		return q.shared.Load()
 	}
@@ -52,7 +53,7 @@ func (q *Query) Floor() int64 {
 func (q *Query) ok(rt *policyRuntime) bool {
 	c := Candidate{rt}
 	for _, f := range filters {
-		if !f.Keep(q, c) {
+		if !f.Keep(*q, c) {
 			return false
 		}
 	}

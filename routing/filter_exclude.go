@@ -8,6 +8,6 @@ type excludeFilter struct{}
 
 var _ Filter = excludeFilter{}
 
-func (excludeFilter) Keep(q *Query, c Candidate) bool {
+func (excludeFilter) Keep(q Query, c Candidate) bool {
 	return len(q.Exclude) == 0 || !slices.Contains(q.Exclude, c.rt.policy.ID)
 }

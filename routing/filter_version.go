@@ -7,6 +7,6 @@ type versionFilter struct{}
 
 var _ Filter = versionFilter{}
 
-func (versionFilter) Keep(q *Query, c Candidate) bool {
+func (versionFilter) Keep(q Query, c Candidate) bool {
 	return c.Version() >= max(q.Floor(), c.Hold())
 }

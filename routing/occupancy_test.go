@@ -204,4 +204,4 @@ func TestFilterStage(t *testing.T) {
 // oddOnly is a test filter: policies of odd index only.
 type oddOnly struct{}
 
-func (oddOnly) Keep(_ *Query, c Candidate) bool { return c.Policy().Index%2 == 1 }
+func (oddOnly) Keep(_ Query, c Candidate) bool { return c.Policy().Index%2 == 1 }

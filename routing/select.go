@@ -200,7 +200,7 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 // pickLocked asks router r for a policy that passes q, and leases or hands
 // it out. Caller must hold mu.
 func (st *State) pickLocked(r Selector, q *Query, ttl time.Duration, mode ReleaseMode, envNode string) (Decision, bool) {
-	p, ok := r.pick(st.candidatesLocked(r, q), envNode)
+	p, ok := r.pick(st.candidatesLocked(r, *q), envNode)
 	if !ok {
 		return Decision{}, false
 	}

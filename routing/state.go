@@ -231,13 +231,13 @@ type candidates struct {
 	snap   *Snapshot
 	global *slotList
 	byNode map[string]*slotList
-	filter *Query
+	filter Query
 	own    any
 }
 
 // candidatesLocked returns the candidates of a decision by r under filter.
 // Caller must hold State.mu.
-func (st *State) candidatesLocked(r Selector, filter *Query) candidates {
+func (st *State) candidatesLocked(r Selector, filter Query) candidates {
 	c := candidates{snap: st.ledger.snap, global: &st.ledger.global, byNode: st.ledger.byNode, filter: filter}
 	if sr, ok := r.(statefulRouter); ok {
 		c.own = st.ledger.stateOf(sr)
