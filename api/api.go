@@ -298,10 +298,13 @@ type StateCounts struct {
 	Unknown   int `json:"unknown"`
 	// UpdateFailed counts the policies quarantined by a failed update
 	// (state update_failed), not counted as draining.
-	UpdateFailed int   `json:"update_failed"`
-	Load         int64 `json:"load"`
-	Inflight     int   `json:"inflight"`
-	Capacity     int   `json:"capacity"`
+	UpdateFailed int `json:"update_failed"`
+	// Paused and Asleep count the policies whose engine says so.
+	Paused   int   `json:"paused"`
+	Asleep   int   `json:"asleep"`
+	Load     int64 `json:"load"`
+	Inflight int   `json:"inflight"`
+	Capacity int   `json:"capacity"`
 	// SelectedTotal and AssignedTotal add up the policies' counters.
 	SelectedTotal uint64 `json:"selected_total"`
 	AssignedTotal uint64 `json:"assigned_total"`

@@ -178,6 +178,10 @@ func count(c *api.StateCounts, p routing.PolicyStats) {
 		c.Draining++
 	case routing.StateUnknown:
 		c.Unknown++
+	case routing.StatePaused:
+		c.Paused++
+	case routing.StateAsleep:
+		c.Asleep++
 	case api.StateUpdateFailed:
 		c.UpdateFailed++
 	}

@@ -26,6 +26,8 @@ type Filter interface {
 var filters = []Filter{
 	versionFilter{}, // filter_version.go
 	excludeFilter{}, // filter_exclude.go
+	modelFilter{},   // filter_model.go
+	routeFilter{},   // filter_route.go
 }
 
 // Query is what one request asks of its policy beyond availability: the
@@ -39,6 +41,14 @@ type Query struct {
 	shared *atomic.Int64
 	// Exclude names policies (by id) the request must not get.
 	Exclude []string
+	// Model, when set, is the model id the request names: only policies
+	// serving it qualify.
+	Model string
+	// Route, when set, is the engine endpoint the request goes to (e.g.
+	// "/generate"): only policies whose engine serves it qualify
+	// (Options.Serves).
+	Route  string
+	serves func(p *Policy, route string) bool
 }
 
 // Floor is the request's weight-version floor now.
@@ -92,6 +102,15 @@ func (c Candidate) Occupancy() int64 { return c.rt.occupancy() }
 
 // Capacity is the policy's number of slots.
 func (c Candidate) Capacity() int { return len(c.rt.slots) }
+
+// Models are the model ids the policy serves: registered, else reported by
+// its engine; nil when neither is known.
+func (c Candidate) Models() []string {
+	if len(c.rt.policy.Models) > 0 {
+		return c.rt.policy.Models
+	}
+	return c.rt.models
+}
 
 // Load is the policy's tracked /assign load plus its leases out.
 func (c Candidate) Load() int64 { return int64(c.rt.inflight) + c.rt.load }

@@ -29,6 +29,16 @@ type Probe struct {
 	// engine's string such as "step-42"), shown beside Version; kept only
 	// when HasVersion.
 	WeightVersion string
+	// Paused and Asleep, on a good probe, say that the engine is paused
+	// (generation stopped by someone, outside any update of ours) or asleep
+	// (its weights released, e.g. while a colocated trainer steps). Either
+	// takes the policy out of routing until an answer says otherwise; it is
+	// a state, not a failure: no failure streak, no last error.
+	Paused, Asleep bool
+	// Models, when HasModels, are the model ids the engine says it serves
+	// (GET /v1/models); a policy registered with models keeps those.
+	Models    []string
+	HasModels bool
 	// Err says why a failed probe failed (shown as the policy's last
 	// error); it must not hold secrets such as a URL's password.
 	Err string
@@ -87,6 +97,11 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	rt.passStreak++
 	rt.lastIdle.Store(p.Idle)
 	rt.busy = !p.Idle
+	rt.paused.Store(p.Paused)
+	rt.asleep.Store(p.Asleep)
+	if p.HasModels {
+		rt.models = p.Models
+	}
 	if p.HasLoad {
 		rt.load = min(max(p.Load, 0), MaxLoad)
 	}

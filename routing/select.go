@@ -38,6 +38,13 @@ type SelectRequest struct {
 	// Exclude names policies (by id) this request must not get: those a
 	// proxied request already failed on.
 	Exclude []string
+	// Model, when set, is the model id the request names: only policies
+	// serving it qualify, and a model no policy serves is a
+	// *ModelNotFoundError at once.
+	Model string
+	// Route, when set, is the engine endpoint the request is for: only
+	// policies whose engine serves it qualify (Options.Serves).
+	Route string
 	// Release says what may end the lease besides its TTL and its
 	// policy's removal: the holder alone (ReleaseExplicit, the default) or
 	// also an idle answer (ReleaseOnIdle, the seed's contract).
@@ -137,7 +144,7 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 	if ttl <= 0 {
 		ttl = st.opts.LeaseTTL
 	}
-	q := Query{Exclude: req.Exclude}
+	q := Query{Exclude: req.Exclude, Model: req.Model, Route: req.Route, serves: st.opts.Serves}
 	if req.MinVersion != nil {
 		q.floor = max(*req.MinVersion, 0)
 	} else {
@@ -153,6 +160,10 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 	}
 
 	st.mu.Lock()
+	if err := st.modelCheckLocked(&q); err != nil {
+		st.mu.Unlock()
+		return Decision{}, err
+	}
 	envNode := st.ledger.snap.EnvNode(req.EnvID)
 	if req.Session != "" {
 		var d Decision

@@ -40,6 +40,10 @@ type Policy struct {
 	// prints as "[redacted]").
 	APIKey      Secret
 	AdminAPIKey Secret
+	// Models are the model ids the policy serves, as registered; empty
+	// means those its engine reports (Probe.Models), or, before any
+	// report, any model.
+	Models []string
 }
 
 // Secret is a credential held for a policy. Its String, GoString,

@@ -76,6 +76,10 @@ type Options struct {
 	// LoadFactor is c of the sticky stage's load bound for requests that
 	// name none; default DefaultLoadFactor.
 	LoadFactor float64
+	// Serves reports whether a policy's engine serves a route (e.g.
+	// "/generate"), for requests that name one (SelectRequest.Route); nil
+	// means every policy serves every route.
+	Serves func(p *Policy, route string) bool
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -132,6 +136,8 @@ type policyRuntime struct {
 	failingSince   time.Time
 	unhealthySince time.Time
 	lastOK         time.Time
+	// models are the model ids the engine last reported (Probe.Models).
+	models []string
 	// lastErrKind is the cause kind of lastError (errkind.go); "" for a
 	// failure recorded without one.
 	lastErrKind string
@@ -140,6 +146,9 @@ type policyRuntime struct {
 	healthy  atomic.Bool
 	draining atomic.Bool
 	heard    atomic.Bool // a probe answered (always true without a poller)
+	// paused and asleep are the engine's own states (Probe.Paused,
+	// Probe.Asleep): out of routing, not failing.
+	paused, asleep atomic.Bool
 	// version is the policy's weight version: the registered one, then the
 	// last one its /idle answers reported (a registration with a higher
 	// version raises it).
@@ -181,7 +190,7 @@ type policyRuntime struct {
 // policy is healthy, not draining, and has been heard from (caddy's
 // Available, with capacity and the policy's busy answers kept in its slots).
 func (r *policyRuntime) available() bool {
-	return r.healthy.Load() && !r.draining.Load() && r.heard.Load()
+	return r.healthy.Load() && !r.draining.Load() && r.heard.Load() && !r.paused.Load() && !r.asleep.Load()
 }
 
 // ledger is the live routing state behind State.mu: what selectors read and

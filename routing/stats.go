@@ -11,10 +11,15 @@ const (
 	// StateUnknown: not heard from since registration or the router's
 	// start; it gets no work until a probe answers.
 	StateUnknown = "unknown"
+	// StateAsleep and StatePaused: the engine says it is asleep (weights
+	// released) or paused; it gets no work until it says otherwise, and
+	// is not failing.
+	StateAsleep = "asleep"
+	StatePaused = "paused"
 )
 
 // States lists every policy state, in the order Stats decides them.
-var States = []string{StateUnhealthy, StateDraining, StateUnknown, StateBusy, StateIdle}
+var States = []string{StateUnhealthy, StateDraining, StateUnknown, StateAsleep, StatePaused, StateBusy, StateIdle}
 
 // PolicyStats is the live state of one policy.
 type PolicyStats struct {
@@ -70,6 +75,11 @@ type PolicyStats struct {
 	Healthy       bool
 	Draining      bool
 	Heard         bool // a probe answered (always, without a poller)
+	// Paused and Asleep are the engine's own states from its last answer.
+	Paused, Asleep bool
+	// Models are the model ids the policy serves: registered, else
+	// reported by its engine; nil when neither is known (any model).
+	Models []string
 	// Available is the availability filter every router applies: healthy,
 	// not draining, heard from. Callers outside routing ask it rather than
 	// derive it.
@@ -160,6 +170,9 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		Healthy:        rt.healthy.Load(),
 		Draining:       rt.draining.Load(),
 		Heard:          rt.heard.Load(),
+		Paused:         rt.paused.Load(),
+		Asleep:         rt.asleep.Load(),
+		Models:         Candidate{rt}.Models(),
 		Available:      rt.available(),
 		ReportedBusy:   rt.busy,
 	}
@@ -180,6 +193,10 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 		ps.State = StateDraining
 	case !ps.Heard:
 		ps.State = StateUnknown
+	case ps.Asleep:
+		ps.State = StateAsleep
+	case ps.Paused:
+		ps.State = StatePaused
 	case ps.IdleCapacity == 0:
 		ps.State = StateBusy
 	default:
