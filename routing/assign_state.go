@@ -122,7 +122,6 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 			rt.load = min(rt.load+c, MaxLoad)
 			rt.assigned.Add(uint64(c))
 			st.addBatchLocked(rt, c, ttl)
-			st.stickyLoadLocked(rt)
 		}
 	}
 	return Assignment{Indices: out, Sticky: sticky, Snapshot: snap}, nil

@@ -141,9 +141,11 @@ func (rt *policyRuntime) endedLocked(leasedAt, now time.Time, how EndHow) {
 
 // fitLocked brings rt's listed slots to its room after its occupancy or
 // availability changed: the surplus leaves the idle deques, and while
-// there is room its unleased slots are offered (to waiters first). Caller
-// must hold State.mu.
+// there is room its unleased slots are offered (to waiters first). Every
+// change of a policy's availability comes through here, so it also moves
+// the policy's part of the sticky rings' loads. Caller must hold State.mu.
 func (st *State) fitLocked(rt *policyRuntime) {
+	st.stickyLoadLocked(rt)
 	for i := len(rt.slots) - 1; i >= 0 && rt.room() < 0; i-- {
 		if s := rt.slots[i]; s.listed {
 			st.unlistLocked(s)

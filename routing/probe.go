@@ -79,7 +79,6 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	if rt == nil {
 		return NoTransition
 	}
-	defer st.stickyLoadLocked(rt) // runs before the unlock
 	if rt.probes.Add(1) == 1 {
 		// First news of this policy: wake WaitProbed callers.
 		close(st.firstProbe)
@@ -217,7 +216,6 @@ func (st *State) ObserveFailure(id string, at time.Time, reason string) Transiti
 	if rt == nil {
 		return NoTransition
 	}
-	defer st.stickyLoadLocked(rt) // runs before the unlock
 	return st.failLocked(rt, at, reason, "")
 }
 

@@ -526,7 +526,6 @@ func (st *State) endLeaseLocked(s *slot, how EndHow) {
 	now := st.opts.Now()
 	s.ended = lastEnd{at: now, leasedAt: s.leasedAt, byProbe: how == EndProbe}
 	s.rt.endedLocked(s.leasedAt, now, how)
-	st.stickyLoadLocked(s.rt)
 	if s.expiry != nil {
 		s.expiry.Stop()
 		s.expiry = nil
@@ -607,7 +606,6 @@ func (st *State) leaseLocked(s *slot, ttl time.Duration, mode ReleaseMode) Decis
 	s.initial = false
 	st.leases[lease] = s
 	s.rt.handedOutLocked(now)
-	st.stickyLoadLocked(s.rt)
 	if ttl > 0 {
 		s.expiry = time.AfterFunc(ttl, func() { st.expire(s, lease) })
 	}
@@ -644,7 +642,6 @@ func (st *State) SetDraining(id string, draining bool) error {
 	}
 	if rt.draining.Swap(draining) != draining {
 		st.setAvailableLocked(rt)
-		st.stickyLoadLocked(rt)
 	}
 	return nil
 }
@@ -668,7 +665,6 @@ func (st *State) Complete(index int, count int64) (int64, error) {
 	defer st.mu.Unlock()
 	rt.load = max(rt.load-count, 0)
 	completeBatchesLocked(rt, count)
-	st.stickyLoadLocked(rt)
 	return rt.load, nil
 }
 

@@ -193,8 +193,9 @@ func envAffine(sel Selector, asg Assigner) bool {
 // ring it walks and the number of its available policies: of all
 // policies, or of one node's. Summing them per request costs a pass over
 // every policy (5 µs at 1,024), so the ledger keeps them up to date
-// instead: every change of a policy's sticky waiters or availability calls
-// stickyLoadLocked, which moves the policy's contribution. Calling it when
+// instead: every change of a policy's availability (fitLocked), of its
+// waiters (Select, unwaitLocked) and of the registration (updateLocked)
+// calls stickyLoadLocked, which moves the policy's contribution. Calling it when
 // nothing changed is harmless. Until the first /select that names a
 // session the ledger keeps nothing, so that deployments without sessions
 // pay one branch per change.
