@@ -407,5 +407,6 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	<-serveErr
+	a.Server.CloseIdleConnections()
 	return nil
 }

@@ -45,6 +45,7 @@ func newTestServer(tb testing.TB, cfg Config) *testServer {
 	cfg.Logger = discardLogger()
 	cfg.OpenAPI = policyrouter.OpenAPI
 	s := New(cfg)
+	tb.Cleanup(s.CloseIdleConnections) // after the test's servers close: cleanups run last first
 	return &testServer{Server: s, h: s.Handler()}
 }
 

@@ -477,8 +477,13 @@ func TestProxyEnvUnmapped(t *testing.T) {
 	srv := proxyServer(t, Config{}, 1, b.URL)
 	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/topology", strings.NewReader(`{"node-a": {"env": {"ids": [0]}, "eval": {"ids": [0]}}}`))
 	req.Header.Set("Content-Type", "application/json")
-	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("PUT /topology: %v %v", res, err)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("PUT /topology: %d", res.StatusCode)
 	}
 	for env, want := range map[string]string{"env-0": "", "worker-9": "true", "": ""} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/generate", strings.NewReader(`{"text":"hi"}`))

@@ -317,6 +317,16 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 // graceful shutdown does not wait for them. Call it when shutdown begins.
 func (s *Server) Stop() { s.stop() }
 
+// CloseIdleConnections closes the keep-alive connections the server holds
+// open to policies (proxy mode) and to other replicas. Call it once the
+// server has stopped serving.
+func (s *Server) CloseIdleConnections() {
+	if t, ok := s.reverseProxy.Transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+	s.peers.CloseIdleConnections()
+}
+
 // allowedMethods lists the methods routes has for path, for the Allow
 // header of a 405.
 func allowedMethods(routes chi.Routes, path string) []string {
