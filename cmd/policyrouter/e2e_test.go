@@ -20,6 +20,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/internal/prereq"
 	"github.com/policyrouter/policyrouter/internal/syncbuf"
 )
 
@@ -145,9 +146,7 @@ func freeAddrs(tb testing.TB, n int) []string {
 // TestREADMEWalkthrough runs the README's curl walk-through as written, on
 // free ports, and checks what it prints.
 func TestREADMEWalkthrough(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl not installed")
-	}
+	prereq.LookPath(t, "curl", "apt-get install curl; .ci/run installs it")
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -358,10 +357,7 @@ func pythonWithHTTPX(tb testing.TB) string {
 	tb.Helper()
 	const python = "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import httpx").Run(); err != nil {
-		if os.Getenv("POLICYROUTER_CI") != "" {
-			tb.Fatalf("%s cannot import httpx (apt-get install python3-httpx): %v", python, err)
-		}
-		tb.Skipf("%s cannot import httpx (apt-get install python3-httpx): %v", python, err)
+		prereq.Missing(tb, "%s cannot import httpx (apt-get install python3-httpx): %v", python, err)
 	}
 	return python
 }
