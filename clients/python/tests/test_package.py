@@ -9,7 +9,7 @@ import unittest
 import policyrouter
 from policyrouter import types
 
-from tests._server import CLIENT_ROOT
+from tests._server import CLIENT_ROOT, missing
 
 PACKAGE = os.path.join(CLIENT_ROOT, "policyrouter")
 
@@ -18,7 +18,7 @@ def pyproject():
     try:
         import tomllib
     except ImportError:  # Python < 3.11
-        raise unittest.SkipTest("tomllib needs Python 3.11")
+        raise missing("reading pyproject.toml needs tomllib, Python 3.11 or later")
     with open(os.path.join(CLIENT_ROOT, "pyproject.toml"), "rb") as f:
         return tomllib.load(f)
 
