@@ -55,7 +55,7 @@ from urllib.parse import quote
 import httpx
 
 from ._version import __version__
-from .errors import NotLeader, Unavailable, error_from_response
+from .errors import NotLeaderError, TransportError, UnavailableError, error_from_response, transport_error
 
 __all__ = [
     "Answer",
@@ -115,11 +115,14 @@ _BROKEN = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
 
 def request_was_not_sent(exc: BaseException) -> bool:
-    """Report whether an httpx exception guarantees that the request never
+    """Report whether an exception guarantees that the request never
     reached the server: the connection could not be opened (refused,
     unreachable, DNS failure, TLS handshake failure, connect timeout). Any
     other failure (reset or closed connection, read timeout) may come
-    after the server got the request."""
+    after the server got the request. ``exc`` is the client's
+    :class:`~policyrouter.errors.TransportError` or an httpx exception."""
+    if isinstance(exc, TransportError):
+        return not exc.request_sent
     return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
 
 
@@ -549,7 +552,10 @@ class Exchange(Generic[T]):
         return Request(self.call.method, self._base + self.call.path, self._headers, self._content, self._timeout)
 
     def failed(self, exc: BaseException) -> Step:
-        """The attempt raised ``exc`` (an ``httpx.TransportError``)."""
+        """The attempt raised ``exc`` (an ``httpx.RequestError``). A
+        :class:`Step` with an error carries a
+        :class:`~policyrouter.errors.TransportError` whose ``__cause__`` is
+        ``exc``."""
         core = self._core
         not_sent = request_was_not_sent(exc) and not _tls_failure(exc)
         if not_sent and (len(core.base_urls) > 1 or self._base not in core.base_urls):
@@ -560,7 +566,7 @@ class Exchange(Generic[T]):
             pause = nxt in self._failed
             delay = core._delay(self._pauses, None) if pause else 0.0
             if not self._may_hop(delay):
-                return Step(error=exc)
+                return Step(error=self._transport_error(exc))
             if pause:
                 self._pauses += 1
                 self._failed.clear()
@@ -574,7 +580,11 @@ class Exchange(Generic[T]):
             delay = core._delay(self._attempt, None)
             self._attempt += 1
             return Step(delay=delay)
-        return Step(error=exc)
+        return Step(error=self._transport_error(exc))
+
+    def _transport_error(self, exc: BaseException) -> TransportError:
+        return transport_error(exc, self.call.method, self._base + self.call.path, self._headers["X-Request-ID"],
+                               request_sent=not request_was_not_sent(exc))
 
     def answered(self, answer: Answer) -> Step:
         """The attempt got an HTTP answer."""
@@ -583,7 +593,7 @@ class Exchange(Generic[T]):
             core._settle(self._started_on, self._base, self._pos)
             return Step(done=True, value=self.call.decode(answer))
         err = error_from_response(answer)
-        if isinstance(err, NotLeader) and self.call.follow_leader:
+        if isinstance(err, NotLeaderError) and self.call.follow_leader:
             # A follower made no lease and no change: resend anywhere.
             self._failed.add(self._base)
             leader = _leader_url(err.leader)
@@ -607,7 +617,7 @@ class Exchange(Generic[T]):
         if self.call.missing_ok_on_retry and self._maybe_done and answer.status_code == 404:
             return Step(done=True, value=self.call.decode(answer))
         if self._idempotent and answer.status_code in RETRY_STATUSES and self._attempt < core.retries:
-            retry_after = err.retry_after if isinstance(err, Unavailable) else None
+            retry_after = err.retry_after if isinstance(err, UnavailableError) else None
             self._maybe_done = True
             delay = core._delay(self._attempt, retry_after)
             self._attempt += 1

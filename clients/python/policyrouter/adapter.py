@@ -56,7 +56,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .async_client import AsyncClient
 from .client import Client
-from .errors import NotFound, Unavailable
+from .errors import NotFoundError, UnavailableError
 from .types import SelectResult
 
 __all__ = ["RemoteRouter", "RemoteSyncRouter", "AsyncRemoteSyncRouter"]
@@ -112,7 +112,7 @@ class RemoteRouter:
 
 class _SelectWait:
     """The waiting rules of ``select_policy``, without I/O: how long the
-    next ``/select`` may wait, and what to do after an ``Unavailable``
+    next ``/select`` may wait, and what to do after an ``UnavailableError``
     answer (ask again at once, pause, or give up). One per
     ``select_policy`` call; both adapters follow it."""
 
@@ -133,7 +133,7 @@ class _SelectWait:
         self.asked = time.monotonic()
         return self.wait_ms
 
-    def after(self, exc: Unavailable) -> Optional[float]:
+    def after(self, exc: UnavailableError) -> Optional[float]:
         """The pause before asking again (0: at once), or None: give up and
         raise ``exc``."""
         now = time.monotonic()
@@ -273,7 +273,7 @@ class RemoteSyncRouter(_SyncRouterBase):
         eval_policies: the seed's ``eval_policies``; when given,
             ``select_policy`` returns ``eval_policies[index]`` (the object
             the seed returned) instead of the index.
-        max_wait_s: give up (raise :class:`~policyrouter.errors.Unavailable`)
+        max_wait_s: give up (raise :class:`~policyrouter.errors.UnavailableError`)
             after waiting this long in all; ``None`` waits as long as it
             takes, as the seed's ``select_policy`` does, asking again every
             ``timeout_ms``.
@@ -289,7 +289,7 @@ class RemoteSyncRouter(_SyncRouterBase):
             no policy to wait for at all (``no_policies``, or
             ``all_unavailable``: every policy unhealthy, drained or not yet
             heard from) for this long, raise
-            :class:`~policyrouter.errors.Unavailable` instead of waiting on;
+            :class:`~policyrouter.errors.UnavailableError` instead of waiting on;
             busy policies (``no_idle_policy``) are still waited for as
             ``max_wait_s`` says. ``None`` waits on.
         sticky_wait_ms: how long a ``select_policy`` that names a
@@ -324,7 +324,7 @@ class RemoteSyncRouter(_SyncRouterBase):
             try:
                 sel = self.client.select(**self._select_args(env_id, session_id, wait.next_wait_ms()))
                 break
-            except Unavailable as exc:
+            except UnavailableError as exc:
                 pause = wait.after(exc)
                 if pause is None:
                     raise
@@ -356,7 +356,7 @@ class RemoteSyncRouter(_SyncRouterBase):
         try:
             # released is False when the server already saw the policy idle.
             return bool(self.client.release(lease_id=lease).get("released"))
-        except NotFound:
+        except NotFoundError:
             return False  # issued by an earlier server process
 
 
@@ -389,7 +389,7 @@ class AsyncRemoteSyncRouter(_SyncRouterBase):
             try:
                 sel = await self.client.select(**self._select_args(env_id, session_id, wait.next_wait_ms()))
                 break
-            except Unavailable as exc:
+            except UnavailableError as exc:
                 pause = wait.after(exc)
                 if pause is None:
                     raise
@@ -420,5 +420,5 @@ class AsyncRemoteSyncRouter(_SyncRouterBase):
     async def _release_remote(self, lease: str) -> bool:
         try:
             return bool((await self.client.release(lease_id=lease)).get("released"))
-        except NotFound:
+        except NotFoundError:
             return False

@@ -24,7 +24,7 @@ from . import _core
 from ._core import DEFAULT_FAILOVER_TIMEOUT, Answer, Call, RegisteredPolicy, T, Timeout
 from ._transport import async_session
 from .client import Client
-from .errors import NotFound
+from .errors import NotFoundError
 from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
                     Update, Weights)
 
@@ -255,7 +255,7 @@ class AsyncClient(_core.ClientCore):
     async def _release_quietly(self, lease_id: str) -> None:
         try:
             await self.release(lease_id=lease_id)
-        except NotFound:
+        except NotFoundError:
             pass  # issued by an earlier server process
 
     async def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> ReleaseResult:
@@ -285,10 +285,10 @@ class AsyncClient(_core.ClientCore):
             try:
                 resp = await self.session.request(req.method, req.url, content=req.content, headers=req.headers,
                                                   timeout=req.timeout)
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 step = ex.failed(exc)
-                if step.error is exc:
-                    raise
+                if step.error is not None:
+                    raise step.error from exc
             else:
                 step = ex.answered(Answer(resp.status_code, resp.headers, resp.content, resp.reason_phrase))
             if step.error is not None:

@@ -18,7 +18,7 @@ import httpx
 from . import _core
 from ._core import DEFAULT_FAILOVER_TIMEOUT, Answer, Call, RegisteredPolicy, T, Timeout, request_was_not_sent
 from ._transport import sync_session
-from .errors import NotFound
+from .errors import NotFoundError
 from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
                     Update, Weights)
 
@@ -80,7 +80,8 @@ class Client(_core.ClientCore):
     Methods return the server's JSON as plain dicts and lists (typed in
     :mod:`policyrouter.types`), and raise
     :class:`~policyrouter.errors.PolicyRouterError` subclasses for error
-    answers and ``httpx.TransportError`` subclasses for transport failures.
+    answers, :class:`~policyrouter.errors.TransportError` subclasses
+    (the httpx exception as their ``__cause__``) for transport failures.
     """
 
     def __init__(
@@ -246,11 +247,11 @@ class Client(_core.ClientCore):
         """``GET /policies/{id}``, with the policy's live ``state`` and
         health (``last_error``, ``unhealthy_since``, ``last_ok``). An
         ``int`` names the policy by its index (``/policies/by-index/3``), a
-        ``str`` by its id. Raises NotFound for an unknown one."""
+        ``str`` by its id. Raises NotFoundError for an unknown one."""
         return self._send(_core.get_policy(id))
 
     def delete_policy(self, id: Union[str, int]) -> None:  # noqa: A002
-        """``DELETE /policies/{id}``; raises NotFound for an unknown id,
+        """``DELETE /policies/{id}``; raises NotFoundError for an unknown id,
         except when an earlier attempt of this same call may have deleted
         it (then the 404 of the retry is the expected answer)."""
         return self._send(_core.delete_policy(id))
@@ -344,7 +345,7 @@ class Client(_core.ClientCore):
         Returns ``{"index", "id", "url", "node_id", "lease_id", "version"}``
         (and ``sticky``, where a session landed, when one was named); the
         ``node_affinity`` (round-robin) router issues no ``lease_id``.
-        Raises :class:`~policyrouter.errors.Unavailable` (with
+        Raises :class:`~policyrouter.errors.UnavailableError` (with
         ``retry_after``) when no policy became idle in time. The HTTP read
         timeout is the wait plus the client's timeout. Not retried once
         sent: a lost answer may have taken a policy.
@@ -381,7 +382,7 @@ class Client(_core.ClientCore):
             if sel.get("lease_id"):
                 try:
                     self.release(lease_id=sel["lease_id"])
-                except NotFound:
+                except NotFoundError:
                     pass
 
     def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> ReleaseResult:
@@ -389,7 +390,7 @@ class Client(_core.ClientCore):
         ``lease_id`` or (releasing that policy's oldest lease) by ``index``.
         Idempotent: a lease that already ended (released before, or freed
         when the server saw the policy idle) answers ``{"released": False}``.
-        Raises NotFound for a lease the server never issued, or an index
+        Raises NotFoundError for a lease the server never issued, or an index
         with no lease out."""
         return self._send(_core.release(lease_id, index))
 
@@ -410,8 +411,8 @@ class Client(_core.ClientCore):
         return self._send(_core.healthz())
 
     def readyz(self) -> Health:
-        """``GET /readyz``: ``{"status": "ok"}``; raises Unavailable when the
-        server is not ready (after the usual retries), and NotLeader at once
+        """``GET /readyz``: ``{"status": "ok"}``; raises UnavailableError when the
+        server is not ready (after the usual retries), and NotLeaderError at once
         from a follower replica: only the leader is ready, and following it
         would report another router's readiness."""
         return self._send(_core.readyz())
@@ -426,10 +427,10 @@ class Client(_core.ClientCore):
             try:
                 resp = self.session.request(req.method, req.url, content=req.content, headers=req.headers,
                                             timeout=req.timeout)
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 step = ex.failed(exc)
-                if step.error is exc:
-                    raise
+                if step.error is not None:
+                    raise step.error from exc
             else:
                 step = ex.answered(Answer(resp.status_code, resp.headers, resp.content, resp.reason_phrase))
             if step.error is not None:

@@ -18,11 +18,16 @@ from policyrouter import (
     AuthError,
     Client,
     Conflict,
+    ConnectionFailedError,
+    ConnectionLostError,
+    ForbiddenError,
     NotFound,
     PolicyRouterError,
+    UnauthorizedError,
     Unavailable,
     ValidationError,
 )
+from policyrouter import _core
 from policyrouter.client import request_was_not_sent
 from policyrouter.errors import parse_retry_after
 
@@ -560,7 +565,7 @@ class FakeServerTest(unittest.TestCase):
             with self.subTest(path=path, answer="dropped"):
                 self.fake.script[(method, path)] = ["drop"]
                 before = self.fake.count(method, path)
-                with self.assertRaises(httpx.RemoteProtocolError):
+                with self.assertRaises(ConnectionLostError):
                     call()
                 self.assertEqual(self.fake.count(method, path) - before, 1)
 
@@ -635,9 +640,10 @@ class FakeServerTest(unittest.TestCase):
             refused = "http://127.0.0.1:%d" % s.getsockname()[1]
             c = Client(refused, retries=0)
             self.addCleanup(c.close)
-            with self.assertRaises(httpx.ConnectError) as cm:
+            with self.assertRaises(ConnectionFailedError) as cm:
                 c.assign(1, current_loads=[0])
         self.assertTrue(request_was_not_sent(cm.exception))
+        self.assertIsInstance(cm.exception.__cause__, httpx.ConnectError)
 
     def test_request_was_not_sent(self):
         req = httpx.Request("POST", "http://127.0.0.1:1/select")
@@ -661,7 +667,7 @@ class FakeServerTest(unittest.TestCase):
         self.assertEqual((type(e2), e2.fields, str(e2)), (ValidationError, e.fields, str(e)))
 
     def test_status_classes(self):
-        for status, cls in [(400, ValidationError), (401, AuthError), (403, AuthError), (404, NotFound),
+        for status, cls in [(400, ValidationError), (401, UnauthorizedError), (403, ForbiddenError), (404, NotFound),
                             (409, Conflict), (413, PolicyRouterError), (500, PolicyRouterError)]:
             with self.subTest(status=status):
                 self.fake.script[("POST", "/complete")] = [(status, {}, envelope("x", "m"))]
@@ -669,6 +675,8 @@ class FakeServerTest(unittest.TestCase):
                     self.client.complete(0)
                 self.assertIs(type(cm.exception), cls)
                 self.assertEqual(cm.exception.status, status)
+                if status in (401, 403):
+                    self.assertIsInstance(cm.exception, AuthError)
 
     def test_non_json_error_bodies(self):
         self.fake.script[("POST", "/select")] = [(401, {"Content-Type": "text/plain", "X-Request-ID": "hdr-id"},
@@ -705,6 +713,61 @@ class FakeServerTest(unittest.TestCase):
         c.select()
         c.stats()
         self.assertEqual(seen, [(2.0, 7.0), (2.0, 32.0), (2.0, 2.0)])
+
+
+class ErrorHierarchyTest(unittest.TestCase):
+    """Every failure of a call is a PolicyRouterError: error answers by
+    status, transport failures with the httpx exception as __cause__."""
+
+    def test_a_refused_connection(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            url = "http://127.0.0.1:%d" % s.getsockname()[1]
+            with Client(url) as c, self.assertRaises(PolicyRouterError) as cm:
+                c.stats()
+        e = cm.exception
+        self.assertIs(type(e), ConnectionFailedError)
+        self.assertIsInstance(e.__cause__, httpx.ConnectError)
+        self.assertEqual((e.status, e.code, e.request_sent), (None, None, False))
+        self.assertRegex(e.request_id, r"^[0-9a-f]{32}$")
+        self.assertIn("GET %s/stats: ConnectError" % url, str(e))
+        e2 = pickle.loads(pickle.dumps(e))
+        self.assertEqual((type(e2), str(e2), e2.request_sent), (ConnectionFailedError, str(e), False))
+
+    def test_transport_classes(self):
+        from policyrouter import TimedOutError, TransportError
+
+        req = httpx.Request("POST", "http://h/select")
+        for exc, cls, sent in [
+            (httpx.ConnectError("refused", request=req), ConnectionFailedError, False),
+            (httpx.ConnectTimeout("t", request=req), ConnectionFailedError, False),
+            (httpx.ReadTimeout("t", request=req), TimedOutError, True),
+            (httpx.PoolTimeout("t", request=req), TimedOutError, True),
+            (httpx.RemoteProtocolError("closed", request=req), ConnectionLostError, True),
+            (httpx.ReadError("reset", request=req), ConnectionLostError, True),
+            (httpx.ProxyError("proxy", request=req), TransportError, True),
+        ]:
+            with self.subTest(type(exc).__name__):
+                ex = Client("http://h")._exchange(_core.select(None, None, 0, None, None, None, None, None))
+                step = ex.failed(exc)
+                self.assertIs(type(step.error), cls)
+                self.assertIs(step.error.__cause__, exc)
+                self.assertEqual(step.error.request_sent, sent)
+                self.assertEqual(request_was_not_sent(step.error), not sent)
+
+    def test_names_end_in_error_and_the_old_names_stay(self):
+        import policyrouter
+
+        for old, new in [("NotFound", "NotFoundError"), ("Conflict", "ConflictError"),
+                         ("Unavailable", "UnavailableError"), ("NotLeader", "NotLeaderError")]:
+            self.assertIs(getattr(policyrouter, old), getattr(policyrouter, new))
+        for name in policyrouter.__all__:
+            obj = getattr(policyrouter, name)
+            if isinstance(obj, type) and issubclass(obj, BaseException):
+                with self.subTest(name):
+                    self.assertTrue(issubclass(obj, PolicyRouterError))
+                    if name not in ("NotFound", "Conflict", "Unavailable", "NotLeader"):
+                        self.assertTrue(name.endswith("Error"), name)
 
 
 class RetryAfterTest(unittest.TestCase):
