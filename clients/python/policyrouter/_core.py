@@ -19,8 +19,11 @@ Retries are limited to what is safe to repeat:
 * GET, the idempotent PUTs, DELETE, drain and resume (which set a state)
   are repeated up to ``retries`` times when the request may have been sent
   (connection reset or closed before the answer) and on 502/503/504
-  answers, with a short exponential backoff (honouring ``Retry-After``).
-  Read timeouts are never repeated.
+  answers, after a short exponential backoff (``backoff`` doubled per
+  attempt, with jitter, at most ``max_backoff``) or the answer's
+  ``Retry-After`` when that is longer, up to ``max_retry_after``.
+  Read timeouts are never repeated. Each retry and fail-over is logged at
+  DEBUG on the ``policyrouter`` logger, with the call's request id.
 * ``POST /assign``, ``/select``, ``/release``, ``/complete``,
   ``POST /policies`` and ``POST /updates`` change routing state each time
   they run: once they may have reached the server, the error is raised to
@@ -41,6 +44,7 @@ seconds and a few passes over the routers.
 from __future__ import annotations
 
 import json
+import logging
 import numbers
 import random
 import ssl
@@ -81,6 +85,12 @@ DEFAULT_FAILOVER_TIMEOUT = 15.0
 # Passes over the routers one call makes at most while failing over (each
 # pass may also follow one named leader per router).
 FAILOVER_PASSES = 4
+
+# Default ceiling, in seconds, on a Retry-After the client honours: a
+# router that asks for longer is asked again after this long.
+DEFAULT_MAX_RETRY_AFTER = 30.0
+
+log = logging.getLogger("policyrouter")
 
 # The server's wait of a /select without timeout_ms (its default).
 DEFAULT_SELECT_WAIT_MS = 30000
@@ -437,6 +447,7 @@ class ClientCore:
         max_backoff: float,
         failover_timeout: float,
         transport_name: str,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
@@ -452,6 +463,8 @@ class ClientCore:
             raise ValueError("retries must be >= 0")
         if not failover_timeout >= 0:
             raise ValueError("failover_timeout must be >= 0")
+        if not (backoff >= 0 and max_backoff >= 0 and max_retry_after >= 0):
+            raise ValueError("backoff, max_backoff and max_retry_after must be >= 0")
         self.base_urls = base_urls
         # The URL in use: the first one, then the one that last answered.
         # Read without the lock (one attribute read), switched under it.
@@ -467,6 +480,10 @@ class ClientCore:
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
+        self.max_retry_after = float(max_retry_after)
+        # The clock of the fail-over bound; tests replace it (and the
+        # shells' _sleep) so that no test waits for real.
+        self._clock: Callable[[], float] = time.monotonic
         self._headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
@@ -500,10 +517,13 @@ class ClientCore:
         return httpx.Timeout(connect=connect, read=read + extra_read_s, write=read, pool=connect)
 
     def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
-        delay = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
+        """The pause before another attempt: the backoff (doubled per
+        attempt, jittered, at most ``max_backoff``), or the router's
+        ``Retry-After`` when longer, at most ``max_retry_after``."""
+        delay = min(self.backoff * (2 ** attempt) * (0.5 + random.random() / 2), self.max_backoff)
         if retry_after is not None:
-            delay = max(delay, retry_after)
-        return min(delay, self.max_backoff)
+            delay = max(delay, min(retry_after, self.max_retry_after))
+        return delay
 
     def _settle(self, started_on: str, base: str, pos: int) -> None:
         """Make ``base``, a router that answered, the one in use, unless
@@ -570,6 +590,7 @@ class Exchange(Generic[T]):
             if pause:
                 self._pauses += 1
                 self._failed.clear()
+            self._log_hop(type(exc).__name__, nxt, delay)
             self._base, self._pos = nxt, nxt_pos
             return Step(delay=delay)
         # A connect failure on the one router has had the transport's
@@ -579,6 +600,7 @@ class Exchange(Generic[T]):
             self._maybe_done = True
             delay = core._delay(self._attempt, None)
             self._attempt += 1
+            self._log_retry(type(exc).__name__, delay)
             return Step(delay=delay)
         return Step(error=self._transport_error(exc))
 
@@ -611,6 +633,7 @@ class Exchange(Generic[T]):
             if pause:
                 self._pauses += 1
                 self._failed.clear()  # after a pause, what followers say is news
+            self._log_hop("503 not_leader", nxt, delay)  # type: ignore[arg-type]
             self._base, self._pos = nxt, nxt_pos  # type: ignore[assignment]
             return Step(delay=delay)
         core._settle(self._started_on, self._base, self._pos)
@@ -621,8 +644,21 @@ class Exchange(Generic[T]):
             self._maybe_done = True
             delay = core._delay(self._attempt, retry_after)
             self._attempt += 1
+            why = f"{answer.status_code} {err.code}" if err.code else str(answer.status_code)
+            if retry_after is not None:
+                why += f", Retry-After {retry_after:g}s"
+            self._log_retry(why, delay)
             return Step(delay=delay)
         return Step(error=err)
+
+    def _log_retry(self, why: str, delay: float) -> None:
+        log.debug("policyrouter: %s %s: %s; retry %d of %d in %.3fs (request_id %s)", self.call.method,
+                  self._base + self.call.path, why, self._attempt, self._core.retries, delay,
+                  self._headers["X-Request-ID"])
+
+    def _log_hop(self, why: str, to: str, delay: float) -> None:
+        log.debug("policyrouter: %s %s: %s; sending it to %s in %.3fs (request_id %s)", self.call.method,
+                  self._base + self.call.path, why, to, delay, self._headers["X-Request-ID"])
 
     def _next_listed(self) -> Tuple[str, int]:
         urls = self._core.base_urls
@@ -631,7 +667,7 @@ class Exchange(Generic[T]):
         return urls[p], p
 
     def _may_hop(self, delay: float) -> bool:
-        now = time.monotonic()
+        now = self._core._clock()
         if self._deadline is None:
             self._deadline = now + self._core.failover_timeout
         if self._hops >= self._max_hops or now + delay >= self._deadline:

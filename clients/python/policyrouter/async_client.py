@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from typing import Any, AsyncIterator, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import httpx
 
 from . import _core
-from ._core import DEFAULT_FAILOVER_TIMEOUT, Answer, Call, RegisteredPolicy, T, Timeout
+from ._core import DEFAULT_FAILOVER_TIMEOUT, DEFAULT_MAX_RETRY_AFTER, Answer, Call, RegisteredPolicy, T, Timeout
 from ._transport import async_session
 from .client import Client
 from .errors import NotFoundError
@@ -53,13 +53,16 @@ class AsyncClient(_core.ClientCore):
         *,
         backoff: float = 0.1,
         max_backoff: float = 2.0,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
         pool_maxsize: int = 32,
         verify: Union[bool, str, None] = None,
         cert: Union[str, Tuple[str, str], None] = None,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
     ) -> None:
         super().__init__(base_url, token, timeout, retries, backoff, max_backoff, failover_timeout,
-                         f"httpx/{httpx.__version__} asyncio")
+                         f"httpx/{httpx.__version__} asyncio", max_retry_after)
+        # The pause between attempts; tests replace it.
+        self._sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
         self._owns_session = session is None
         if session is None:
             session = async_session(self._retry_url, self.retries, True if verify is None else verify, cert,
@@ -296,7 +299,7 @@ class AsyncClient(_core.ClientCore):
             if step.done:
                 return step.value
             if step.delay > 0:
-                await asyncio.sleep(step.delay)
+                await self._sleep(step.delay)
 
 
 def _share_docs() -> None:

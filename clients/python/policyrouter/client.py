@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import httpx
 
 from . import _core
-from ._core import DEFAULT_FAILOVER_TIMEOUT, Answer, Call, RegisteredPolicy, T, Timeout, request_was_not_sent
+from ._core import DEFAULT_FAILOVER_TIMEOUT, DEFAULT_MAX_RETRY_AFTER, Answer, Call, RegisteredPolicy, T, Timeout, request_was_not_sent
 from ._transport import sync_session
 from .errors import NotFoundError
 from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
@@ -48,6 +48,9 @@ class Client(_core.ClientCore):
             could not be opened (see the module docs); 0 disables both.
         backoff: first retry delay in seconds, doubled per attempt, with
             jitter, at most ``max_backoff``.
+        max_retry_after: the longest ``Retry-After`` honoured, in seconds
+            (default 30): a retry waits the router's ``Retry-After`` when
+            it is longer than the backoff, but never longer than this.
         pool_maxsize: connections kept alive between calls (the client
             opens as many as there are calls at once).
         verify: for an ``https://`` server, what its certificate is
@@ -94,13 +97,16 @@ class Client(_core.ClientCore):
         *,
         backoff: float = 0.1,
         max_backoff: float = 2.0,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
         pool_maxsize: int = 32,
         verify: Union[bool, str, None] = None,
         cert: Union[str, Tuple[str, str], None] = None,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
     ) -> None:
         super().__init__(base_url, token, timeout, retries, backoff, max_backoff, failover_timeout,
-                         f"httpx/{httpx.__version__}")
+                         f"httpx/{httpx.__version__}", max_retry_after)
+        # The pause between attempts; tests replace it.
+        self._sleep: Callable[[float], Any] = time.sleep
         self._owns_session = session is None
         if session is None:
             session = sync_session(self._retry_url, self.retries, True if verify is None else verify, cert,
@@ -438,4 +444,4 @@ class Client(_core.ClientCore):
             if step.done:
                 return step.value
             if step.delay > 0:
-                time.sleep(step.delay)
+                self._sleep(step.delay)

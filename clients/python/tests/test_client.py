@@ -715,6 +715,85 @@ class FakeServerTest(unittest.TestCase):
         self.assertEqual(seen, [(2.0, 7.0), (2.0, 32.0), (2.0, 2.0)])
 
 
+class RetryDelayTest(unittest.TestCase):
+    """Retry-After is honoured up to max_retry_after, apart from the backoff
+    cap; the pauses are recorded by an injected sleep, never waited for."""
+
+    def setUp(self):
+        self.fake = FakeServer()
+        self.addCleanup(self.fake.close)
+
+    def client(self, **kw):
+        c = Client(self.fake.url, retries=2, backoff=0.01, max_backoff=0.05, **kw)
+        self.addCleanup(c.close)
+        self.slept = []
+        c._sleep = self.slept.append
+        return c
+
+    def unavailable(self, retry_after):
+        return (503, {"Retry-After": retry_after}, envelope("not_ready", "starting"))
+
+    def test_retry_after_is_waited_for_beyond_the_backoff_cap(self):
+        c = self.client()
+        self.fake.script[("GET", "/stats")] = [self.unavailable("5"), (200, {}, {"ok": 1})]
+        self.assertEqual(c.stats(), {"ok": 1})
+        self.assertEqual(self.slept, [5.0])
+        self.assertEqual(self.fake.count("GET", "/stats"), 2)
+
+    def test_up_to_the_ceiling(self):
+        for kw, want in [({}, 30.0), ({"max_retry_after": 2.5}, 2.5)]:
+            with self.subTest(**kw):
+                c = self.client(**kw)
+                self.fake.script[("GET", "/stats")] = [self.unavailable("3600"), self.unavailable("3600"),
+                                                       (200, {}, {"ok": 1})]
+                c.stats()
+                self.assertEqual(self.slept, [want, want])
+
+    def test_a_short_retry_after_keeps_the_backoff(self):
+        c = self.client()
+        self.fake.script[("GET", "/stats")] = [self.unavailable("0"), self.unavailable("0"), (200, {}, {"ok": 1})]
+        c.stats()
+        self.assertEqual(len(self.slept), 2)
+        # 0.01 then 0.02, jittered down to half.
+        self.assertTrue(0.005 <= self.slept[0] <= 0.01 and 0.01 <= self.slept[1] <= 0.02, self.slept)
+
+    def test_bad_settings(self):
+        for kw in ({"max_retry_after": -1}, {"backoff": -0.1}, {"max_backoff": float("nan")}):
+            with self.subTest(**kw), self.assertRaises(ValueError):
+                Client(self.fake.url, **kw)
+
+    def test_retries_are_logged_at_debug_with_the_request_id(self):
+        c = self.client()
+        self.fake.script[("GET", "/stats")] = [self.unavailable("5"), "drop", (200, {}, {"ok": 1})]
+        with self.assertLogs("policyrouter", "DEBUG") as logs:
+            c.stats()
+        rid = self.fake.requests[0][2]["X-Request-ID"]
+        self.assertEqual(len(logs.records), 2, logs.output)
+        self.assertTrue(all(r.levelname == "DEBUG" and rid in r.getMessage() for r in logs.records), logs.output)
+        self.assertIn("503 not_ready, Retry-After 5s; retry 1 of 2 in 5.000s", logs.records[0].getMessage())
+        self.assertIn("RemoteProtocolError; retry 2 of 2", logs.records[1].getMessage())
+
+
+class AsyncRetryDelayTest(unittest.IsolatedAsyncioTestCase):
+    async def test_retry_after_is_waited_for(self):
+        from policyrouter import AsyncClient
+
+        fake = FakeServer()
+        self.addCleanup(fake.close)
+        fake.script[("GET", "/stats")] = [(503, {"Retry-After": "5"}, envelope("not_ready", "starting")),
+                                          (503, {"Retry-After": "600"}, envelope("not_ready", "starting")),
+                                          (200, {}, {"ok": 1})]
+        slept = []
+
+        async def sleep(s):
+            slept.append(s)
+
+        async with AsyncClient(fake.url, retries=2, backoff=0.01, max_backoff=0.05) as c:
+            c._sleep = sleep
+            self.assertEqual(await c.stats(), {"ok": 1})
+        self.assertEqual(slept, [5.0, 30.0])
+
+
 class ErrorHierarchyTest(unittest.TestCase):
     """Every failure of a call is a PolicyRouterError: error answers by
     status, transport failures with the httpx exception as __cause__."""
