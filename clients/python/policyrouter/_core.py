@@ -95,7 +95,56 @@ log = logging.getLogger("policyrouter")
 # The server's wait of a /select without timeout_ms (its default).
 DEFAULT_SELECT_WAIT_MS = 30000
 
-Timeout = Union[float, Tuple[float, float]]
+#: A timeout as the clients take it: seconds (connect, read and write),
+#: a ``(connect, read)`` pair, an ``httpx.Timeout``, or ``None`` (no
+#: timeout). Any of the seconds may be ``None`` (no bound on that phase).
+Timeout = Union[float, Tuple[Optional[float], Optional[float]], httpx.Timeout, None]
+
+
+class _NotGiven:
+    """The default of a call's ``timeout``: the client's own."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+    def __reduce__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN: Any = _NotGiven()
+
+
+def _seconds(v: Any, what: str) -> Optional[float]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{what} must be a number of seconds or None, not {type(v).__name__}")
+    v = float(v)
+    if not v >= 0:  # NaN too
+        raise ValueError(f"{what} must be >= 0, not {v}")
+    return v
+
+
+def as_timeout(timeout: Timeout) -> httpx.Timeout:
+    """Check a timeout as the clients take it (see :data:`Timeout`) and
+    return it as an ``httpx.Timeout``. A ``(connect, read)`` pair bounds
+    writes like reads and the wait for a pooled connection like connects.
+    Raises ``TypeError`` or ``ValueError`` for anything else."""
+    if isinstance(timeout, httpx.Timeout):
+        for phase in ("connect", "read", "write", "pool"):
+            _seconds(getattr(timeout, phase), f"timeout.{phase}")
+        return timeout
+    if isinstance(timeout, tuple):
+        if len(timeout) != 2:
+            raise TypeError(f"a timeout pair is (connect, read), not {timeout!r}")
+        connect, read = _seconds(timeout[0], "connect timeout"), _seconds(timeout[1], "read timeout")
+        return httpx.Timeout(connect=connect, read=read, write=read, pool=connect)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)):
+        raise TypeError("timeout must be seconds, a (connect, read) pair, an httpx.Timeout or None, "
+                        f"not {type(timeout).__name__}")
+    return httpx.Timeout(_seconds(timeout, "timeout"))
 
 
 class RegisteredPolicy(dict):
@@ -476,7 +525,9 @@ class ClientCore:
         self._lock = threading.Lock()
         self.failover_timeout = float(failover_timeout)
         self.token = token
+        #: The timeout as given; ``_timeout_`` is its checked form.
         self.timeout = timeout
+        self._timeout_ = as_timeout(timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
@@ -505,16 +556,17 @@ class ClientCore:
             return f"{name}({self.base_urls!r}, base_url={self.base_url!r})"
         return f"{name}({self.base_url!r})"
 
-    def _exchange(self, call: Call[T]) -> "Exchange[T]":
-        """Start one call."""
-        return Exchange(self, call)
+    def _exchange(self, call: Call[T], timeout: Timeout = NOT_GIVEN) -> "Exchange[T]":
+        """Start one call; ``timeout``, when given, replaces the client's
+        for this call."""
+        return Exchange(self, call, self._timeout_ if timeout is NOT_GIVEN else as_timeout(timeout))
 
-    def _timeout(self, extra_read_s: float) -> httpx.Timeout:
-        if isinstance(self.timeout, tuple):
-            connect, read = (float(x) for x in self.timeout)
-        else:
-            connect = read = float(self.timeout)
-        return httpx.Timeout(connect=connect, read=read + extra_read_s, write=read, pool=connect)
+    @staticmethod
+    def _timeout(base: httpx.Timeout, extra_read_s: float) -> httpx.Timeout:
+        """``base`` with the read timeout raised by ``extra_read_s`` (the
+        server's wait of a /select); no bound stays no bound."""
+        read = None if base.read is None else base.read + extra_read_s
+        return httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
 
     def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
         """The pause before another attempt: the backoff (doubled per
@@ -540,7 +592,7 @@ class Exchange(Generic[T]):
     """One call in progress: the request to send now (:attr:`request`), and
     what to do with its outcome (:meth:`answered`, :meth:`failed`)."""
 
-    def __init__(self, core: ClientCore, call: Call[T]) -> None:
+    def __init__(self, core: ClientCore, call: Call[T], timeout: Optional[httpx.Timeout] = None) -> None:
         self._core = core
         self.call = call
         idempotent = call.idempotent
@@ -552,7 +604,7 @@ class Exchange(Generic[T]):
         # One id for every attempt of this call, so server logs tie them up.
         headers["X-Request-ID"] = uuid.uuid4().hex
         self._headers = headers
-        self._timeout = core._timeout(call.extra_read_s)
+        self._timeout = core._timeout(core._timeout_ if timeout is None else timeout, call.extra_read_s)
         with core._lock:
             self._started_on, self._pos = core.base_url, core._pos
         self._base = self._started_on

@@ -16,7 +16,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import httpx
 
 from . import _core
-from ._core import DEFAULT_FAILOVER_TIMEOUT, DEFAULT_MAX_RETRY_AFTER, Answer, Call, RegisteredPolicy, T, Timeout, request_was_not_sent
+from ._core import (DEFAULT_FAILOVER_TIMEOUT, DEFAULT_MAX_RETRY_AFTER, NOT_GIVEN, Answer, Call, RegisteredPolicy, T,
+                    Timeout, request_was_not_sent)
 from ._transport import sync_session
 from .errors import NotFoundError
 from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
@@ -37,8 +38,13 @@ class Client(_core.ClientCore):
         token: a bearer token (``policyrouter token`` mints one); sent as
             ``Authorization: Bearer <token>`` when given.
         timeout: seconds to connect and to wait for an answer; a
-            ``(connect, read)`` tuple sets them apart. ``select`` waits
-            ``timeout_ms`` longer.
+            ``(connect, read)`` tuple sets them apart; an ``httpx.Timeout``
+            sets each phase; ``None`` waits as long as it takes (also
+            ``None`` within the pair). ``select`` waits ``timeout_ms``
+            longer. Checked here: anything else raises ``TypeError`` or
+            ``ValueError``. Every method that sends a request takes a
+            keyword ``timeout=`` of the same forms, for that call alone
+            (``wait_update``'s ``timeout`` is its whole wait).
         session: an ``httpx.Client`` to use (its transport, proxies,
             certificates and connect retries are kept). By default the
             client makes its own, with ``retries`` connect retries, and
@@ -140,6 +146,8 @@ class Client(_core.ClientCore):
         labels: Optional[Mapping[str, str]] = None,
         allow_shared_url: bool = False,
         version: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> RegisteredPolicy:
         """``POST /policies``: register one policy.
 
@@ -152,37 +160,51 @@ class Client(_core.ClientCore):
         when ``index`` or ``id`` is given, else only when the request was
         never sent.
         """
-        return self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url, version))
+        return self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url, version),
+                          timeout)
 
-    def replace_policies(self, policies: Iterable[Mapping[str, Any]]) -> List[Policy]:
+    def replace_policies(self, policies: Iterable[Mapping[str, Any]], *, timeout: Timeout = NOT_GIVEN) -> List[Policy]:
         """``PUT /policies``: replace the whole set at once (what a trainer
         does at start-up); each entry has the fields of
         :meth:`register_policy`. Returns the stored policies in index order."""
-        return self._send(_core.replace_policies(policies))
+        return self._send(_core.replace_policies(policies), timeout)
 
-    def replace_registration(self, policies: Iterable[Mapping[str, Any]], topology: Mapping[str, Any]) -> Registration:
+    def replace_registration(
+        self,
+        policies: Iterable[Mapping[str, Any]],
+        topology: Mapping[str, Any],
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Registration:
         """``PUT /registration``: replace every policy and the topology (the
         seed's ``component_distribution``) in one atomic call, checked as a
         whole: what a trainer does at start-up, and how to shrink or
         reshape a fleet. Returns ``{"policies": [...], "topology": {...}}``."""
-        return self._send(_core.replace_registration(policies, topology))
+        return self._send(_core.replace_registration(policies, topology), timeout)
 
-    def get_registration(self) -> Registration:
+    def get_registration(self, *, timeout: Timeout = NOT_GIVEN) -> Registration:
         """``GET /registration``: every policy and the topology."""
-        return self._send(_core.get_registration())
+        return self._send(_core.get_registration(), timeout)
 
-    def set_weights(self, version: int, max_staleness: Optional[int] = None, force: bool = False) -> Weights:
+    def set_weights(
+        self,
+        version: int,
+        max_staleness: Optional[int] = None,
+        force: bool = False,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Weights:
         """``PUT /weights``: record the trainer's current weight version; with
         ``max_staleness``, no router hands work to a policy whose version
         (reported in its ``/idle`` answer) is below ``version -
         max_staleness``. A floor that no policy meets raises Conflict (the
         message says how many policies meet it) unless ``force``. Returns
         ``{"version", "max_staleness", "min_version"}``."""
-        return self._send(_core.set_weights(version, max_staleness, force))
+        return self._send(_core.set_weights(version, max_staleness, force), timeout)
 
-    def get_weights(self) -> Weights:
+    def get_weights(self, *, timeout: Timeout = NOT_GIVEN) -> Weights:
         """``GET /weights``."""
-        return self._send(_core.get_weights())
+        return self._send(_core.get_weights(), timeout)
 
     def rolling_update(
         self,
@@ -192,6 +214,8 @@ class Client(_core.ClientCore):
         min_available_per_node: Optional[int] = None,
         drain_timeout_ms: Optional[int] = None,
         max_failures: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> Update:
         """``POST /updates``: roll weight ``version`` through the fleet in
         waves of at most ``max_unavailable`` policies (a count, or a
@@ -202,25 +226,25 @@ class Client(_core.ClientCore):
         :meth:`update_done`. Returns the update (``state`` ``running``).
         Not retried once sent: a repeat would be a second update (409)."""
         return self._send(_core.rolling_update(version, action, max_unavailable, min_available_per_node,
-                                               drain_timeout_ms, max_failures))
+                                               drain_timeout_ms, max_failures), timeout)
 
-    def get_update(self, update_id: str) -> Update:
+    def get_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
         """``GET /updates/{id}``: the update's state, waves and policies."""
-        return self._send(_core.get_update(update_id))
+        return self._send(_core.get_update(update_id), timeout)
 
-    def list_updates(self) -> List[Update]:
+    def list_updates(self, *, timeout: Timeout = NOT_GIVEN) -> List[Update]:
         """``GET /updates``: every update, newest first."""
-        return self._send(_core.list_updates())
+        return self._send(_core.list_updates(), timeout)
 
-    def update_done(self, update_id: str, policies: Iterable[str]) -> Update:
+    def update_done(self, update_id: str, policies: Iterable[str], *, timeout: Timeout = NOT_GIVEN) -> Update:
         """``POST /updates/{id}/done``: the trainer has updated these
         policies of the running wave (external mode)."""
-        return self._send(_core.update_done(update_id, policies))
+        return self._send(_core.update_done(update_id, policies), timeout)
 
-    def abort_update(self, update_id: str) -> Update:
+    def abort_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
         """``POST /updates/{id}/abort``: end the update and resume every
         policy it drained."""
-        return self._send(_core.abort_update(update_id))
+        return self._send(_core.abort_update(update_id), timeout)
 
     def wait_update(
         self,
@@ -245,42 +269,47 @@ class Client(_core.ClientCore):
                 raise TimeoutError(f"update {update_id} still running after {timeout}s")
             time.sleep(poll_s)
 
-    def list_policies(self) -> List[Policy]:
+    def list_policies(self, *, timeout: Timeout = NOT_GIVEN) -> List[Policy]:
         """``GET /policies``: every policy, in index order."""
-        return self._send(_core.list_policies())
+        return self._send(_core.list_policies(), timeout)
 
-    def get_policy(self, id: Union[str, int]) -> Policy:  # noqa: A002
+    def get_policy(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> Policy:  # noqa: A002
         """``GET /policies/{id}``, with the policy's live ``state`` and
         health (``last_error``, ``unhealthy_since``, ``last_ok``). An
         ``int`` names the policy by its index (``/policies/by-index/3``), a
         ``str`` by its id. Raises NotFoundError for an unknown one."""
-        return self._send(_core.get_policy(id))
+        return self._send(_core.get_policy(id), timeout)
 
-    def delete_policy(self, id: Union[str, int]) -> None:  # noqa: A002
+    def delete_policy(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> None:  # noqa: A002
         """``DELETE /policies/{id}``; raises NotFoundError for an unknown id,
         except when an earlier attempt of this same call may have deleted
         it (then the 404 of the retry is the expected answer)."""
-        return self._send(_core.delete_policy(id))
+        return self._send(_core.delete_policy(id), timeout)
 
-    def drain(self, id: Union[str, int]) -> Policy:  # noqa: A002
+    def drain(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> Policy:  # noqa: A002
         """``POST /policies/{id}/drain``: stop new work to the policy without
         deleting it. Returns the policy (``draining`` true). An ``int``
         names the policy by its index, a ``str`` by its id."""
-        return self._send(_core.drain(id))
+        return self._send(_core.drain(id), timeout)
 
-    def resume(self, id: Union[str, int]) -> Policy:  # noqa: A002
+    def resume(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> Policy:  # noqa: A002
         """``POST /policies/{id}/resume``: undo :meth:`drain`."""
-        return self._send(_core.resume(id))
+        return self._send(_core.resume(id), timeout)
 
-    def set_topology(self, component_distribution: Mapping[str, Any]) -> Dict[str, Any]:
+    def set_topology(
+        self,
+        component_distribution: Mapping[str, Any],
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Dict[str, Any]:
         """``PUT /topology`` with the seed's ``component_distribution`` as is:
         ``{"node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0]}}, ...}``.
         Returns the stored topology."""
-        return self._send(_core.set_topology(component_distribution))
+        return self._send(_core.set_topology(component_distribution), timeout)
 
-    def get_topology(self) -> Dict[str, Any]:
+    def get_topology(self, *, timeout: Timeout = NOT_GIVEN) -> Dict[str, Any]:
         """``GET /topology``."""
-        return self._send(_core.get_topology())
+        return self._send(_core.get_topology(), timeout)
 
     # -- routing ---------------------------------------------------------
 
@@ -294,6 +323,8 @@ class Client(_core.ClientCore):
         session_ids: Optional[Sequence[Optional[str]]] = None,
         load_factor: Optional[float] = None,
         assign_ttl_ms: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> AssignResult:
         """``POST /assign``: spread ``num_tasks`` tasks over the policies.
 
@@ -316,7 +347,7 @@ class Client(_core.ClientCore):
         raised twice).
         """
         return self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
-                                       load_factor, assign_ttl_ms))
+                                       load_factor, assign_ttl_ms), timeout)
 
     def select(
         self,
@@ -328,6 +359,8 @@ class Client(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> SelectResult:
         """``POST /select``: take one idle policy for a sync request,
         waiting up to ``timeout_ms`` (server default 30000, capped by the
@@ -357,7 +390,7 @@ class Client(_core.ClientCore):
         sent: a lost answer may have taken a policy.
         """
         return self._send(_core.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id,
-                                       sticky_wait_ms, load_factor))
+                                       sticky_wait_ms, load_factor), timeout)
 
     @contextlib.contextmanager
     def lease(
@@ -370,6 +403,8 @@ class Client(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> Iterator[SelectResult]:
         """:meth:`select` a policy for the ``with`` block, and release it when
         the block ends, also on an error::
@@ -381,53 +416,59 @@ class Client(_core.ClientCore):
         (released, expired, freed by its poller, or issued by a router that
         has since restarted) needs no release and raises nothing."""
         sel = self.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id, sticky_wait_ms,
-                          load_factor)
+                          load_factor, timeout=timeout)
         try:
             yield sel
         finally:
             if sel.get("lease_id"):
                 try:
-                    self.release(lease_id=sel["lease_id"])
+                    self.release(lease_id=sel["lease_id"], timeout=timeout)
                 except NotFoundError:
                     pass
 
-    def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> ReleaseResult:
+    def release(
+        self,
+        lease_id: Optional[str] = None,
+        index: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> ReleaseResult:
         """``POST /release``: return a selected policy to idle at once, by
         ``lease_id`` or (releasing that policy's oldest lease) by ``index``.
         Idempotent: a lease that already ended (released before, or freed
         when the server saw the policy idle) answers ``{"released": False}``.
         Raises NotFoundError for a lease the server never issued, or an index
         with no lease out."""
-        return self._send(_core.release(lease_id, index))
+        return self._send(_core.release(lease_id, index), timeout)
 
-    def complete(self, index: int, count: int = 1) -> CompleteResult:
+    def complete(self, index: int, count: int = 1, *, timeout: Timeout = NOT_GIVEN) -> CompleteResult:
         """``POST /complete``: ``count`` tasks of policy ``index`` finished;
         lowers its tracked load. Returns ``{"index", "load"}``."""
-        return self._send(_core.complete(index, count))
+        return self._send(_core.complete(index, count), timeout)
 
     # -- reading ---------------------------------------------------------
 
-    def stats(self) -> Stats:
+    def stats(self, *, timeout: Timeout = NOT_GIVEN) -> Stats:
         """``GET /stats``: per policy, per node and total figures, the
         ``/select`` calls waiting (``waiters``) and the leases out."""
-        return self._send(_core.stats())
+        return self._send(_core.stats(), timeout)
 
-    def healthz(self) -> Health:
+    def healthz(self, *, timeout: Timeout = NOT_GIVEN) -> Health:
         """``GET /healthz``: ``{"status": "ok"}`` while the process serves."""
-        return self._send(_core.healthz())
+        return self._send(_core.healthz(), timeout)
 
-    def readyz(self) -> Health:
+    def readyz(self, *, timeout: Timeout = NOT_GIVEN) -> Health:
         """``GET /readyz``: ``{"status": "ok"}``; raises UnavailableError when the
         server is not ready (after the usual retries), and NotLeaderError at once
         from a follower replica: only the leader is ready, and following it
         would report another router's readiness."""
-        return self._send(_core.readyz())
+        return self._send(_core.readyz(), timeout)
 
     # -- plumbing --------------------------------------------------------
 
-    def _send(self, call: Call[T]) -> T:
+    def _send(self, call: Call[T], timeout: Timeout = NOT_GIVEN) -> T:
         """Send one call, attempt after attempt, as the core says."""
-        ex = self._exchange(call)
+        ex = self._exchange(call, timeout)
         while True:
             req = ex.request
             try:

@@ -715,6 +715,69 @@ class FakeServerTest(unittest.TestCase):
         self.assertEqual(seen, [(2.0, 7.0), (2.0, 32.0), (2.0, 2.0)])
 
 
+class TimeoutTest(unittest.TestCase):
+    """timeout: seconds, a (connect, read) pair, an httpx.Timeout or None,
+    checked at construction; any call takes its own."""
+
+    def setUp(self):
+        self.fake = FakeServer()
+        self.addCleanup(self.fake.close)
+        self.seen = []
+
+        def record(request):
+            t = request.extensions["timeout"]
+            self.seen.append((t["connect"], t["read"], t["write"], t["pool"]))
+
+        self.session = httpx.Client(event_hooks={"request": [record]})
+        self.addCleanup(self.session.close)
+
+    def client(self, **kw):
+        c = Client(self.fake.url, session=self.session, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    def test_forms(self):
+        for timeout, want, want_select in [
+            (3, (3.0, 3.0, 3.0, 3.0), (3.0, 4.0, 3.0, 3.0)),
+            ((1, 2.5), (1.0, 2.5, 2.5, 1.0), (1.0, 3.5, 2.5, 1.0)),
+            (httpx.Timeout(5), (5.0, 5.0, 5.0, 5.0), (5.0, 6.0, 5.0, 5.0)),
+            (httpx.Timeout(5, read=None), (5.0, None, 5.0, 5.0), (5.0, None, 5.0, 5.0)),
+            (None, (None, None, None, None), (None, None, None, None)),
+            ((None, 2), (None, 2.0, 2.0, None), (None, 3.0, 2.0, None)),
+        ]:
+            with self.subTest(timeout=timeout):
+                self.seen.clear()
+                c = self.client(timeout=timeout)
+                c.stats()
+                c.select(timeout_ms=1000)
+                self.assertEqual(self.seen, [want, want_select])
+
+    def test_per_call(self):
+        c = self.client(timeout=10.0)
+        self.fake.script[("POST", "/select")] = [(200, {}, {"index": 0, "lease_id": "l-1"})]
+        self.fake.script[("POST", "/release")] = [(200, {}, {"released": True, "lease_id": "l-1"})]
+        c.stats(timeout=0.5)
+        c.select(timeout_ms=1000, timeout=(1, 2))
+        c.stats(timeout=None)
+        with c.lease(timeout=httpx.Timeout(4)):
+            pass
+        c.stats()
+        self.assertEqual(self.seen, [(0.5, 0.5, 0.5, 0.5), (1.0, 3.0, 2.0, 1.0), (None, None, None, None),
+                                     (4.0, 34.0, 4.0, 4.0), (4.0, 4.0, 4.0, 4.0), (10.0, 10.0, 10.0, 10.0)])
+
+    def test_checked_before_anything_is_sent(self):
+        for bad, exc in [("5", TypeError), (True, TypeError), (-1, ValueError), (float("nan"), ValueError),
+                         ((1, 2, 3), TypeError), ((1, "2"), TypeError), (httpx.Timeout(-1), ValueError),
+                         ([1, 2], TypeError)]:
+            with self.subTest(timeout=bad):
+                with self.assertRaises(exc):
+                    Client(self.fake.url, timeout=bad)
+                c = self.client()
+                with self.assertRaises(exc):
+                    c.stats(timeout=bad)
+        self.assertEqual(self.fake.requests, [])
+
+
 class RetryDelayTest(unittest.TestCase):
     """Retry-After is honoured up to max_retry_after, apart from the backoff
     cap; the pauses are recorded by an injected sleep, never waited for."""
