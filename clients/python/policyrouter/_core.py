@@ -59,7 +59,8 @@ from urllib.parse import quote
 import httpx
 
 from ._version import __version__
-from .errors import NotLeaderError, TransportError, UnavailableError, error_from_response, transport_error
+from .errors import (ClientClosedError, NotLeaderError, TransportError, UnavailableError, error_from_response,
+                     transport_error)
 
 __all__ = [
     "Answer",
@@ -535,6 +536,8 @@ class ClientCore:
         # The clock of the fail-over bound; tests replace it (and the
         # shells' _sleep) so that no test waits for real.
         self._clock: Callable[[], float] = time.monotonic
+        # Set by close(); is_closed also reads the session's state.
+        self._closed = False
         self._headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
@@ -556,9 +559,16 @@ class ClientCore:
             return f"{name}({self.base_urls!r}, base_url={self.base_url!r})"
         return f"{name}({self.base_url!r})"
 
+    @property
+    def is_closed(self) -> bool:
+        """Whether the client was closed: no call can be made any more."""
+        return self._closed
+
     def _exchange(self, call: Call[T], timeout: Timeout = NOT_GIVEN) -> "Exchange[T]":
         """Start one call; ``timeout``, when given, replaces the client's
-        for this call."""
+        for this call. Raises ClientClosedError on a closed client."""
+        if self.is_closed:
+            raise ClientClosedError(f"{self!r} is closed: {call.method} {call.path} was not sent")
         return Exchange(self, call, self._timeout_ if timeout is NOT_GIVEN else as_timeout(timeout))
 
     @staticmethod

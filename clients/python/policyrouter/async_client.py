@@ -77,11 +77,21 @@ class AsyncClient(_core.ClientCore):
 
     # -- lifecycle -------------------------------------------------------
 
+    @property
+    def is_closed(self) -> bool:
+        """Whether the client is closed (:meth:`aclose`, or its ``session``
+        closed by its owner): a call then raises
+        :class:`~policyrouter.errors.ClientClosedError`."""
+        return self._closed or self.session.is_closed
+
     async def aclose(self) -> None:
-        """Close the session if the client made it, after the releases
-        still under way."""
+        """Close the client, after the releases still under way, and its
+        session if the client made it. Calls made afterwards raise
+        :class:`~policyrouter.errors.ClientClosedError`; closing twice is
+        harmless."""
         if self._releases:
             await asyncio.gather(*self._releases, return_exceptions=True)
+        self._closed = True
         if self._owns_session:
             await self.session.aclose()
 

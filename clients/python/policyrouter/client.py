@@ -123,8 +123,18 @@ class Client(_core.ClientCore):
 
     # -- lifecycle -------------------------------------------------------
 
+    @property
+    def is_closed(self) -> bool:
+        """Whether the client is closed (:meth:`close`, or its ``session``
+        closed by its owner): a call then raises
+        :class:`~policyrouter.errors.ClientClosedError`."""
+        return self._closed or self.session.is_closed
+
     def close(self) -> None:
-        """Close the session if the client made it."""
+        """Close the client, and its session if the client made it. Calls
+        made afterwards raise :class:`~policyrouter.errors.ClientClosedError`;
+        closing twice is harmless."""
+        self._closed = True
         if self._owns_session:
             self.session.close()
 

@@ -715,6 +715,60 @@ class FakeServerTest(unittest.TestCase):
         self.assertEqual(seen, [(2.0, 7.0), (2.0, 32.0), (2.0, 2.0)])
 
 
+class LifecycleTest(unittest.TestCase):
+    def setUp(self):
+        self.fake = FakeServer()
+        self.addCleanup(self.fake.close)
+
+    def test_use_after_close(self):
+        from policyrouter import ClientClosedError
+
+        with Client(self.fake.url) as c:
+            self.assertFalse(c.is_closed)
+            c.healthz()
+        self.assertTrue(c.is_closed)
+        with self.assertRaises(ClientClosedError) as cm:
+            c.stats()
+        self.assertIsInstance(cm.exception, RuntimeError)  # what httpx raised
+        self.assertIsInstance(cm.exception, PolicyRouterError)
+        self.assertIn("is closed: GET /stats was not sent", str(cm.exception))
+        c.close()  # twice is harmless
+        self.assertEqual(self.fake.count("GET", "/stats"), 0)
+
+    def test_a_given_session_closed_by_its_owner(self):
+        from policyrouter import ClientClosedError
+
+        session = httpx.Client()
+        c = Client(self.fake.url, session=session)
+        c.healthz()
+        session.close()
+        self.assertTrue(c.is_closed)
+        with self.assertRaises(ClientClosedError):
+            c.healthz()
+        # Closing the client leaves a given session alone (open or not).
+        session = httpx.Client()
+        self.addCleanup(session.close)
+        c = Client(self.fake.url, session=session)
+        c.close()
+        self.assertEqual((c.is_closed, session.is_closed), (True, False))
+
+
+class AsyncLifecycleTest(unittest.IsolatedAsyncioTestCase):
+    async def test_use_after_close(self):
+        from policyrouter import AsyncClient, ClientClosedError
+
+        fake = FakeServer()
+        self.addCleanup(fake.close)
+        async with AsyncClient(fake.url) as c:
+            self.assertFalse(c.is_closed)
+            await c.healthz()
+        self.assertTrue(c.is_closed)
+        with self.assertRaises(ClientClosedError):
+            await c.stats()
+        await c.aclose()
+        self.assertEqual(fake.count("GET", "/stats"), 0)
+
+
 class TimeoutTest(unittest.TestCase):
     """timeout: seconds, a (connect, read) pair, an httpx.Timeout or None,
     checked at construction; any call takes its own."""
