@@ -334,11 +334,13 @@ def _nothing(a: Answer) -> None:
 
 def register_policy(url: str, node_id: Optional[str], index: Optional[int], id: Optional[str],  # noqa: A002
                     capacity: Optional[int], labels: Optional[Mapping[str, str]], allow_shared_url: bool,
-                    version: Optional[int]) -> Call[RegisteredPolicy]:
+                    version: Optional[int], engine: Optional[str] = None, api_key: Optional[str] = None,
+                    admin_api_key: Optional[str] = None) -> Call[RegisteredPolicy]:
     body = _omit_none(
         url=url, node_id=node_id, index=_opt_int(index), id=id, capacity=_opt_int(capacity),
         labels=None if labels is None else dict(labels),
         allow_shared_url=True if allow_shared_url else None, version=_opt_int(version),
+        engine=engine, api_key=api_key, admin_api_key=admin_api_key,
     )
     # With an index or id the call is idempotent (same body -> 200), so it
     # may be repeated; without either a repeat would register a second
@@ -372,10 +374,13 @@ def get_weights() -> Call[Any]:
 
 def rolling_update(version: int, action: Optional[Mapping[str, Any]], max_unavailable: Union[int, str, None],
                    min_available_per_node: Optional[int], drain_timeout_ms: Optional[int],
-                   max_failures: Optional[int]) -> Call[Any]:
+                   max_failures: Optional[int], model_path: Optional[str] = None, pause_mode: Optional[str] = None,
+                   set_floor: bool = False, phase_timeout_ms: Optional[int] = None) -> Call[Any]:
     body = _omit_none(version=int(version), action=None if action is None else dict(action),
-                      max_unavailable=max_unavailable, min_available_per_node=min_available_per_node,
-                      drain_timeout_ms=drain_timeout_ms, max_failures=max_failures)
+                      max_unavailable=max_unavailable, min_available_per_node=_opt_int(min_available_per_node),
+                      drain_timeout_ms=_opt_int(drain_timeout_ms), max_failures=_opt_int(max_failures),
+                      model_path=model_path, pause_mode=pause_mode, set_floor=True if set_floor else None,
+                      phase_timeout_ms=_opt_int(phase_timeout_ms))
     return Call("POST", "/updates", body)
 
 

@@ -115,11 +115,14 @@ class AsyncClient(_core.ClientCore):
         labels: Optional[Mapping[str, str]] = None,
         allow_shared_url: bool = False,
         version: Optional[int] = None,
+        engine: Optional[str] = None,
+        api_key: Optional[str] = None,
+        admin_api_key: Optional[str] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> RegisteredPolicy:
         return await self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url,
-                                                      version), timeout)
+                                                      version, engine, api_key, admin_api_key), timeout)
 
     async def replace_policies(
         self,
@@ -157,11 +160,16 @@ class AsyncClient(_core.ClientCore):
         min_available_per_node: Optional[int] = None,
         drain_timeout_ms: Optional[int] = None,
         max_failures: Optional[int] = None,
+        model_path: Optional[str] = None,
+        pause_mode: Optional[str] = None,
+        set_floor: bool = False,
+        phase_timeout_ms: Optional[int] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> Update:
         return await self._send(_core.rolling_update(version, action, max_unavailable, min_available_per_node,
-                                                     drain_timeout_ms, max_failures), timeout)
+                                                     drain_timeout_ms, max_failures, model_path, pause_mode,
+                                                     set_floor, phase_timeout_ms), timeout)
 
     async def get_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
         return await self._send(_core.get_update(update_id), timeout)

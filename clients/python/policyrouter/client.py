@@ -156,6 +156,9 @@ class Client(_core.ClientCore):
         labels: Optional[Mapping[str, str]] = None,
         allow_shared_url: bool = False,
         version: Optional[int] = None,
+        engine: Optional[str] = None,
+        api_key: Optional[str] = None,
+        admin_api_key: Optional[str] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> RegisteredPolicy:
@@ -169,9 +172,15 @@ class Client(_core.ClientCore):
         already has, unless ``allow_shared_url`` is set. Retried like a PUT
         when ``index`` or ``id`` is given, else only when the request was
         never sent.
+
+        ``engine`` is the kind of server: ``"policyrouter"`` (the
+        ``GET /idle`` contract), ``"sglang"`` or ``"vllm"`` (default: the
+        router's ``--default-engine``). ``api_key`` and ``admin_api_key``
+        are sent by the router to the engine as ``Authorization: Bearer``
+        (probes, and update calls); they are write-only, never returned.
         """
-        return self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url, version),
-                          timeout)
+        return self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url, version,
+                                                engine, api_key, admin_api_key), timeout)
 
     def replace_policies(self, policies: Iterable[Mapping[str, Any]], *, timeout: Timeout = NOT_GIVEN) -> List[Policy]:
         """``PUT /policies``: replace the whole set at once (what a trainer
@@ -224,6 +233,10 @@ class Client(_core.ClientCore):
         min_available_per_node: Optional[int] = None,
         drain_timeout_ms: Optional[int] = None,
         max_failures: Optional[int] = None,
+        model_path: Optional[str] = None,
+        pause_mode: Optional[str] = None,
+        set_floor: bool = False,
+        phase_timeout_ms: Optional[int] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> Update:
@@ -233,10 +246,17 @@ class Client(_core.ClientCore):
         ``action`` (``{"method", "path", "body", "timeout_ms"}``) is sent to
         each policy of a wave; without it the trainer updates the policies
         listed in the update's ``ready`` and confirms with
-        :meth:`update_done`. Returns the update (``state`` ``running``).
+        :meth:`update_done`. With SGLang or vLLM policies, ``model_path``
+        (a checkpoint the engines load) replaces ``action``; ``pause_mode``
+        says what happens to the work in flight (``wait``, the default,
+        ``abort``, ``retract``, ``in_place`` or ``keep``, as the engine
+        has them); ``set_floor`` moves the ``/weights`` floor to
+        ``version`` once every policy is there; ``phase_timeout_ms`` bounds
+        each policy's phase. Returns the update (``state`` ``running``).
         Not retried once sent: a repeat would be a second update (409)."""
         return self._send(_core.rolling_update(version, action, max_unavailable, min_available_per_node,
-                                               drain_timeout_ms, max_failures), timeout)
+                                               drain_timeout_ms, max_failures, model_path, pause_mode, set_floor,
+                                               phase_timeout_ms), timeout)
 
     def get_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
         """``GET /updates/{id}``: the update's state, waves and policies."""

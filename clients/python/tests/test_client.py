@@ -210,6 +210,25 @@ class RegistrationTest(ServerTestCase):
         with self.assertRaises(Conflict):
             self.client.abort_update(update["id"])
 
+    def test_engine_policies_and_a_model_path_update(self):
+        p = self.client.register_policy("http://127.0.0.1:9/sg", index=0, engine="sglang", api_key="k-1",
+                                        admin_api_key="k-2")
+        self.assertEqual((p["engine"], p["weight_version"]), ("sglang", ""))
+        self.assertFalse({"api_key", "admin_api_key"} & set(p), "write-only keys came back")
+        # The same registration again is the same: the keys are part of it.
+        again = self.client.register_policy("http://127.0.0.1:9/sg", index=0, engine="sglang", api_key="k-1",
+                                            admin_api_key="k-2")
+        self.assertFalse(again.created)
+        update = self.client.rolling_update(7, model_path="/ckpt/step-7", pause_mode="abort", set_floor=True,
+                                            phase_timeout_ms=60000, max_unavailable=1)
+        self.assertEqual((update["model_path"], update["pause_mode"], update["set_floor"],
+                          update["phase_timeout_ms"], update["external"]),
+                         ("/ckpt/step-7", "abort", True, 60000, False))
+        self.client.abort_update(update["id"])
+        with self.assertRaises(ValidationError) as cm:
+            self.client.rolling_update(8, model_path="/ckpt/step-8", pause_mode="sideways")
+        self.assertIn("pause_mode", cm.exception.fields)
+
     def test_admin_by_index(self):
         self.register_n(2)
         self.assertTrue(self.client.drain(1)["draining"])
@@ -539,6 +558,17 @@ class FakeServerTest(unittest.TestCase):
         e = cm.exception
         self.assertEqual((type(e), e.status, e.code), (PolicyRouterError, 502, None))
         self.assertIn("bad gateway", e.message)
+
+    def test_register_and_update_bodies(self):
+        self.client.register_policy("http://x:1", index=2, engine="vllm", api_key="secret")
+        self.client.rolling_update(3, model_path="/m", pause_mode="keep", set_floor=True, phase_timeout_ms=5000)
+        self.client.rolling_update(4)
+        bodies = [json.loads(r[3]) for r in self.fake.requests]
+        self.assertEqual(bodies, [
+            {"url": "http://x:1", "index": 2, "engine": "vllm", "api_key": "secret"},
+            {"version": 3, "model_path": "/m", "pause_mode": "keep", "set_floor": True, "phase_timeout_ms": 5000},
+            {"version": 4},
+        ])
 
     def test_retries_zero(self):
         c = Client(self.fake.url, retries=0)
