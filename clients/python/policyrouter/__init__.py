@@ -24,6 +24,7 @@ from .errors import (
     ConnectionFailedError,
     ConnectionLostError,
     ForbiddenError,
+    LeaseEndedWarning,
     NotFound,
     NotFoundError,
     NotLeader,
@@ -61,6 +62,7 @@ __all__ = [
     "ConnectionLostError",
     "TimedOutError",
     "ClientClosedError",
+    "LeaseEndedWarning",
     # The same classes, by their names before they ended in Error.
     "NotFound",
     "Conflict",

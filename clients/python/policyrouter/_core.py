@@ -451,11 +451,11 @@ def assign(num_tasks: int, current_loads: Optional[Sequence[int]], env_ids: Opti
 
 def select(env_id: Optional[str], router: Optional[str], timeout_ms: Optional[int], lease_ttl_ms: Optional[int],
            min_version: Optional[int], session_id: Optional[str], sticky_wait_ms: Optional[int],
-           load_factor: Optional[float]) -> Call[Any]:
+           load_factor: Optional[float], release: Optional[str] = None) -> Call[Any]:
     body = _omit_none(env_id=env_id, router=router, timeout_ms=_opt_int(timeout_ms),
                       lease_ttl_ms=_opt_int(lease_ttl_ms), min_version=_opt_int(min_version),
                       session_id=session_id, sticky_wait_ms=_opt_int(sticky_wait_ms),
-                      load_factor=_opt_float(load_factor))
+                      load_factor=_opt_float(load_factor), release=release)
     # The HTTP read timeout is the server's wait plus the client's timeout.
     wait_s = (DEFAULT_SELECT_WAIT_MS if timeout_ms is None else max(0, int(timeout_ms))) / 1000.0
     return Call("POST", "/select", body, extra_read_s=wait_s)
@@ -543,6 +543,9 @@ class ClientCore:
         self._clock: Callable[[], float] = time.monotonic
         # Set by close(); is_closed also reads the session's state.
         self._closed = False
+        #: How many lease() blocks found their lease already ended when
+        #: they released it (``released: false``).
+        self.leases_ended_before_release = 0
         self._headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
@@ -563,6 +566,23 @@ class ClientCore:
         if len(self.base_urls) > 1:
             return f"{name}({self.base_urls!r}, base_url={self.base_url!r})"
         return f"{name}({self.base_url!r})"
+
+    def _lease_released(self, answer: Mapping[str, Any]) -> Optional[str]:
+        """Read the release at the end of a lease() block: ``None`` when it
+        ended the lease, else the warning to give (and the count of such
+        leases goes up): the lease ended before its holder was done with
+        it, which its holder should hear of (say, resubmit an aborted
+        rollout)."""
+        if answer.get("released", True):
+            return None
+        with self._lock:
+            self.leases_ended_before_release += 1
+        how = answer.get("how") or answer.get("reason")
+        what = f"lease {answer.get('lease_id')}"
+        if answer.get("index") is not None:
+            what += f" of policy {answer['index']}"
+        return (f"policyrouter: {what} had already ended when lease() released it"
+                + (f" (how: {how})" if how else " (the router did not say how)"))
 
     @property
     def is_closed(self) -> bool:

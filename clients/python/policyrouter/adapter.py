@@ -41,6 +41,13 @@ releasing it frees the policy at once, without waiting for a poll:
 The ``node_affinity`` sync router is the seed's round robin, which never
 tracks busy policies: its answers carry no lease and there is nothing to
 release.
+
+The sync adapters ask for ``"release": "on_idle"`` leases, the seed's
+contract: a probe that finds the policy idle after it worked ends the lease
+(the router's default, ``explicit``, waits for a release or the TTL). A
+router older than the ``release`` field answers 422 naming it; the adapter
+then asks again without it, and from then on, since such a router's
+leases already end that way.
 """
 
 from __future__ import annotations
@@ -56,12 +63,15 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .async_client import AsyncClient
 from .client import Client
-from .errors import NotFoundError, UnavailableError
+from .errors import NotFoundError, UnavailableError, ValidationError
 from .types import SelectResult
 
 __all__ = ["RemoteRouter", "RemoteSyncRouter", "AsyncRemoteSyncRouter"]
 
 log = logging.getLogger("policyrouter")
+
+#: The release mode the sync adapters ask for: the seed's contract.
+RELEASE_ON_IDLE = "on_idle"
 
 
 class RemoteRouter:
@@ -188,6 +198,9 @@ class _SyncRouterBase:
         self.unavailable_after_s = unavailable_after_s
         self.sticky_wait_ms = sticky_wait_ms
         self._lock = threading.Lock()
+        # Whether /select is sent "release": "on_idle"; cleared when the
+        # router predates the field.
+        self._send_release = True
         self._held: Dict[int, Deque[str]] = {}
         # release_previous: the last lease of each thread (blocking) or
         # task (asyncio).
@@ -204,7 +217,19 @@ class _SyncRouterBase:
 
     def _select_args(self, env_id: Optional[str], session_id: Optional[str], wait_ms: int) -> Dict[str, Any]:
         return dict(env_id=env_id, router=self.router, timeout_ms=wait_ms, lease_ttl_ms=self.lease_ttl_ms,
-                    session_id=session_id, sticky_wait_ms=self.sticky_wait_ms if session_id else None)
+                    session_id=session_id, sticky_wait_ms=self.sticky_wait_ms if session_id else None,
+                    release=RELEASE_ON_IDLE if self._send_release else None)
+
+    def _release_unknown(self, exc: ValidationError) -> bool:
+        """Whether a /select was refused for its ``release`` field (a router
+        older than it): then stop sending it, and ask again (a 422 took
+        no policy)."""
+        if self._send_release and "release" in exc.fields:
+            self._send_release = False
+            log.debug("policyrouter: the router does not know /select's release field (%s); "
+                      "its leases end on idle anyway: not sending it", exc.fields["release"])
+            return True
+        return False
 
     def _policy(self, sel: Mapping[str, Any]) -> Any:
         index = sel["index"]
@@ -328,6 +353,10 @@ class RemoteSyncRouter(_SyncRouterBase):
                 pause = wait.after(exc)
                 if pause is None:
                     raise
+            except ValidationError as exc:
+                if not self._release_unknown(exc):
+                    raise
+                pause = 0.0
             if pause:
                 time.sleep(pause)
         held = self._hold(sel)
@@ -393,6 +422,10 @@ class AsyncRemoteSyncRouter(_SyncRouterBase):
                 pause = wait.after(exc)
                 if pause is None:
                     raise
+            except ValidationError as exc:
+                if not self._release_unknown(exc):
+                    raise
+                pause = 0.0
             if pause:
                 await asyncio.sleep(pause)
         held = self._hold(sel)

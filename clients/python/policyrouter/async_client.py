@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import warnings
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set,
                     Tuple, Union)
 
@@ -26,7 +27,7 @@ from ._core import (DEFAULT_FAILOVER_TIMEOUT, DEFAULT_MAX_RETRY_AFTER, NOT_GIVEN
                     Timeout)
 from ._transport import async_session
 from .client import Client
-from .errors import NotFoundError
+from .errors import LeaseEndedWarning, NotFoundError
 from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
                     Update, Weights)
 
@@ -258,11 +259,12 @@ class AsyncClient(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        release: Optional[str] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> SelectResult:
         return await self._send(_core.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id,
-                                             sticky_wait_ms, load_factor), timeout)
+                                             sticky_wait_ms, load_factor, release), timeout)
 
     @contextlib.asynccontextmanager
     async def lease(
@@ -275,6 +277,7 @@ class AsyncClient(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        release: Optional[str] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> AsyncIterator[SelectResult]:
@@ -289,10 +292,12 @@ class AsyncClient(_core.ClientCore):
         and then its task group) still frees the policy; :meth:`aclose`
         waits for such releases. Cancelling the ``select`` itself, while it
         waits, closes its request: the router takes no policy for it. A
-        lease the router already ended needs no release and raises
-        nothing."""
+        lease the router had already ended raises nothing, but warns (a
+        :class:`~policyrouter.errors.LeaseEndedWarning`) and counts in
+        :attr:`leases_ended_before_release`, as :meth:`Client.lease`
+        does."""
         sel = await self.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id, sticky_wait_ms,
-                                load_factor, timeout=timeout)
+                                load_factor, release, timeout=timeout)
         try:
             yield sel
         finally:
@@ -304,9 +309,12 @@ class AsyncClient(_core.ClientCore):
 
     async def _release_quietly(self, lease_id: str, timeout: Timeout) -> None:
         try:
-            await self.release(lease_id=lease_id, timeout=timeout)
+            answer = await self.release(lease_id=lease_id, timeout=timeout)
         except NotFoundError:
-            pass  # issued by an earlier server process
+            return  # issued by an earlier server process
+        warning = self._lease_released(answer)
+        if warning is not None:
+            warnings.warn(warning, LeaseEndedWarning, stacklevel=2)
 
     async def release(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import httpx
@@ -19,7 +20,7 @@ from . import _core
 from ._core import (DEFAULT_FAILOVER_TIMEOUT, DEFAULT_MAX_RETRY_AFTER, NOT_GIVEN, Answer, Call, RegisteredPolicy, T,
                     Timeout, request_was_not_sent)
 from ._transport import sync_session
-from .errors import NotFoundError
+from .errors import LeaseEndedWarning, NotFoundError
 from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
                     Update, Weights)
 
@@ -389,6 +390,7 @@ class Client(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        release: Optional[str] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> SelectResult:
@@ -411,6 +413,12 @@ class Client(_core.ClientCore):
         takes what the router would pick. ``load_factor`` is the factor of
         the home's load bound (default: the server's ``--sticky-load-factor``).
 
+        ``release`` says what ends the lease: ``"explicit"`` (the router's
+        default: :meth:`release`, its TTL, or the policy's removal) or
+        ``"on_idle"`` (the seed's contract, for callers that never
+        release: also a probe that finds the policy idle after it worked).
+        A router that predates the field answers 422 naming it.
+
         Returns ``{"index", "id", "url", "node_id", "lease_id", "version"}``
         (and ``sticky``, where a session landed, when one was named); the
         ``node_affinity`` (round-robin) router issues no ``lease_id``.
@@ -420,7 +428,7 @@ class Client(_core.ClientCore):
         sent: a lost answer may have taken a policy.
         """
         return self._send(_core.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id,
-                                       sticky_wait_ms, load_factor), timeout)
+                                       sticky_wait_ms, load_factor, release), timeout)
 
     @contextlib.contextmanager
     def lease(
@@ -433,6 +441,7 @@ class Client(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        release: Optional[str] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> Iterator[SelectResult]:
@@ -442,19 +451,29 @@ class Client(_core.ClientCore):
             with client.lease(env_id="env-3", session_id=traj) as sel:
                 send_rollout_request(sel["url"])
 
-        Yields the :meth:`select` answer. A lease the router already ended
-        (released, expired, freed by its poller, or issued by a router that
-        has since restarted) needs no release and raises nothing."""
+        Yields the :meth:`select` answer. A lease the router had already
+        ended when the block ends (its TTL, an abort by a rolling update,
+        the policy's removal, a probe for an ``on_idle`` lease) raises
+        nothing, but the holder counted on it: ``lease()`` warns (a
+        :class:`~policyrouter.errors.LeaseEndedWarning`, naming how it
+        ended when the router says) and counts it in
+        :attr:`leases_ended_before_release`. A lease issued by a router
+        that has since restarted (404) is dropped silently."""
         sel = self.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id, sticky_wait_ms,
-                          load_factor, timeout=timeout)
+                          load_factor, release, timeout=timeout)
         try:
             yield sel
         finally:
             if sel.get("lease_id"):
                 try:
-                    self.release(lease_id=sel["lease_id"], timeout=timeout)
+                    answer = self.release(lease_id=sel["lease_id"], timeout=timeout)
                 except NotFoundError:
-                    pass
+                    pass  # issued by an earlier server process
+                else:
+                    warning = self._lease_released(answer)
+                    if warning is not None:
+                        # Frames: this generator, contextlib's __exit__, the with.
+                        warnings.warn(warning, LeaseEndedWarning, stacklevel=3)
 
     def release(
         self,

@@ -46,6 +46,7 @@ __all__ = [
     "ConnectionLostError",
     "TimedOutError",
     "ClientClosedError",
+    "LeaseEndedWarning",
     # The names before they ended in Error: the same classes.
     "NotFound",
     "Conflict",
@@ -277,6 +278,13 @@ class ClientClosedError(PolicyRouterError, RuntimeError):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"
+
+
+class LeaseEndedWarning(UserWarning):
+    """Warned by ``lease()`` when its lease had already ended at the end of
+    the block (the release answered ``released: false``): the router ended
+    it (a TTL, an abort by a rolling update, the policy's removal, or, for
+    ``on_idle`` leases, a probe) while its holder still counted on it."""
 
 
 def transport_error(exc: BaseException, method: str, url: str, request_id: Optional[str],

@@ -110,12 +110,19 @@ class LeaseTest(AsyncServerTestCase):
         st = await self.wait_stats(lambda s: s["leases"] == 0)
         self.assertEqual(st["totals"]["idle"], 2)
 
-    async def test_a_lease_the_router_already_ended_is_fine(self):
+    async def test_a_lease_the_router_already_ended_warns(self):
+        from policyrouter import LeaseEndedWarning
+
         await self.register_n(1)
-        async with self.client.lease() as sel:
-            await self.client.release(lease_id=sel["lease_id"])  # ended early
+        with self.assertWarnsRegex(LeaseEndedWarning, r"lease \S+ had already ended .*did not say how"):
+            async with self.client.lease() as sel:
+                await self.client.release(lease_id=sel["lease_id"])  # ended early
+        self.assertEqual(self.client.leases_ended_before_release, 1)
         async with self.client.lease(router="node_affinity") as sel:  # no lease at all
             self.assertNotIn("lease_id", sel)
+        async with self.client.lease():
+            pass
+        self.assertEqual(self.client.leases_ended_before_release, 1)
 
 
 class CancellationTest(AsyncServerTestCase):

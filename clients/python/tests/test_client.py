@@ -2,6 +2,7 @@
 against a scripted fake server for what the binary cannot be made to do on
 demand (dropped connections, proxy errors, 503 then success)."""
 
+import asyncio
 import copy
 import json
 import pickle
@@ -10,6 +11,7 @@ import socket
 import threading
 import time
 import unittest
+import warnings
 from email.utils import formatdate
 
 import httpx
@@ -381,8 +383,12 @@ class SelectTest(ServerTestCase):
             with self.client.lease():
                 raise KeyError("rollout failed")
         self.assertEqual(self.client.stats()["leases"], 0)
-        with self.client.lease() as sel:
-            self.client.release(lease_id=sel["lease_id"])  # ended early: nothing to do on exit
+        from policyrouter import LeaseEndedWarning
+
+        with self.assertWarnsRegex(LeaseEndedWarning, r"lease \S+ had already ended .*did not say how"):
+            with self.client.lease() as sel:
+                self.client.release(lease_id=sel["lease_id"])  # ended early: the block hears of it
+        self.assertEqual(self.client.leases_ended_before_release, 1)
         with self.client.lease(router="node_affinity") as sel:  # the round robin issues no lease
             self.assertNotIn("lease_id", sel)
 
@@ -745,6 +751,63 @@ class FakeServerTest(unittest.TestCase):
         self.assertEqual(seen, [(2.0, 7.0), (2.0, 32.0), (2.0, 2.0)])
 
 
+class LeaseReleaseTest(unittest.TestCase):
+    """lease() warns and counts when its release answers released: false,
+    naming how the lease ended when the answer says (``how``, else the
+    older ``reason``); select() and lease() send ``release``."""
+
+    def setUp(self):
+        self.fake = FakeServer()
+        self.addCleanup(self.fake.close)
+        self.fake.script[("POST", "/select")] = [(200, {}, {"index": 3, "lease_id": "l-1"})]
+
+    def released(self, **answer):
+        self.fake.script[("POST", "/release")] = [(200, {}, {"lease_id": "l-1", **answer})]
+
+    def test_sync(self):
+        from policyrouter import LeaseEndedWarning
+
+        c = Client(self.fake.url)
+        self.addCleanup(c.close)
+        for answer, want in [({"released": False, "index": 3, "how": "ttl"}, r"lease l-1 of policy 3 .*\(how: ttl\)"),
+                             ({"released": False, "reason": "aborted"}, r"lease l-1 had .*\(how: aborted\)"),
+                             ({"released": False}, r"\(the router did not say how\)")]:
+            with self.subTest(**answer):
+                self.released(**answer)
+                with self.assertWarnsRegex(LeaseEndedWarning, want) as cm:
+                    with c.lease(release="explicit"):
+                        pass
+                self.assertEqual(cm.filename, __file__)  # points at the with
+        self.assertEqual(c.leases_ended_before_release, 3)
+        self.released(released=True, index=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with c.lease():
+                pass
+        self.assertEqual(c.leases_ended_before_release, 3)
+        bodies = [json.loads(r[3]) for r in self.fake.requests if r[1] == "/select"]
+        self.assertEqual([b.get("release") for b in bodies], ["explicit"] * 3 + [None])
+
+    def test_async(self):
+        from policyrouter import AsyncClient, LeaseEndedWarning
+
+        async def run():
+            async with AsyncClient(self.fake.url) as c:
+                self.released(released=False, how="probe")
+                with self.assertWarnsRegex(LeaseEndedWarning, r"\(how: probe\)"):
+                    async with c.lease(release="on_idle"):
+                        pass
+                self.released(released=True)
+                async with c.lease():
+                    pass
+                await c.select(release="on_idle")
+                return c.leases_ended_before_release
+
+        self.assertEqual(asyncio.run(run()), 1)
+        bodies = [json.loads(r[3]) for r in self.fake.requests if r[1] == "/select"]
+        self.assertEqual([b.get("release") for b in bodies], ["on_idle", None, "on_idle"])
+
+
 class LifecycleTest(unittest.TestCase):
     def setUp(self):
         self.fake = FakeServer()
@@ -989,7 +1052,7 @@ class ErrorHierarchyTest(unittest.TestCase):
             self.assertIs(getattr(policyrouter, old), getattr(policyrouter, new))
         for name in policyrouter.__all__:
             obj = getattr(policyrouter, name)
-            if isinstance(obj, type) and issubclass(obj, BaseException):
+            if isinstance(obj, type) and issubclass(obj, BaseException) and not issubclass(obj, Warning):
                 with self.subTest(name):
                     self.assertTrue(issubclass(obj, PolicyRouterError))
                     if name not in ("NotFound", "Conflict", "Unavailable", "NotLeader"):
