@@ -363,7 +363,8 @@ func pythonWithHTTPX(tb testing.TB) string {
 }
 
 // TestREADMEPythonExample runs the README's Python example, as printed,
-// against the demo.
+// against the demo. It is the script the README names,
+// clients/python/examples/seed_adapters.py, shown whole.
 func TestREADMEPythonExample(t *testing.T) {
 	python := pythonWithHTTPX(t)
 	readme, err := os.ReadFile("../../README.md")
@@ -375,6 +376,13 @@ func TestREADMEPythonExample(t *testing.T) {
 		t.Fatal("README has no python example")
 	}
 	example, _, _ := strings.Cut(after, "```")
+	const script = "clients/python/examples/seed_adapters.py"
+	if !strings.Contains(string(readme), script) {
+		t.Errorf("README does not name %s", script)
+	}
+	if file, err := os.ReadFile("../../" + script); err != nil || string(file) != example {
+		t.Errorf("README's python example is not %s as it is (%v)", script, err)
+	}
 	p := start(t, nil, "demo", "--addr", "127.0.0.1:0", "--workers", "2")
 	example = strings.ReplaceAll(example, "127.0.0.1:8080", p.addr)
 	dir := t.TempDir()
