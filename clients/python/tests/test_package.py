@@ -28,7 +28,7 @@ class PackageTest(unittest.TestCase):
         self.assertEqual(pyproject()["project"]["dependencies"], ["httpx>=0.23"])
         stdlib_or_own = {"__future__", "asyncio", "collections", "concurrent", "contextlib", "dataclasses", "email",
                          "inspect", "json", "logging", "numbers", "random", "socket", "ssl", "sys", "threading",
-                         "time", "typing", "urllib", "uuid", "weakref"}
+                         "time", "typing", "urllib", "uuid", "warnings", "weakref"}
         for name in sorted(os.listdir(PACKAGE)):
             if not name.endswith(".py"):
                 continue
