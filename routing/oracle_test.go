@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/policyrouter/policyrouter/internal/prereq"
 )
 
 // TestSeedOracle checks the routers against the seed itself: it writes
@@ -51,10 +53,7 @@ func oracleTopology(t Topology) map[string]oracleNode {
 // runOracle feeds cases to seed_oracle.py and returns its answers.
 func runOracle(t *testing.T, cases []oracleCase) []json.RawMessage {
 	t.Helper()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not on PATH: cannot run the seed")
-	}
+	python := prereq.LookPath(t, "python3", "needed to run the seed")
 	in, err := json.Marshal(map[string]any{"cases": cases})
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,48 @@ func TestPowerOfTwoAssignTakesTheLessLoaded(t *testing.T) {
 	}
 }
 
+// scriptedTwo is power_of_two drawing the given positions in order.
+func scriptedTwo(tb testing.TB, draws ...int) *powerOfTwo {
+	return &powerOfTwo{intN: func(n int) int {
+		tb.Helper()
+		if len(draws) == 0 {
+			tb.Fatal("more draws than scripted")
+		}
+		d := draws[0]
+		draws = draws[1:]
+		if d >= n {
+			tb.Fatalf("scripted draw %d out of [0, %d)", d, n)
+		}
+		return d
+	}}
+}
+
+// A tie between the two drawn goes to the lower index, whichever of them
+// was drawn first (two draws a, then b from the n-1 others, shifted past a).
+func TestPowerOfTwoAssignTieGoesToTheLowerIndex(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		loads []int64
+		draws []int
+		want  int
+	}{
+		{"lower drawn first", []int64{4, 4}, []int{0, 0}, 0},  // a=0, b=1
+		{"higher drawn first", []int64{4, 4}, []int{1, 0}, 0}, // a=1, b=0
+		{"tie above the least loaded", []int64{0, 3, 3}, []int{2, 1}, 1},
+		{"tie above the least loaded, lower first", []int64{0, 3, 3}, []int{1, 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := scriptedTwo(t, tc.draws...).assign(AffinityInput{Loads: tc.loads}, 1, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := ints(tc.want); !slices.Equal(got, want) {
+				t.Errorf("loads %v, draws %v: %v; want %v", tc.loads, tc.draws, got, want)
+			}
+		})
+	}
+}
+
 // Over many tasks it spreads load: no policy ends more than a few tasks
 // above the mean (the power of two choices keeps the maximum load at
 // mean + O(log log n)).

@@ -20,6 +20,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/internal/prereq"
 	"github.com/policyrouter/policyrouter/internal/syncbuf"
 )
 
@@ -145,9 +146,7 @@ func freeAddrs(tb testing.TB, n int) []string {
 // TestREADMEWalkthrough runs the README's curl walk-through as written, on
 // free ports, and checks what it prints.
 func TestREADMEWalkthrough(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl not installed")
-	}
+	prereq.LookPath(t, "curl", "apt-get install curl; .ci/run installs it")
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -358,16 +357,14 @@ func pythonWithHTTPX(tb testing.TB) string {
 	tb.Helper()
 	const python = "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import httpx").Run(); err != nil {
-		if os.Getenv("POLICYROUTER_CI") != "" {
-			tb.Fatalf("%s cannot import httpx (apt-get install python3-httpx): %v", python, err)
-		}
-		tb.Skipf("%s cannot import httpx (apt-get install python3-httpx): %v", python, err)
+		prereq.Missing(tb, "%s cannot import httpx (apt-get install python3-httpx): %v", python, err)
 	}
 	return python
 }
 
 // TestREADMEPythonExample runs the README's Python example, as printed,
-// against the demo.
+// against the demo. It is the script the README names,
+// clients/python/examples/seed_adapters.py, shown whole.
 func TestREADMEPythonExample(t *testing.T) {
 	python := pythonWithHTTPX(t)
 	readme, err := os.ReadFile("../../README.md")
@@ -379,6 +376,13 @@ func TestREADMEPythonExample(t *testing.T) {
 		t.Fatal("README has no python example")
 	}
 	example, _, _ := strings.Cut(after, "```")
+	const script = "clients/python/examples/seed_adapters.py"
+	if !strings.Contains(string(readme), script) {
+		t.Errorf("README does not name %s", script)
+	}
+	if file, err := os.ReadFile("../../" + script); err != nil || string(file) != example {
+		t.Errorf("README's python example is not %s as it is (%v)", script, err)
+	}
 	p := start(t, nil, "demo", "--addr", "127.0.0.1:0", "--workers", "2")
 	example = strings.ReplaceAll(example, "127.0.0.1:8080", p.addr)
 	dir := t.TempDir()

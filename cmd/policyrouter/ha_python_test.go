@@ -172,7 +172,7 @@ func TestHAPythonClientFailover(t *testing.T) {
 		t.Fatalf("the Python client's counts: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	t.Logf("python client (%d threads sharing one Client, failover_timeout 15s): %d selects (by epoch between kills %v), "+
-		"%d NotLeader, %d other Unavailable, %d requests exceptions (%d select, %d release), %d other errors, "+
+		"%d NotLeader, %d other Unavailable, %d transport errors (%d select, %d release), %d other errors, "+
 		"releases %d true / %d false, base_url changed %d times %v",
 		threads, c.Selects, c.SuccessesByEpoch, c.NotLeader, c.Unavailable, c.RequestErrors,
 		c.SelectRequestErrors, c.ReleaseRequestErrors, c.OtherErrors, c.ReleasedTrue, c.ReleasedFalse,

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/policyrouter/policyrouter/internal/prereq"
 )
 
 // TestAlertRules checks deploy/prometheus/rules.yml: promtool accepts it
@@ -73,13 +75,7 @@ func TestAlertRules(t *testing.T) {
 		t.Error("the compose prometheus does not mount deploy/prometheus/rules.yml at /etc/prometheus/rules.yml")
 	}
 
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("POLICYROUTER_CI") != "" {
-			t.Fatal("promtool is not installed (Debian's prometheus package)")
-		}
-		t.Skip("promtool is not installed (Debian's prometheus package; .ci/run installs it)")
-	}
+	promtool := prereq.LookPath(t, "promtool", "Debian's prometheus package; .ci/run installs it")
 	for _, args := range [][]string{{"check", "rules", "rules.yml"}, {"test", "rules", "rules_test.yml"}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = dir

@@ -24,6 +24,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
 	"github.com/policyrouter/policyrouter/internal/poll"
+	"github.com/policyrouter/policyrouter/internal/prereq"
 	"github.com/policyrouter/policyrouter/internal/testpki"
 )
 
@@ -285,9 +286,7 @@ func TestMaxWaiters(t *testing.T) {
 // serves it, curl trusts it.
 func TestREADMETLSStartup(t *testing.T) {
 	for _, tool := range []string{"openssl", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skip(tool + " not installed")
-		}
+		prereq.LookPath(t, tool, "apt-get install "+tool+"; .ci/run installs it")
 	}
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {

@@ -10,18 +10,31 @@ rollout requests to policy servers.
 for asyncio (``await c.assign(...)``), both on httpx around one sans-I/O
 core. :class:`RemoteRouter`, :class:`RemoteSyncRouter` and
 :class:`AsyncRemoteSyncRouter` have the interface of the seed framework's
-in-process routers. Errors are :class:`PolicyRouterError` subclasses; the
+in-process routers. Every error is a :class:`PolicyRouterError` (transport
+failures too, with the httpx exception as ``__cause__``); the
 result types are in :mod:`policyrouter.types`.
 """
 
 from ._version import __version__
 from .errors import (
     AuthError,
+    ClientClosedError,
     Conflict,
+    ConflictError,
+    ConnectionFailedError,
+    ConnectionLostError,
+    ForbiddenError,
+    LeaseEndedWarning,
     NotFound,
+    NotFoundError,
     NotLeader,
+    NotLeaderError,
     PolicyRouterError,
+    TimedOutError,
+    TransportError,
+    UnauthorizedError,
     Unavailable,
+    UnavailableError,
     ValidationError,
 )
 from .client import Client, RegisteredPolicy
@@ -38,6 +51,19 @@ __all__ = [
     "PolicyRouterError",
     "ValidationError",
     "AuthError",
+    "UnauthorizedError",
+    "ForbiddenError",
+    "NotFoundError",
+    "ConflictError",
+    "UnavailableError",
+    "NotLeaderError",
+    "TransportError",
+    "ConnectionFailedError",
+    "ConnectionLostError",
+    "TimedOutError",
+    "ClientClosedError",
+    "LeaseEndedWarning",
+    # The same classes, by their names before they ended in Error.
     "NotFound",
     "Conflict",
     "Unavailable",

@@ -19,8 +19,11 @@ Retries are limited to what is safe to repeat:
 * GET, the idempotent PUTs, DELETE, drain and resume (which set a state)
   are repeated up to ``retries`` times when the request may have been sent
   (connection reset or closed before the answer) and on 502/503/504
-  answers, with a short exponential backoff (honouring ``Retry-After``).
-  Read timeouts are never repeated.
+  answers, after a short exponential backoff (``backoff`` doubled per
+  attempt, with jitter, at most ``max_backoff``) or the answer's
+  ``Retry-After`` when that is longer, up to ``max_retry_after``.
+  Read timeouts are never repeated. Each retry and fail-over is logged at
+  DEBUG on the ``policyrouter`` logger, with the call's request id.
 * ``POST /assign``, ``/select``, ``/release``, ``/complete``,
   ``POST /policies`` and ``POST /updates`` change routing state each time
   they run: once they may have reached the server, the error is raised to
@@ -41,6 +44,7 @@ seconds and a few passes over the routers.
 from __future__ import annotations
 
 import json
+import logging
 import numbers
 import random
 import ssl
@@ -55,7 +59,8 @@ from urllib.parse import quote
 import httpx
 
 from ._version import __version__
-from .errors import NotLeader, Unavailable, error_from_response
+from .errors import (ClientClosedError, NotLeaderError, TransportError, UnavailableError, error_from_response,
+                     transport_error)
 
 __all__ = [
     "Answer",
@@ -82,10 +87,65 @@ DEFAULT_FAILOVER_TIMEOUT = 15.0
 # pass may also follow one named leader per router).
 FAILOVER_PASSES = 4
 
+# Default ceiling, in seconds, on a Retry-After the client honours: a
+# router that asks for longer is asked again after this long.
+DEFAULT_MAX_RETRY_AFTER = 30.0
+
+log = logging.getLogger("policyrouter")
+
 # The server's wait of a /select without timeout_ms (its default).
 DEFAULT_SELECT_WAIT_MS = 30000
 
-Timeout = Union[float, Tuple[float, float]]
+#: A timeout as the clients take it: seconds (connect, read and write),
+#: a ``(connect, read)`` pair, an ``httpx.Timeout``, or ``None`` (no
+#: timeout). Any of the seconds may be ``None`` (no bound on that phase).
+Timeout = Union[float, Tuple[Optional[float], Optional[float]], httpx.Timeout, None]
+
+
+class _NotGiven:
+    """The default of a call's ``timeout``: the client's own."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+    def __reduce__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN: Any = _NotGiven()
+
+
+def _seconds(v: Any, what: str) -> Optional[float]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{what} must be a number of seconds or None, not {type(v).__name__}")
+    v = float(v)
+    if not v >= 0:  # NaN too
+        raise ValueError(f"{what} must be >= 0, not {v}")
+    return v
+
+
+def as_timeout(timeout: Timeout) -> httpx.Timeout:
+    """Check a timeout as the clients take it (see :data:`Timeout`) and
+    return it as an ``httpx.Timeout``. A ``(connect, read)`` pair bounds
+    writes like reads and the wait for a pooled connection like connects.
+    Raises ``TypeError`` or ``ValueError`` for anything else."""
+    if isinstance(timeout, httpx.Timeout):
+        for phase in ("connect", "read", "write", "pool"):
+            _seconds(getattr(timeout, phase), f"timeout.{phase}")
+        return timeout
+    if isinstance(timeout, tuple):
+        if len(timeout) != 2:
+            raise TypeError(f"a timeout pair is (connect, read), not {timeout!r}")
+        connect, read = _seconds(timeout[0], "connect timeout"), _seconds(timeout[1], "read timeout")
+        return httpx.Timeout(connect=connect, read=read, write=read, pool=connect)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)):
+        raise TypeError("timeout must be seconds, a (connect, read) pair, an httpx.Timeout or None, "
+                        f"not {type(timeout).__name__}")
+    return httpx.Timeout(_seconds(timeout, "timeout"))
 
 
 class RegisteredPolicy(dict):
@@ -115,11 +175,14 @@ _BROKEN = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
 
 def request_was_not_sent(exc: BaseException) -> bool:
-    """Report whether an httpx exception guarantees that the request never
+    """Report whether an exception guarantees that the request never
     reached the server: the connection could not be opened (refused,
     unreachable, DNS failure, TLS handshake failure, connect timeout). Any
     other failure (reset or closed connection, read timeout) may come
-    after the server got the request."""
+    after the server got the request. ``exc`` is the client's
+    :class:`~policyrouter.errors.TransportError` or an httpx exception."""
+    if isinstance(exc, TransportError):
+        return not exc.request_sent
     return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
 
 
@@ -271,11 +334,13 @@ def _nothing(a: Answer) -> None:
 
 def register_policy(url: str, node_id: Optional[str], index: Optional[int], id: Optional[str],  # noqa: A002
                     capacity: Optional[int], labels: Optional[Mapping[str, str]], allow_shared_url: bool,
-                    version: Optional[int]) -> Call[RegisteredPolicy]:
+                    version: Optional[int], engine: Optional[str] = None, api_key: Optional[str] = None,
+                    admin_api_key: Optional[str] = None) -> Call[RegisteredPolicy]:
     body = _omit_none(
         url=url, node_id=node_id, index=_opt_int(index), id=id, capacity=_opt_int(capacity),
         labels=None if labels is None else dict(labels),
         allow_shared_url=True if allow_shared_url else None, version=_opt_int(version),
+        engine=engine, api_key=api_key, admin_api_key=admin_api_key,
     )
     # With an index or id the call is idempotent (same body -> 200), so it
     # may be repeated; without either a repeat would register a second
@@ -309,10 +374,13 @@ def get_weights() -> Call[Any]:
 
 def rolling_update(version: int, action: Optional[Mapping[str, Any]], max_unavailable: Union[int, str, None],
                    min_available_per_node: Optional[int], drain_timeout_ms: Optional[int],
-                   max_failures: Optional[int]) -> Call[Any]:
+                   max_failures: Optional[int], model_path: Optional[str] = None, pause_mode: Optional[str] = None,
+                   set_floor: bool = False, phase_timeout_ms: Optional[int] = None) -> Call[Any]:
     body = _omit_none(version=int(version), action=None if action is None else dict(action),
-                      max_unavailable=max_unavailable, min_available_per_node=min_available_per_node,
-                      drain_timeout_ms=drain_timeout_ms, max_failures=max_failures)
+                      max_unavailable=max_unavailable, min_available_per_node=_opt_int(min_available_per_node),
+                      drain_timeout_ms=_opt_int(drain_timeout_ms), max_failures=_opt_int(max_failures),
+                      model_path=model_path, pause_mode=pause_mode, set_floor=True if set_floor else None,
+                      phase_timeout_ms=_opt_int(phase_timeout_ms))
     return Call("POST", "/updates", body)
 
 
@@ -383,11 +451,11 @@ def assign(num_tasks: int, current_loads: Optional[Sequence[int]], env_ids: Opti
 
 def select(env_id: Optional[str], router: Optional[str], timeout_ms: Optional[int], lease_ttl_ms: Optional[int],
            min_version: Optional[int], session_id: Optional[str], sticky_wait_ms: Optional[int],
-           load_factor: Optional[float]) -> Call[Any]:
+           load_factor: Optional[float], release: Optional[str] = None) -> Call[Any]:
     body = _omit_none(env_id=env_id, router=router, timeout_ms=_opt_int(timeout_ms),
                       lease_ttl_ms=_opt_int(lease_ttl_ms), min_version=_opt_int(min_version),
                       session_id=session_id, sticky_wait_ms=_opt_int(sticky_wait_ms),
-                      load_factor=_opt_float(load_factor))
+                      load_factor=_opt_float(load_factor), release=release)
     # The HTTP read timeout is the server's wait plus the client's timeout.
     wait_s = (DEFAULT_SELECT_WAIT_MS if timeout_ms is None else max(0, int(timeout_ms))) / 1000.0
     return Call("POST", "/select", body, extra_read_s=wait_s)
@@ -434,6 +502,7 @@ class ClientCore:
         max_backoff: float,
         failover_timeout: float,
         transport_name: str,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
@@ -449,6 +518,8 @@ class ClientCore:
             raise ValueError("retries must be >= 0")
         if not failover_timeout >= 0:
             raise ValueError("failover_timeout must be >= 0")
+        if not (backoff >= 0 and max_backoff >= 0 and max_retry_after >= 0):
+            raise ValueError("backoff, max_backoff and max_retry_after must be >= 0")
         self.base_urls = base_urls
         # The URL in use: the first one, then the one that last answered.
         # Read without the lock (one attribute read), switched under it.
@@ -460,10 +531,21 @@ class ClientCore:
         self._lock = threading.Lock()
         self.failover_timeout = float(failover_timeout)
         self.token = token
+        #: The timeout as given; ``_timeout_`` is its checked form.
         self.timeout = timeout
+        self._timeout_ = as_timeout(timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
+        self.max_retry_after = float(max_retry_after)
+        # The clock of the fail-over bound; tests replace it (and the
+        # shells' _sleep) so that no test waits for real.
+        self._clock: Callable[[], float] = time.monotonic
+        # Set by close(); is_closed also reads the session's state.
+        self._closed = False
+        #: How many lease() blocks found their lease already ended when
+        #: they released it (``released: false``).
+        self.leases_ended_before_release = 0
         self._headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
@@ -485,22 +567,50 @@ class ClientCore:
             return f"{name}({self.base_urls!r}, base_url={self.base_url!r})"
         return f"{name}({self.base_url!r})"
 
-    def _exchange(self, call: Call[T]) -> "Exchange[T]":
-        """Start one call."""
-        return Exchange(self, call)
+    def _lease_released(self, answer: Mapping[str, Any]) -> Optional[str]:
+        """Read the release at the end of a lease() block: ``None`` when it
+        ended the lease, else the warning to give (and the count of such
+        leases goes up): the lease ended before its holder was done with
+        it, which its holder should hear of (say, resubmit an aborted
+        rollout)."""
+        if answer.get("released", True):
+            return None
+        with self._lock:
+            self.leases_ended_before_release += 1
+        how = answer.get("how") or answer.get("reason")
+        what = f"lease {answer.get('lease_id')}"
+        if answer.get("index") is not None:
+            what += f" of policy {answer['index']}"
+        return (f"policyrouter: {what} had already ended when lease() released it"
+                + (f" (how: {how})" if how else " (the router did not say how)"))
 
-    def _timeout(self, extra_read_s: float) -> httpx.Timeout:
-        if isinstance(self.timeout, tuple):
-            connect, read = (float(x) for x in self.timeout)
-        else:
-            connect = read = float(self.timeout)
-        return httpx.Timeout(connect=connect, read=read + extra_read_s, write=read, pool=connect)
+    @property
+    def is_closed(self) -> bool:
+        """Whether the client was closed: no call can be made any more."""
+        return self._closed
+
+    def _exchange(self, call: Call[T], timeout: Timeout = NOT_GIVEN) -> "Exchange[T]":
+        """Start one call; ``timeout``, when given, replaces the client's
+        for this call. Raises ClientClosedError on a closed client."""
+        if self.is_closed:
+            raise ClientClosedError(f"{self!r} is closed: {call.method} {call.path} was not sent")
+        return Exchange(self, call, self._timeout_ if timeout is NOT_GIVEN else as_timeout(timeout))
+
+    @staticmethod
+    def _timeout(base: httpx.Timeout, extra_read_s: float) -> httpx.Timeout:
+        """``base`` with the read timeout raised by ``extra_read_s`` (the
+        server's wait of a /select); no bound stays no bound."""
+        read = None if base.read is None else base.read + extra_read_s
+        return httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
 
     def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
-        delay = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
+        """The pause before another attempt: the backoff (doubled per
+        attempt, jittered, at most ``max_backoff``), or the router's
+        ``Retry-After`` when longer, at most ``max_retry_after``."""
+        delay = min(self.backoff * (2 ** attempt) * (0.5 + random.random() / 2), self.max_backoff)
         if retry_after is not None:
-            delay = max(delay, retry_after)
-        return min(delay, self.max_backoff)
+            delay = max(delay, min(retry_after, self.max_retry_after))
+        return delay
 
     def _settle(self, started_on: str, base: str, pos: int) -> None:
         """Make ``base``, a router that answered, the one in use, unless
@@ -517,7 +627,7 @@ class Exchange(Generic[T]):
     """One call in progress: the request to send now (:attr:`request`), and
     what to do with its outcome (:meth:`answered`, :meth:`failed`)."""
 
-    def __init__(self, core: ClientCore, call: Call[T]) -> None:
+    def __init__(self, core: ClientCore, call: Call[T], timeout: Optional[httpx.Timeout] = None) -> None:
         self._core = core
         self.call = call
         idempotent = call.idempotent
@@ -529,7 +639,7 @@ class Exchange(Generic[T]):
         # One id for every attempt of this call, so server logs tie them up.
         headers["X-Request-ID"] = uuid.uuid4().hex
         self._headers = headers
-        self._timeout = core._timeout(call.extra_read_s)
+        self._timeout = core._timeout(core._timeout_ if timeout is None else timeout, call.extra_read_s)
         with core._lock:
             self._started_on, self._pos = core.base_url, core._pos
         self._base = self._started_on
@@ -549,7 +659,10 @@ class Exchange(Generic[T]):
         return Request(self.call.method, self._base + self.call.path, self._headers, self._content, self._timeout)
 
     def failed(self, exc: BaseException) -> Step:
-        """The attempt raised ``exc`` (an ``httpx.TransportError``)."""
+        """The attempt raised ``exc`` (an ``httpx.RequestError``). A
+        :class:`Step` with an error carries a
+        :class:`~policyrouter.errors.TransportError` whose ``__cause__`` is
+        ``exc``."""
         core = self._core
         not_sent = request_was_not_sent(exc) and not _tls_failure(exc)
         if not_sent and (len(core.base_urls) > 1 or self._base not in core.base_urls):
@@ -560,10 +673,11 @@ class Exchange(Generic[T]):
             pause = nxt in self._failed
             delay = core._delay(self._pauses, None) if pause else 0.0
             if not self._may_hop(delay):
-                return Step(error=exc)
+                return Step(error=self._transport_error(exc))
             if pause:
                 self._pauses += 1
                 self._failed.clear()
+            self._log_hop(type(exc).__name__, nxt, delay)
             self._base, self._pos = nxt, nxt_pos
             return Step(delay=delay)
         # A connect failure on the one router has had the transport's
@@ -573,8 +687,13 @@ class Exchange(Generic[T]):
             self._maybe_done = True
             delay = core._delay(self._attempt, None)
             self._attempt += 1
+            self._log_retry(type(exc).__name__, delay)
             return Step(delay=delay)
-        return Step(error=exc)
+        return Step(error=self._transport_error(exc))
+
+    def _transport_error(self, exc: BaseException) -> TransportError:
+        return transport_error(exc, self.call.method, self._base + self.call.path, self._headers["X-Request-ID"],
+                               request_sent=not request_was_not_sent(exc))
 
     def answered(self, answer: Answer) -> Step:
         """The attempt got an HTTP answer."""
@@ -583,7 +702,7 @@ class Exchange(Generic[T]):
             core._settle(self._started_on, self._base, self._pos)
             return Step(done=True, value=self.call.decode(answer))
         err = error_from_response(answer)
-        if isinstance(err, NotLeader) and self.call.follow_leader:
+        if isinstance(err, NotLeaderError) and self.call.follow_leader:
             # A follower made no lease and no change: resend anywhere.
             self._failed.add(self._base)
             leader = _leader_url(err.leader)
@@ -601,18 +720,32 @@ class Exchange(Generic[T]):
             if pause:
                 self._pauses += 1
                 self._failed.clear()  # after a pause, what followers say is news
+            self._log_hop("503 not_leader", nxt, delay)  # type: ignore[arg-type]
             self._base, self._pos = nxt, nxt_pos  # type: ignore[assignment]
             return Step(delay=delay)
         core._settle(self._started_on, self._base, self._pos)
         if self.call.missing_ok_on_retry and self._maybe_done and answer.status_code == 404:
             return Step(done=True, value=self.call.decode(answer))
         if self._idempotent and answer.status_code in RETRY_STATUSES and self._attempt < core.retries:
-            retry_after = err.retry_after if isinstance(err, Unavailable) else None
+            retry_after = err.retry_after if isinstance(err, UnavailableError) else None
             self._maybe_done = True
             delay = core._delay(self._attempt, retry_after)
             self._attempt += 1
+            why = f"{answer.status_code} {err.code}" if err.code else str(answer.status_code)
+            if retry_after is not None:
+                why += f", Retry-After {retry_after:g}s"
+            self._log_retry(why, delay)
             return Step(delay=delay)
         return Step(error=err)
+
+    def _log_retry(self, why: str, delay: float) -> None:
+        log.debug("policyrouter: %s %s: %s; retry %d of %d in %.3fs (request_id %s)", self.call.method,
+                  self._base + self.call.path, why, self._attempt, self._core.retries, delay,
+                  self._headers["X-Request-ID"])
+
+    def _log_hop(self, why: str, to: str, delay: float) -> None:
+        log.debug("policyrouter: %s %s: %s; sending it to %s in %.3fs (request_id %s)", self.call.method,
+                  self._base + self.call.path, why, to, delay, self._headers["X-Request-ID"])
 
     def _next_listed(self) -> Tuple[str, int]:
         urls = self._core.base_urls
@@ -621,7 +754,7 @@ class Exchange(Generic[T]):
         return urls[p], p
 
     def _may_hop(self, delay: float) -> bool:
-        now = time.monotonic()
+        now = self._core._clock()
         if self._deadline is None:
             self._deadline = now + self._core.failover_timeout
         if self._hops >= self._max_hops or now + delay >= self._deadline:

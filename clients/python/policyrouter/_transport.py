@@ -11,9 +11,14 @@ settings and connection limits.
 The blocking transports also set ``TCP_NODELAY``: httpcore writes a
 request's headers and body in two writes, and without it the body waits
 for the delayed ACK of the headers, some 40 ms per call. httpx 0.24 and
-later take ``socket_options``; on httpx 0.23 (httpcore 0.16, Debian 12) the
-transport's connection pool is given a network backend that sets it. The
-asyncio transport needs neither: anyio sets ``TCP_NODELAY`` itself.
+later take ``socket_options``, the public way. httpx 0.23 (httpcore 0.16,
+what Debian 12 ships) has no public way, so on that version alone, and only
+while the transport has the private attribute it had there, its connection
+pool gets a network backend that sets the option
+(:func:`_nodelay_on_httpx_0_23`, the one place that touches httpx's
+internals). Any other httpx without ``socket_options`` gets a plain
+transport. The asyncio transport needs none of this: anyio sets
+``TCP_NODELAY`` itself.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 try:  # httpcore 0.16, under httpx 0.23
     from httpcore.backends.sync import SyncBackend as _SyncBackend
-except ImportError:  # pragma: no cover - newer httpcore: socket_options instead
+except ImportError:  # newer httpcore: socket_options instead
     _SyncBackend = None  # type: ignore[assignment,misc]
 
 
@@ -150,12 +155,26 @@ def transport_limits(pool_maxsize: int) -> httpx.Limits:
 
 
 def sync_transport(verify: Any, cert: Any, limits: httpx.Limits, retries: int) -> httpx.HTTPTransport:
-    """The blocking client's own transport."""
+    """The blocking client's own transport, with ``TCP_NODELAY`` on its
+    connections where httpx allows it (see the module docs)."""
     kw = dict(verify=verify, cert=cert, limits=limits, retries=retries)
-    if "socket_options" in inspect.signature(httpx.HTTPTransport).parameters:
-        return httpx.HTTPTransport(socket_options=[_NODELAY], **kw)  # pragma: no cover - httpx >= 0.24
+    if "socket_options" in inspect.signature(httpx.HTTPTransport).parameters:  # httpx >= 0.24
+        return httpx.HTTPTransport(socket_options=[_NODELAY], **kw)
     transport = httpx.HTTPTransport(**kw)
-    pool = getattr(transport, "_pool", None)
-    if _SyncBackend is not None and isinstance(getattr(pool, "_network_backend", None), _SyncBackend):
-        pool._network_backend = _NoDelayBackend()  # type: ignore[union-attr]
+    if httpx.__version__.startswith("0.23."):
+        _nodelay_on_httpx_0_23(transport)
     return transport
+
+
+def _nodelay_on_httpx_0_23(transport: httpx.HTTPTransport) -> bool:
+    """Give an httpx 0.23 transport's connection pool a network backend
+    that sets ``TCP_NODELAY``. httpx 0.23 has no public way to set a socket
+    option and Debian 12 ships it; this reaches into two private attributes
+    (``transport._pool._network_backend``), so it runs on that version only
+    and does nothing unless they are what httpx 0.23 has. Returns whether
+    the backend was replaced."""
+    pool = getattr(transport, "_pool", None)
+    if _SyncBackend is None or type(getattr(pool, "_network_backend", None)) is not _SyncBackend:
+        return False
+    pool._network_backend = _NoDelayBackend()  # type: ignore[union-attr]
+    return True

@@ -2,4 +2,4 @@
 reads it from here (``[tool.setuptools.dynamic]``), ``policyrouter.__version__``
 and the ``User-Agent`` header import it."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

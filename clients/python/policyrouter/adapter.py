@@ -41,6 +41,13 @@ releasing it frees the policy at once, without waiting for a poll:
 The ``node_affinity`` sync router is the seed's round robin, which never
 tracks busy policies: its answers carry no lease and there is nothing to
 release.
+
+The sync adapters ask for ``"release": "on_idle"`` leases, the seed's
+contract: a probe that finds the policy idle after it worked ends the lease
+(the router's default, ``explicit``, waits for a release or the TTL). A
+router older than the ``release`` field answers 422 naming it; the adapter
+then asks again without it, and from then on, since such a router's
+leases already end that way.
 """
 
 from __future__ import annotations
@@ -56,12 +63,15 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .async_client import AsyncClient
 from .client import Client
-from .errors import NotFound, Unavailable
+from .errors import NotFoundError, UnavailableError, ValidationError
 from .types import SelectResult
 
 __all__ = ["RemoteRouter", "RemoteSyncRouter", "AsyncRemoteSyncRouter"]
 
 log = logging.getLogger("policyrouter")
+
+#: The release mode the sync adapters ask for: the seed's contract.
+RELEASE_ON_IDLE = "on_idle"
 
 
 class RemoteRouter:
@@ -112,7 +122,7 @@ class RemoteRouter:
 
 class _SelectWait:
     """The waiting rules of ``select_policy``, without I/O: how long the
-    next ``/select`` may wait, and what to do after an ``Unavailable``
+    next ``/select`` may wait, and what to do after an ``UnavailableError``
     answer (ask again at once, pause, or give up). One per
     ``select_policy`` call; both adapters follow it."""
 
@@ -133,7 +143,7 @@ class _SelectWait:
         self.asked = time.monotonic()
         return self.wait_ms
 
-    def after(self, exc: Unavailable) -> Optional[float]:
+    def after(self, exc: UnavailableError) -> Optional[float]:
         """The pause before asking again (0: at once), or None: give up and
         raise ``exc``."""
         now = time.monotonic()
@@ -188,6 +198,9 @@ class _SyncRouterBase:
         self.unavailable_after_s = unavailable_after_s
         self.sticky_wait_ms = sticky_wait_ms
         self._lock = threading.Lock()
+        # Whether /select is sent "release": "on_idle"; cleared when the
+        # router predates the field.
+        self._send_release = True
         self._held: Dict[int, Deque[str]] = {}
         # release_previous: the last lease of each thread (blocking) or
         # task (asyncio).
@@ -204,7 +217,19 @@ class _SyncRouterBase:
 
     def _select_args(self, env_id: Optional[str], session_id: Optional[str], wait_ms: int) -> Dict[str, Any]:
         return dict(env_id=env_id, router=self.router, timeout_ms=wait_ms, lease_ttl_ms=self.lease_ttl_ms,
-                    session_id=session_id, sticky_wait_ms=self.sticky_wait_ms if session_id else None)
+                    session_id=session_id, sticky_wait_ms=self.sticky_wait_ms if session_id else None,
+                    release=RELEASE_ON_IDLE if self._send_release else None)
+
+    def _release_unknown(self, exc: ValidationError) -> bool:
+        """Whether a /select was refused for its ``release`` field (a router
+        older than it): then stop sending it, and ask again (a 422 took
+        no policy)."""
+        if self._send_release and "release" in exc.fields:
+            self._send_release = False
+            log.debug("policyrouter: the router does not know /select's release field (%s); "
+                      "its leases end on idle anyway: not sending it", exc.fields["release"])
+            return True
+        return False
 
     def _policy(self, sel: Mapping[str, Any]) -> Any:
         index = sel["index"]
@@ -273,7 +298,7 @@ class RemoteSyncRouter(_SyncRouterBase):
         eval_policies: the seed's ``eval_policies``; when given,
             ``select_policy`` returns ``eval_policies[index]`` (the object
             the seed returned) instead of the index.
-        max_wait_s: give up (raise :class:`~policyrouter.errors.Unavailable`)
+        max_wait_s: give up (raise :class:`~policyrouter.errors.UnavailableError`)
             after waiting this long in all; ``None`` waits as long as it
             takes, as the seed's ``select_policy`` does, asking again every
             ``timeout_ms``.
@@ -289,7 +314,7 @@ class RemoteSyncRouter(_SyncRouterBase):
             no policy to wait for at all (``no_policies``, or
             ``all_unavailable``: every policy unhealthy, drained or not yet
             heard from) for this long, raise
-            :class:`~policyrouter.errors.Unavailable` instead of waiting on;
+            :class:`~policyrouter.errors.UnavailableError` instead of waiting on;
             busy policies (``no_idle_policy``) are still waited for as
             ``max_wait_s`` says. ``None`` waits on.
         sticky_wait_ms: how long a ``select_policy`` that names a
@@ -324,10 +349,14 @@ class RemoteSyncRouter(_SyncRouterBase):
             try:
                 sel = self.client.select(**self._select_args(env_id, session_id, wait.next_wait_ms()))
                 break
-            except Unavailable as exc:
+            except UnavailableError as exc:
                 pause = wait.after(exc)
                 if pause is None:
                     raise
+            except ValidationError as exc:
+                if not self._release_unknown(exc):
+                    raise
+                pause = 0.0
             if pause:
                 time.sleep(pause)
         held = self._hold(sel)
@@ -356,7 +385,7 @@ class RemoteSyncRouter(_SyncRouterBase):
         try:
             # released is False when the server already saw the policy idle.
             return bool(self.client.release(lease_id=lease).get("released"))
-        except NotFound:
+        except NotFoundError:
             return False  # issued by an earlier server process
 
 
@@ -389,10 +418,14 @@ class AsyncRemoteSyncRouter(_SyncRouterBase):
             try:
                 sel = await self.client.select(**self._select_args(env_id, session_id, wait.next_wait_ms()))
                 break
-            except Unavailable as exc:
+            except UnavailableError as exc:
                 pause = wait.after(exc)
                 if pause is None:
                     raise
+            except ValidationError as exc:
+                if not self._release_unknown(exc):
+                    raise
+                pause = 0.0
             if pause:
                 await asyncio.sleep(pause)
         held = self._hold(sel)
@@ -420,5 +453,5 @@ class AsyncRemoteSyncRouter(_SyncRouterBase):
     async def _release_remote(self, lease: str) -> bool:
         try:
             return bool((await self.client.release(lease_id=lease)).get("released"))
-        except NotFound:
+        except NotFoundError:
             return False

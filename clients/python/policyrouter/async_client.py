@@ -16,15 +16,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from typing import Any, AsyncIterator, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+import warnings
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set,
+                    Tuple, Union)
 
 import httpx
 
 from . import _core
-from ._core import DEFAULT_FAILOVER_TIMEOUT, Answer, Call, RegisteredPolicy, T, Timeout
+from ._core import (DEFAULT_FAILOVER_TIMEOUT, DEFAULT_MAX_RETRY_AFTER, NOT_GIVEN, Answer, Call, RegisteredPolicy, T,
+                    Timeout)
 from ._transport import async_session
 from .client import Client
-from .errors import NotFound
+from .errors import LeaseEndedWarning, NotFoundError
 from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
                     Update, Weights)
 
@@ -53,13 +56,16 @@ class AsyncClient(_core.ClientCore):
         *,
         backoff: float = 0.1,
         max_backoff: float = 2.0,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
         pool_maxsize: int = 32,
         verify: Union[bool, str, None] = None,
         cert: Union[str, Tuple[str, str], None] = None,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
     ) -> None:
         super().__init__(base_url, token, timeout, retries, backoff, max_backoff, failover_timeout,
-                         f"httpx/{httpx.__version__} asyncio")
+                         f"httpx/{httpx.__version__} asyncio", max_retry_after)
+        # The pause between attempts; tests replace it.
+        self._sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
         self._owns_session = session is None
         if session is None:
             session = async_session(self._retry_url, self.retries, True if verify is None else verify, cert,
@@ -72,11 +78,21 @@ class AsyncClient(_core.ClientCore):
 
     # -- lifecycle -------------------------------------------------------
 
+    @property
+    def is_closed(self) -> bool:
+        """Whether the client is closed (:meth:`aclose`, or its ``session``
+        closed by its owner): a call then raises
+        :class:`~policyrouter.errors.ClientClosedError`."""
+        return self._closed or self.session.is_closed
+
     async def aclose(self) -> None:
-        """Close the session if the client made it, after the releases
-        still under way."""
+        """Close the client, after the releases still under way, and its
+        session if the client made it. Calls made afterwards raise
+        :class:`~policyrouter.errors.ClientClosedError`; closing twice is
+        harmless."""
         if self._releases:
             await asyncio.gather(*self._releases, return_exceptions=True)
+        self._closed = True
         if self._owns_session:
             await self.session.aclose()
 
@@ -100,25 +116,42 @@ class AsyncClient(_core.ClientCore):
         labels: Optional[Mapping[str, str]] = None,
         allow_shared_url: bool = False,
         version: Optional[int] = None,
+        engine: Optional[str] = None,
+        api_key: Optional[str] = None,
+        admin_api_key: Optional[str] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> RegisteredPolicy:
         return await self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url,
-                                                      version))
+                                                      version, engine, api_key, admin_api_key), timeout)
 
-    async def replace_policies(self, policies: Iterable[Mapping[str, Any]]) -> List[Policy]:
-        return await self._send(_core.replace_policies(policies))
+    async def replace_policies(
+        self,
+        policies: Iterable[Mapping[str, Any]],
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> List[Policy]:
+        return await self._send(_core.replace_policies(policies), timeout)
 
     async def replace_registration(self, policies: Iterable[Mapping[str, Any]],
-                                   topology: Mapping[str, Any]) -> Registration:
-        return await self._send(_core.replace_registration(policies, topology))
+                                   topology: Mapping[str, Any], *, timeout: Timeout = NOT_GIVEN) -> Registration:
+        return await self._send(_core.replace_registration(policies, topology), timeout)
 
-    async def get_registration(self) -> Registration:
-        return await self._send(_core.get_registration())
+    async def get_registration(self, *, timeout: Timeout = NOT_GIVEN) -> Registration:
+        return await self._send(_core.get_registration(), timeout)
 
-    async def set_weights(self, version: int, max_staleness: Optional[int] = None, force: bool = False) -> Weights:
-        return await self._send(_core.set_weights(version, max_staleness, force))
+    async def set_weights(
+        self,
+        version: int,
+        max_staleness: Optional[int] = None,
+        force: bool = False,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Weights:
+        return await self._send(_core.set_weights(version, max_staleness, force), timeout)
 
-    async def get_weights(self) -> Weights:
-        return await self._send(_core.get_weights())
+    async def get_weights(self, *, timeout: Timeout = NOT_GIVEN) -> Weights:
+        return await self._send(_core.get_weights(), timeout)
 
     async def rolling_update(
         self,
@@ -128,21 +161,28 @@ class AsyncClient(_core.ClientCore):
         min_available_per_node: Optional[int] = None,
         drain_timeout_ms: Optional[int] = None,
         max_failures: Optional[int] = None,
+        model_path: Optional[str] = None,
+        pause_mode: Optional[str] = None,
+        set_floor: bool = False,
+        phase_timeout_ms: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> Update:
         return await self._send(_core.rolling_update(version, action, max_unavailable, min_available_per_node,
-                                                     drain_timeout_ms, max_failures))
+                                                     drain_timeout_ms, max_failures, model_path, pause_mode,
+                                                     set_floor, phase_timeout_ms), timeout)
 
-    async def get_update(self, update_id: str) -> Update:
-        return await self._send(_core.get_update(update_id))
+    async def get_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
+        return await self._send(_core.get_update(update_id), timeout)
 
-    async def list_updates(self) -> List[Update]:
-        return await self._send(_core.list_updates())
+    async def list_updates(self, *, timeout: Timeout = NOT_GIVEN) -> List[Update]:
+        return await self._send(_core.list_updates(), timeout)
 
-    async def update_done(self, update_id: str, policies: Iterable[str]) -> Update:
-        return await self._send(_core.update_done(update_id, policies))
+    async def update_done(self, update_id: str, policies: Iterable[str], *, timeout: Timeout = NOT_GIVEN) -> Update:
+        return await self._send(_core.update_done(update_id, policies), timeout)
 
-    async def abort_update(self, update_id: str) -> Update:
-        return await self._send(_core.abort_update(update_id))
+    async def abort_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
+        return await self._send(_core.abort_update(update_id), timeout)
 
     async def wait_update(
         self,
@@ -165,26 +205,31 @@ class AsyncClient(_core.ClientCore):
                 raise TimeoutError(f"update {update_id} still running after {timeout}s")
             await asyncio.sleep(poll_s)
 
-    async def list_policies(self) -> List[Policy]:
-        return await self._send(_core.list_policies())
+    async def list_policies(self, *, timeout: Timeout = NOT_GIVEN) -> List[Policy]:
+        return await self._send(_core.list_policies(), timeout)
 
-    async def get_policy(self, id: Union[str, int]) -> Policy:  # noqa: A002
-        return await self._send(_core.get_policy(id))
+    async def get_policy(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> Policy:  # noqa: A002
+        return await self._send(_core.get_policy(id), timeout)
 
-    async def delete_policy(self, id: Union[str, int]) -> None:  # noqa: A002
-        return await self._send(_core.delete_policy(id))
+    async def delete_policy(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> None:  # noqa: A002
+        return await self._send(_core.delete_policy(id), timeout)
 
-    async def drain(self, id: Union[str, int]) -> Policy:  # noqa: A002
-        return await self._send(_core.drain(id))
+    async def drain(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> Policy:  # noqa: A002
+        return await self._send(_core.drain(id), timeout)
 
-    async def resume(self, id: Union[str, int]) -> Policy:  # noqa: A002
-        return await self._send(_core.resume(id))
+    async def resume(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> Policy:  # noqa: A002
+        return await self._send(_core.resume(id), timeout)
 
-    async def set_topology(self, component_distribution: Mapping[str, Any]) -> Dict[str, Any]:
-        return await self._send(_core.set_topology(component_distribution))
+    async def set_topology(
+        self,
+        component_distribution: Mapping[str, Any],
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Dict[str, Any]:
+        return await self._send(_core.set_topology(component_distribution), timeout)
 
-    async def get_topology(self) -> Dict[str, Any]:
-        return await self._send(_core.get_topology())
+    async def get_topology(self, *, timeout: Timeout = NOT_GIVEN) -> Dict[str, Any]:
+        return await self._send(_core.get_topology(), timeout)
 
     # -- routing ---------------------------------------------------------
 
@@ -198,9 +243,11 @@ class AsyncClient(_core.ClientCore):
         session_ids: Optional[Sequence[Optional[str]]] = None,
         load_factor: Optional[float] = None,
         assign_ttl_ms: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> AssignResult:
         return await self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
-                                             load_factor, assign_ttl_ms))
+                                             load_factor, assign_ttl_ms), timeout)
 
     async def select(
         self,
@@ -212,9 +259,12 @@ class AsyncClient(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        release: Optional[str] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> SelectResult:
         return await self._send(_core.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id,
-                                             sticky_wait_ms, load_factor))
+                                             sticky_wait_ms, load_factor, release), timeout)
 
     @contextlib.asynccontextmanager
     async def lease(
@@ -227,6 +277,9 @@ class AsyncClient(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        release: Optional[str] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> AsyncIterator[SelectResult]:
         """:meth:`select` a policy for the ``async with`` block, and release
         it when the block ends, also on an error or a cancellation::
@@ -239,56 +292,67 @@ class AsyncClient(_core.ClientCore):
         and then its task group) still frees the policy; :meth:`aclose`
         waits for such releases. Cancelling the ``select`` itself, while it
         waits, closes its request: the router takes no policy for it. A
-        lease the router already ended needs no release and raises
-        nothing."""
+        lease the router had already ended raises nothing, but warns (a
+        :class:`~policyrouter.errors.LeaseEndedWarning`) and counts in
+        :attr:`leases_ended_before_release`, as :meth:`Client.lease`
+        does."""
         sel = await self.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id, sticky_wait_ms,
-                                load_factor)
+                                load_factor, release, timeout=timeout)
         try:
             yield sel
         finally:
             if sel.get("lease_id"):
-                task = asyncio.ensure_future(self._release_quietly(sel["lease_id"]))
+                task = asyncio.ensure_future(self._release_quietly(sel["lease_id"], timeout))
                 self._releases.add(task)
                 task.add_done_callback(self._releases.discard)
                 await asyncio.shield(task)
 
-    async def _release_quietly(self, lease_id: str) -> None:
+    async def _release_quietly(self, lease_id: str, timeout: Timeout) -> None:
         try:
-            await self.release(lease_id=lease_id)
-        except NotFound:
-            pass  # issued by an earlier server process
+            answer = await self.release(lease_id=lease_id, timeout=timeout)
+        except NotFoundError:
+            return  # issued by an earlier server process
+        warning = self._lease_released(answer)
+        if warning is not None:
+            warnings.warn(warning, LeaseEndedWarning, stacklevel=2)
 
-    async def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> ReleaseResult:
-        return await self._send(_core.release(lease_id, index))
+    async def release(
+        self,
+        lease_id: Optional[str] = None,
+        index: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> ReleaseResult:
+        return await self._send(_core.release(lease_id, index), timeout)
 
-    async def complete(self, index: int, count: int = 1) -> CompleteResult:
-        return await self._send(_core.complete(index, count))
+    async def complete(self, index: int, count: int = 1, *, timeout: Timeout = NOT_GIVEN) -> CompleteResult:
+        return await self._send(_core.complete(index, count), timeout)
 
     # -- reading ---------------------------------------------------------
 
-    async def stats(self) -> Stats:
-        return await self._send(_core.stats())
+    async def stats(self, *, timeout: Timeout = NOT_GIVEN) -> Stats:
+        return await self._send(_core.stats(), timeout)
 
-    async def healthz(self) -> Health:
-        return await self._send(_core.healthz())
+    async def healthz(self, *, timeout: Timeout = NOT_GIVEN) -> Health:
+        return await self._send(_core.healthz(), timeout)
 
-    async def readyz(self) -> Health:
-        return await self._send(_core.readyz())
+    async def readyz(self, *, timeout: Timeout = NOT_GIVEN) -> Health:
+        return await self._send(_core.readyz(), timeout)
 
     # -- plumbing --------------------------------------------------------
 
-    async def _send(self, call: Call[T]) -> T:
+    async def _send(self, call: Call[T], timeout: Timeout = NOT_GIVEN) -> T:
         """Send one call, attempt after attempt, as the core says."""
-        ex = self._exchange(call)
+        ex = self._exchange(call, timeout)
         while True:
             req = ex.request
             try:
                 resp = await self.session.request(req.method, req.url, content=req.content, headers=req.headers,
                                                   timeout=req.timeout)
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 step = ex.failed(exc)
-                if step.error is exc:
-                    raise
+                if step.error is not None:
+                    raise step.error from exc
             else:
                 step = ex.answered(Answer(resp.status_code, resp.headers, resp.content, resp.reason_phrase))
             if step.error is not None:
@@ -296,7 +360,7 @@ class AsyncClient(_core.ClientCore):
             if step.done:
                 return step.value
             if step.delay > 0:
-                await asyncio.sleep(step.delay)
+                await self._sleep(step.delay)
 
 
 def _share_docs() -> None:

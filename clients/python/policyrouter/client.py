@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import httpx
 
 from . import _core
-from ._core import DEFAULT_FAILOVER_TIMEOUT, Answer, Call, RegisteredPolicy, T, Timeout, request_was_not_sent
+from ._core import (DEFAULT_FAILOVER_TIMEOUT, DEFAULT_MAX_RETRY_AFTER, NOT_GIVEN, Answer, Call, RegisteredPolicy, T,
+                    Timeout, request_was_not_sent)
 from ._transport import sync_session
-from .errors import NotFound
+from .errors import LeaseEndedWarning, NotFoundError
 from .types import (AssignResult, CompleteResult, Health, Policy, Registration, ReleaseResult, SelectResult, Stats,
                     Update, Weights)
 
@@ -37,8 +39,13 @@ class Client(_core.ClientCore):
         token: a bearer token (``policyrouter token`` mints one); sent as
             ``Authorization: Bearer <token>`` when given.
         timeout: seconds to connect and to wait for an answer; a
-            ``(connect, read)`` tuple sets them apart. ``select`` waits
-            ``timeout_ms`` longer.
+            ``(connect, read)`` tuple sets them apart; an ``httpx.Timeout``
+            sets each phase; ``None`` waits as long as it takes (also
+            ``None`` within the pair). ``select`` waits ``timeout_ms``
+            longer. Checked here: anything else raises ``TypeError`` or
+            ``ValueError``. Every method that sends a request takes a
+            keyword ``timeout=`` of the same forms, for that call alone
+            (``wait_update``'s ``timeout`` is its whole wait).
         session: an ``httpx.Client`` to use (its transport, proxies,
             certificates and connect retries are kept). By default the
             client makes its own, with ``retries`` connect retries, and
@@ -48,6 +55,9 @@ class Client(_core.ClientCore):
             could not be opened (see the module docs); 0 disables both.
         backoff: first retry delay in seconds, doubled per attempt, with
             jitter, at most ``max_backoff``.
+        max_retry_after: the longest ``Retry-After`` honoured, in seconds
+            (default 30): a retry waits the router's ``Retry-After`` when
+            it is longer than the backoff, but never longer than this.
         pool_maxsize: connections kept alive between calls (the client
             opens as many as there are calls at once).
         verify: for an ``https://`` server, what its certificate is
@@ -80,7 +90,8 @@ class Client(_core.ClientCore):
     Methods return the server's JSON as plain dicts and lists (typed in
     :mod:`policyrouter.types`), and raise
     :class:`~policyrouter.errors.PolicyRouterError` subclasses for error
-    answers and ``httpx.TransportError`` subclasses for transport failures.
+    answers, :class:`~policyrouter.errors.TransportError` subclasses
+    (the httpx exception as their ``__cause__``) for transport failures.
     """
 
     def __init__(
@@ -93,13 +104,16 @@ class Client(_core.ClientCore):
         *,
         backoff: float = 0.1,
         max_backoff: float = 2.0,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
         pool_maxsize: int = 32,
         verify: Union[bool, str, None] = None,
         cert: Union[str, Tuple[str, str], None] = None,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
     ) -> None:
         super().__init__(base_url, token, timeout, retries, backoff, max_backoff, failover_timeout,
-                         f"httpx/{httpx.__version__}")
+                         f"httpx/{httpx.__version__}", max_retry_after)
+        # The pause between attempts; tests replace it.
+        self._sleep: Callable[[float], Any] = time.sleep
         self._owns_session = session is None
         if session is None:
             session = sync_session(self._retry_url, self.retries, True if verify is None else verify, cert,
@@ -110,8 +124,18 @@ class Client(_core.ClientCore):
 
     # -- lifecycle -------------------------------------------------------
 
+    @property
+    def is_closed(self) -> bool:
+        """Whether the client is closed (:meth:`close`, or its ``session``
+        closed by its owner): a call then raises
+        :class:`~policyrouter.errors.ClientClosedError`."""
+        return self._closed or self.session.is_closed
+
     def close(self) -> None:
-        """Close the session if the client made it."""
+        """Close the client, and its session if the client made it. Calls
+        made afterwards raise :class:`~policyrouter.errors.ClientClosedError`;
+        closing twice is harmless."""
+        self._closed = True
         if self._owns_session:
             self.session.close()
 
@@ -133,6 +157,11 @@ class Client(_core.ClientCore):
         labels: Optional[Mapping[str, str]] = None,
         allow_shared_url: bool = False,
         version: Optional[int] = None,
+        engine: Optional[str] = None,
+        api_key: Optional[str] = None,
+        admin_api_key: Optional[str] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> RegisteredPolicy:
         """``POST /policies``: register one policy.
 
@@ -144,38 +173,58 @@ class Client(_core.ClientCore):
         already has, unless ``allow_shared_url`` is set. Retried like a PUT
         when ``index`` or ``id`` is given, else only when the request was
         never sent.
-        """
-        return self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url, version))
 
-    def replace_policies(self, policies: Iterable[Mapping[str, Any]]) -> List[Policy]:
+        ``engine`` is the kind of server: ``"policyrouter"`` (the
+        ``GET /idle`` contract), ``"sglang"`` or ``"vllm"`` (default: the
+        router's ``--default-engine``). ``api_key`` and ``admin_api_key``
+        are sent by the router to the engine as ``Authorization: Bearer``
+        (probes, and update calls); they are write-only, never returned.
+        """
+        return self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url, version,
+                                                engine, api_key, admin_api_key), timeout)
+
+    def replace_policies(self, policies: Iterable[Mapping[str, Any]], *, timeout: Timeout = NOT_GIVEN) -> List[Policy]:
         """``PUT /policies``: replace the whole set at once (what a trainer
         does at start-up); each entry has the fields of
         :meth:`register_policy`. Returns the stored policies in index order."""
-        return self._send(_core.replace_policies(policies))
+        return self._send(_core.replace_policies(policies), timeout)
 
-    def replace_registration(self, policies: Iterable[Mapping[str, Any]], topology: Mapping[str, Any]) -> Registration:
+    def replace_registration(
+        self,
+        policies: Iterable[Mapping[str, Any]],
+        topology: Mapping[str, Any],
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Registration:
         """``PUT /registration``: replace every policy and the topology (the
         seed's ``component_distribution``) in one atomic call, checked as a
         whole: what a trainer does at start-up, and how to shrink or
         reshape a fleet. Returns ``{"policies": [...], "topology": {...}}``."""
-        return self._send(_core.replace_registration(policies, topology))
+        return self._send(_core.replace_registration(policies, topology), timeout)
 
-    def get_registration(self) -> Registration:
+    def get_registration(self, *, timeout: Timeout = NOT_GIVEN) -> Registration:
         """``GET /registration``: every policy and the topology."""
-        return self._send(_core.get_registration())
+        return self._send(_core.get_registration(), timeout)
 
-    def set_weights(self, version: int, max_staleness: Optional[int] = None, force: bool = False) -> Weights:
+    def set_weights(
+        self,
+        version: int,
+        max_staleness: Optional[int] = None,
+        force: bool = False,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Weights:
         """``PUT /weights``: record the trainer's current weight version; with
         ``max_staleness``, no router hands work to a policy whose version
         (reported in its ``/idle`` answer) is below ``version -
         max_staleness``. A floor that no policy meets raises Conflict (the
         message says how many policies meet it) unless ``force``. Returns
         ``{"version", "max_staleness", "min_version"}``."""
-        return self._send(_core.set_weights(version, max_staleness, force))
+        return self._send(_core.set_weights(version, max_staleness, force), timeout)
 
-    def get_weights(self) -> Weights:
+    def get_weights(self, *, timeout: Timeout = NOT_GIVEN) -> Weights:
         """``GET /weights``."""
-        return self._send(_core.get_weights())
+        return self._send(_core.get_weights(), timeout)
 
     def rolling_update(
         self,
@@ -185,6 +234,12 @@ class Client(_core.ClientCore):
         min_available_per_node: Optional[int] = None,
         drain_timeout_ms: Optional[int] = None,
         max_failures: Optional[int] = None,
+        model_path: Optional[str] = None,
+        pause_mode: Optional[str] = None,
+        set_floor: bool = False,
+        phase_timeout_ms: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> Update:
         """``POST /updates``: roll weight ``version`` through the fleet in
         waves of at most ``max_unavailable`` policies (a count, or a
@@ -192,28 +247,35 @@ class Client(_core.ClientCore):
         ``action`` (``{"method", "path", "body", "timeout_ms"}``) is sent to
         each policy of a wave; without it the trainer updates the policies
         listed in the update's ``ready`` and confirms with
-        :meth:`update_done`. Returns the update (``state`` ``running``).
+        :meth:`update_done`. With SGLang or vLLM policies, ``model_path``
+        (a checkpoint the engines load) replaces ``action``; ``pause_mode``
+        says what happens to the work in flight (``wait``, the default,
+        ``abort``, ``retract``, ``in_place`` or ``keep``, as the engine
+        has them); ``set_floor`` moves the ``/weights`` floor to
+        ``version`` once every policy is there; ``phase_timeout_ms`` bounds
+        each policy's phase. Returns the update (``state`` ``running``).
         Not retried once sent: a repeat would be a second update (409)."""
         return self._send(_core.rolling_update(version, action, max_unavailable, min_available_per_node,
-                                               drain_timeout_ms, max_failures))
+                                               drain_timeout_ms, max_failures, model_path, pause_mode, set_floor,
+                                               phase_timeout_ms), timeout)
 
-    def get_update(self, update_id: str) -> Update:
+    def get_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
         """``GET /updates/{id}``: the update's state, waves and policies."""
-        return self._send(_core.get_update(update_id))
+        return self._send(_core.get_update(update_id), timeout)
 
-    def list_updates(self) -> List[Update]:
+    def list_updates(self, *, timeout: Timeout = NOT_GIVEN) -> List[Update]:
         """``GET /updates``: every update, newest first."""
-        return self._send(_core.list_updates())
+        return self._send(_core.list_updates(), timeout)
 
-    def update_done(self, update_id: str, policies: Iterable[str]) -> Update:
+    def update_done(self, update_id: str, policies: Iterable[str], *, timeout: Timeout = NOT_GIVEN) -> Update:
         """``POST /updates/{id}/done``: the trainer has updated these
         policies of the running wave (external mode)."""
-        return self._send(_core.update_done(update_id, policies))
+        return self._send(_core.update_done(update_id, policies), timeout)
 
-    def abort_update(self, update_id: str) -> Update:
+    def abort_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
         """``POST /updates/{id}/abort``: end the update and resume every
         policy it drained."""
-        return self._send(_core.abort_update(update_id))
+        return self._send(_core.abort_update(update_id), timeout)
 
     def wait_update(
         self,
@@ -238,42 +300,47 @@ class Client(_core.ClientCore):
                 raise TimeoutError(f"update {update_id} still running after {timeout}s")
             time.sleep(poll_s)
 
-    def list_policies(self) -> List[Policy]:
+    def list_policies(self, *, timeout: Timeout = NOT_GIVEN) -> List[Policy]:
         """``GET /policies``: every policy, in index order."""
-        return self._send(_core.list_policies())
+        return self._send(_core.list_policies(), timeout)
 
-    def get_policy(self, id: Union[str, int]) -> Policy:  # noqa: A002
+    def get_policy(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> Policy:  # noqa: A002
         """``GET /policies/{id}``, with the policy's live ``state`` and
         health (``last_error``, ``unhealthy_since``, ``last_ok``). An
         ``int`` names the policy by its index (``/policies/by-index/3``), a
-        ``str`` by its id. Raises NotFound for an unknown one."""
-        return self._send(_core.get_policy(id))
+        ``str`` by its id. Raises NotFoundError for an unknown one."""
+        return self._send(_core.get_policy(id), timeout)
 
-    def delete_policy(self, id: Union[str, int]) -> None:  # noqa: A002
-        """``DELETE /policies/{id}``; raises NotFound for an unknown id,
+    def delete_policy(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> None:  # noqa: A002
+        """``DELETE /policies/{id}``; raises NotFoundError for an unknown id,
         except when an earlier attempt of this same call may have deleted
         it (then the 404 of the retry is the expected answer)."""
-        return self._send(_core.delete_policy(id))
+        return self._send(_core.delete_policy(id), timeout)
 
-    def drain(self, id: Union[str, int]) -> Policy:  # noqa: A002
+    def drain(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> Policy:  # noqa: A002
         """``POST /policies/{id}/drain``: stop new work to the policy without
         deleting it. Returns the policy (``draining`` true). An ``int``
         names the policy by its index, a ``str`` by its id."""
-        return self._send(_core.drain(id))
+        return self._send(_core.drain(id), timeout)
 
-    def resume(self, id: Union[str, int]) -> Policy:  # noqa: A002
+    def resume(self, id: Union[str, int], *, timeout: Timeout = NOT_GIVEN) -> Policy:  # noqa: A002
         """``POST /policies/{id}/resume``: undo :meth:`drain`."""
-        return self._send(_core.resume(id))
+        return self._send(_core.resume(id), timeout)
 
-    def set_topology(self, component_distribution: Mapping[str, Any]) -> Dict[str, Any]:
+    def set_topology(
+        self,
+        component_distribution: Mapping[str, Any],
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Dict[str, Any]:
         """``PUT /topology`` with the seed's ``component_distribution`` as is:
         ``{"node-a": {"env": {"ids": [0, 1]}, "eval": {"ids": [0]}}, ...}``.
         Returns the stored topology."""
-        return self._send(_core.set_topology(component_distribution))
+        return self._send(_core.set_topology(component_distribution), timeout)
 
-    def get_topology(self) -> Dict[str, Any]:
+    def get_topology(self, *, timeout: Timeout = NOT_GIVEN) -> Dict[str, Any]:
         """``GET /topology``."""
-        return self._send(_core.get_topology())
+        return self._send(_core.get_topology(), timeout)
 
     # -- routing ---------------------------------------------------------
 
@@ -287,6 +354,8 @@ class Client(_core.ClientCore):
         session_ids: Optional[Sequence[Optional[str]]] = None,
         load_factor: Optional[float] = None,
         assign_ttl_ms: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> AssignResult:
         """``POST /assign``: spread ``num_tasks`` tasks over the policies.
 
@@ -309,7 +378,7 @@ class Client(_core.ClientCore):
         raised twice).
         """
         return self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
-                                       load_factor, assign_ttl_ms))
+                                       load_factor, assign_ttl_ms), timeout)
 
     def select(
         self,
@@ -321,6 +390,9 @@ class Client(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        release: Optional[str] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> SelectResult:
         """``POST /select``: take one idle policy for a sync request,
         waiting up to ``timeout_ms`` (server default 30000, capped by the
@@ -341,16 +413,22 @@ class Client(_core.ClientCore):
         takes what the router would pick. ``load_factor`` is the factor of
         the home's load bound (default: the server's ``--sticky-load-factor``).
 
+        ``release`` says what ends the lease: ``"explicit"`` (the router's
+        default: :meth:`release`, its TTL, or the policy's removal) or
+        ``"on_idle"`` (the seed's contract, for callers that never
+        release: also a probe that finds the policy idle after it worked).
+        A router that predates the field answers 422 naming it.
+
         Returns ``{"index", "id", "url", "node_id", "lease_id", "version"}``
         (and ``sticky``, where a session landed, when one was named); the
         ``node_affinity`` (round-robin) router issues no ``lease_id``.
-        Raises :class:`~policyrouter.errors.Unavailable` (with
+        Raises :class:`~policyrouter.errors.UnavailableError` (with
         ``retry_after``) when no policy became idle in time. The HTTP read
         timeout is the wait plus the client's timeout. Not retried once
         sent: a lost answer may have taken a policy.
         """
         return self._send(_core.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id,
-                                       sticky_wait_ms, load_factor))
+                                       sticky_wait_ms, load_factor, release), timeout)
 
     @contextlib.contextmanager
     def lease(
@@ -363,6 +441,9 @@ class Client(_core.ClientCore):
         session_id: Optional[str] = None,
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
+        release: Optional[str] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
     ) -> Iterator[SelectResult]:
         """:meth:`select` a policy for the ``with`` block, and release it when
         the block ends, also on an error::
@@ -370,66 +451,82 @@ class Client(_core.ClientCore):
             with client.lease(env_id="env-3", session_id=traj) as sel:
                 send_rollout_request(sel["url"])
 
-        Yields the :meth:`select` answer. A lease the router already ended
-        (released, expired, freed by its poller, or issued by a router that
-        has since restarted) needs no release and raises nothing."""
+        Yields the :meth:`select` answer. A lease the router had already
+        ended when the block ends (its TTL, an abort by a rolling update,
+        the policy's removal, a probe for an ``on_idle`` lease) raises
+        nothing, but the holder counted on it: ``lease()`` warns (a
+        :class:`~policyrouter.errors.LeaseEndedWarning`, naming how it
+        ended when the router says) and counts it in
+        :attr:`leases_ended_before_release`. A lease issued by a router
+        that has since restarted (404) is dropped silently."""
         sel = self.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id, sticky_wait_ms,
-                          load_factor)
+                          load_factor, release, timeout=timeout)
         try:
             yield sel
         finally:
             if sel.get("lease_id"):
                 try:
-                    self.release(lease_id=sel["lease_id"])
-                except NotFound:
-                    pass
+                    answer = self.release(lease_id=sel["lease_id"], timeout=timeout)
+                except NotFoundError:
+                    pass  # issued by an earlier server process
+                else:
+                    warning = self._lease_released(answer)
+                    if warning is not None:
+                        # Frames: this generator, contextlib's __exit__, the with.
+                        warnings.warn(warning, LeaseEndedWarning, stacklevel=3)
 
-    def release(self, lease_id: Optional[str] = None, index: Optional[int] = None) -> ReleaseResult:
+    def release(
+        self,
+        lease_id: Optional[str] = None,
+        index: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> ReleaseResult:
         """``POST /release``: return a selected policy to idle at once, by
         ``lease_id`` or (releasing that policy's oldest lease) by ``index``.
         Idempotent: a lease that already ended (released before, or freed
         when the server saw the policy idle) answers ``{"released": False}``.
-        Raises NotFound for a lease the server never issued, or an index
+        Raises NotFoundError for a lease the server never issued, or an index
         with no lease out."""
-        return self._send(_core.release(lease_id, index))
+        return self._send(_core.release(lease_id, index), timeout)
 
-    def complete(self, index: int, count: int = 1) -> CompleteResult:
+    def complete(self, index: int, count: int = 1, *, timeout: Timeout = NOT_GIVEN) -> CompleteResult:
         """``POST /complete``: ``count`` tasks of policy ``index`` finished;
         lowers its tracked load. Returns ``{"index", "load"}``."""
-        return self._send(_core.complete(index, count))
+        return self._send(_core.complete(index, count), timeout)
 
     # -- reading ---------------------------------------------------------
 
-    def stats(self) -> Stats:
+    def stats(self, *, timeout: Timeout = NOT_GIVEN) -> Stats:
         """``GET /stats``: per policy, per node and total figures, the
         ``/select`` calls waiting (``waiters``) and the leases out."""
-        return self._send(_core.stats())
+        return self._send(_core.stats(), timeout)
 
-    def healthz(self) -> Health:
+    def healthz(self, *, timeout: Timeout = NOT_GIVEN) -> Health:
         """``GET /healthz``: ``{"status": "ok"}`` while the process serves."""
-        return self._send(_core.healthz())
+        return self._send(_core.healthz(), timeout)
 
-    def readyz(self) -> Health:
-        """``GET /readyz``: ``{"status": "ok"}``; raises Unavailable when the
-        server is not ready (after the usual retries), and NotLeader at once
+    def readyz(self, *, timeout: Timeout = NOT_GIVEN) -> Health:
+        """``GET /readyz``: ``{"status": "ok"}``; raises UnavailableError when the
+        server is not ready (after the usual retries), and NotLeaderError at once
         from a follower replica: only the leader is ready, and following it
         would report another router's readiness."""
-        return self._send(_core.readyz())
+        return self._send(_core.readyz(), timeout)
 
     # -- plumbing --------------------------------------------------------
 
-    def _send(self, call: Call[T]) -> T:
+    def _send(self, call: Call[T], timeout: Timeout = NOT_GIVEN) -> T:
         """Send one call, attempt after attempt, as the core says."""
-        ex = self._exchange(call)
+        ex = self._exchange(call, timeout)
         while True:
             req = ex.request
             try:
                 resp = self.session.request(req.method, req.url, content=req.content, headers=req.headers,
                                             timeout=req.timeout)
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 step = ex.failed(exc)
-                if step.error is exc:
-                    raise
+                if step.error is not None:
+                    raise step.error from exc
             else:
                 step = ex.answered(Answer(resp.status_code, resp.headers, resp.content, resp.reason_phrase))
             if step.error is not None:
@@ -437,4 +534,4 @@ class Client(_core.ClientCore):
             if step.done:
                 return step.value
             if step.delay > 0:
-                time.sleep(step.delay)
+                self._sleep(step.delay)

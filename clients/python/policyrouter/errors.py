@@ -1,4 +1,6 @@
-"""Typed errors for the policyrouter API.
+"""Typed errors for the policyrouter API: one hierarchy, under
+:class:`PolicyRouterError`, for everything a call can fail with once its
+arguments are accepted.
 
 Every error answer of the server carries one envelope::
 
@@ -9,8 +11,15 @@ Every error answer of the server carries one envelope::
 including non-JSON bodies from a proxy) into an instance of
 :class:`PolicyRouterError` or one of its subclasses, chosen by HTTP status.
 
-Transport failures (connection refused, read timeouts) are not wrapped: they
-surface as the ``httpx.TransportError`` that httpx raised.
+A call that got no answer raises a :class:`TransportError` subclass, with
+the httpx exception as its ``__cause__`` (:func:`transport_error` builds
+it): :class:`ConnectionFailedError` (nothing was sent),
+:class:`ConnectionLostError` (the connection broke before the answer) or
+:class:`TimedOutError` (no answer in time). A client used after it was
+closed raises :class:`ClientClosedError`.
+
+The names end in ``Error``; the older ``NotFound``, ``Conflict``,
+``Unavailable`` and ``NotLeader`` are the same classes.
 """
 
 from __future__ import annotations
@@ -20,15 +29,31 @@ import json
 import time
 from typing import Any, Dict, Mapping, Optional
 
+import httpx
+
 __all__ = [
     "PolicyRouterError",
     "ValidationError",
     "AuthError",
+    "UnauthorizedError",
+    "ForbiddenError",
+    "NotFoundError",
+    "ConflictError",
+    "UnavailableError",
+    "NotLeaderError",
+    "TransportError",
+    "ConnectionFailedError",
+    "ConnectionLostError",
+    "TimedOutError",
+    "ClientClosedError",
+    "LeaseEndedWarning",
+    # The names before they ended in Error: the same classes.
     "NotFound",
     "Conflict",
     "Unavailable",
     "NotLeader",
     "error_from_response",
+    "transport_error",
     "parse_retry_after",
 ]
 
@@ -37,10 +62,12 @@ _MAX_TEXT = 2000
 
 
 class PolicyRouterError(Exception):
-    """An error answer of the policyrouter server.
+    """An error answer of the policyrouter server, and the base of every
+    error of this package.
 
     Attributes:
-        status: the HTTP status code.
+        status: the HTTP status code; ``None`` when there was no answer
+            (a :class:`TransportError`).
         code: the envelope's ``code`` (for example ``"validation_failed"``),
             or ``None`` when the body was not the server's envelope.
         message: the envelope's ``message``, or the body text.
@@ -94,18 +121,28 @@ class ValidationError(PolicyRouterError, ValueError):
 
 
 class AuthError(PolicyRouterError):
-    """401 (missing or invalid token) or 403 (token lacks the scope)."""
+    """401 or 403; the subclasses tell them apart."""
 
 
-class NotFound(PolicyRouterError):
+class UnauthorizedError(AuthError):
+    """401: no token, or one the router does not accept (expired, signed
+    with another key): get a new token."""
+
+
+class ForbiddenError(AuthError):
+    """403: a valid token without the scope the route needs (``admin``,
+    ``route`` or ``read``)."""
+
+
+class NotFoundError(PolicyRouterError):
     """404: unknown policy id, unknown or already released lease, or route."""
 
 
-class Conflict(PolicyRouterError):
+class ConflictError(PolicyRouterError):
     """409: for example a different body registered for a taken index."""
 
 
-class Unavailable(PolicyRouterError):
+class UnavailableError(PolicyRouterError):
     """503: no policy to route to (none registered, all unhealthy or
     draining, no idle policy within ``timeout_ms``), the server is shutting
     down, or it is not ready.
@@ -133,7 +170,7 @@ class Unavailable(PolicyRouterError):
         return text
 
 
-class NotLeader(Unavailable):
+class NotLeaderError(UnavailableError):
     """503 ``not_leader``: the router answering is a follower of a
     replicated (HA) deployment and serves only admin calls and reads; the
     leader-only endpoints (``/select``, ``/assign``, ``/release``,
@@ -168,17 +205,121 @@ class NotLeader(Unavailable):
         return text
 
 
+NotFound = NotFoundError
+Conflict = ConflictError
+Unavailable = UnavailableError
+NotLeader = NotLeaderError
+
+
+class TransportError(PolicyRouterError):
+    """No answer: the call failed in the transport. Its ``__cause__`` is the
+    httpx exception (not pickled: pickling keeps the message and fields).
+
+    Attributes:
+        status, code: ``None``.
+        message: what failed, naming the method, URL and httpx exception.
+        request_id: the call's ``X-Request-ID``, to look for it in the
+            router's logs (it may have arrived).
+        request_sent: ``False`` when the request certainly never reached
+            the router (the connection could not be opened), so that any
+            call may be sent again; ``True`` when it may have.
+    """
+
+    def __init__(self, message: str, request_id: Optional[str] = None, request_sent: bool = True) -> None:
+        Exception.__init__(self, message, request_id, request_sent)
+        self.status = None  # type: ignore[assignment]
+        self.code = None
+        self.message = message
+        self.fields = {}
+        self.request_id = request_id
+        self.request_sent = request_sent
+
+    def __str__(self) -> str:
+        text = self.message
+        if self.request_id:
+            text += f" (request_id {self.request_id})"
+        return text
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(message={self.message!r}, request_id={self.request_id!r}, "
+                f"request_sent={self.request_sent!r})")
+
+
+class ConnectionFailedError(TransportError):
+    """The connection could not be opened (refused, DNS failure, connect
+    timeout, TLS handshake refused, e.g. an untrusted certificate): nothing
+    was sent (``request_sent`` is ``False``)."""
+
+
+class ConnectionLostError(TransportError):
+    """The connection broke (reset, closed) before the whole answer came:
+    the router may have handled the request."""
+
+
+class TimedOutError(TransportError):
+    """The request was sent (or waited for a connection of the pool) and no
+    answer came within the timeout: the router may have handled it."""
+
+
+class ClientClosedError(PolicyRouterError, RuntimeError):
+    """A call on a client after its ``close()``/``aclose()``. Also a
+    ``RuntimeError``, which is what httpx raised before."""
+
+    def __init__(self, message: str = "the policyrouter client is closed") -> None:
+        Exception.__init__(self, message)
+        self.status = None  # type: ignore[assignment]
+        self.code = None
+        self.message = message
+        self.fields = {}
+        self.request_id = None
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class LeaseEndedWarning(UserWarning):
+    """Warned by ``lease()`` when its lease had already ended at the end of
+    the block (the release answered ``released: false``): the router ended
+    it (a TTL, an abort by a rolling update, the policy's removal, or, for
+    ``on_idle`` leases, a probe) while its holder still counted on it."""
+
+
+def transport_error(exc: BaseException, method: str, url: str, request_id: Optional[str],
+                    request_sent: bool) -> TransportError:
+    """The :class:`TransportError` subclass for an httpx exception raised
+    by ``method url``, with ``exc`` as its ``__cause__``. The class is read
+    from the exception's class alone: httpx's ``ConnectError`` and
+    ``ConnectTimeout`` give :class:`ConnectionFailedError`, its read, write
+    and protocol errors :class:`ConnectionLostError`, its other timeouts
+    :class:`TimedOutError`, anything else :class:`TransportError`."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        cls: type = ConnectionFailedError
+    elif isinstance(exc, httpx.TimeoutException):
+        cls = TimedOutError
+    elif isinstance(exc, (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)):
+        cls = ConnectionLostError
+    else:
+        cls = TransportError
+    detail = str(exc) or "(no message)"
+    err = cls(f"{method} {url}: {type(exc).__name__}: {detail}", request_id, request_sent)
+    err.__cause__ = exc
+    return err
+
+
 # The header a follower names the leader in (absent while none is known).
 LEADER_HEADER = "X-Policyrouter-Leader"
 
 _BY_STATUS = {
     400: ValidationError,
     422: ValidationError,
-    401: AuthError,
-    403: AuthError,
-    404: NotFound,
-    409: Conflict,
-    503: Unavailable,
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    503: UnavailableError,
 }
 
 
@@ -244,18 +385,18 @@ def error_from_response(response: Any) -> PolicyRouterError:
     if not message:
         message = getattr(response, "reason_phrase", None) or getattr(response, "reason", None) or f"HTTP {status}"
     cls = _BY_STATUS.get(status, PolicyRouterError)
-    if cls is Unavailable and code == "not_leader":
+    if cls is UnavailableError and code == "not_leader":
         leader = (response.headers.get(LEADER_HEADER) or "").strip()
         if not leader and isinstance(body, dict) and isinstance(body.get("error"), dict):
             named = body["error"].get("leader")
             leader = named.strip() if isinstance(named, str) else ""
-        return NotLeader(
+        return NotLeaderError(
             status, code, message, fields, request_id,
             retry_after=parse_retry_after(response.headers.get("Retry-After")),
             leader=leader or None,
         )
-    if cls is Unavailable:
-        return Unavailable(
+    if cls is UnavailableError:
+        return UnavailableError(
             status, code, message, fields, request_id,
             retry_after=parse_retry_after(response.headers.get("Retry-After")),
         )

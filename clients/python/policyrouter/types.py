@@ -2,11 +2,12 @@
 
 The client returns the server's JSON as plain ``dict`` s and ``list`` s;
 these types describe them for type checkers (the package ships
-``py.typed``). Keys the server adds in later versions are not listed and
-still appear at run time. Keys marked optional are absent from some answers
-(or from older routers): ``lease_id`` from the round-robin router's
-``/select``, ``sticky`` unless a session was named, ``version`` from
-routers older than the one-decision ``/select``.
+``py.typed``). They follow the schemas of the router's ``openapi.yaml``:
+a required key there is a required key here, an optional one optional
+(``lease_id`` of the round-robin router's ``/select``, ``sticky`` unless a
+session was named), and ``tests/test_types.py`` fails when a key of a
+schema is missing here, or one here is not in the schema. Keys a later
+router adds still appear at run time.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any, Dict, List, Literal, Optional, TypedDict
 
 __all__ = [
     "Sticky",
+    "Engine",
     "Policy",
+    "PolicyStats",
     "PolicyRef",
     "Registration",
     "Weights",
@@ -24,8 +27,10 @@ __all__ = [
     "ReleaseResult",
     "CompleteResult",
     "Health",
+    "UpdateCall",
     "UpdatePolicy",
     "Update",
+    "UpdateSummary",
     "Stats",
 ]
 
@@ -34,9 +39,15 @@ __all__ = [
 #: it) or ``spilled`` (to the router's pick, after ``sticky_wait_ms``).
 Sticky = Literal["home", "moved", "spilled"]
 
+#: The kind of server a policy is: the ``GET /idle`` contract, SGLang or vLLM.
+Engine = Literal["policyrouter", "sglang", "vllm"]
+
 
 class Policy(TypedDict):
-    """A registered policy (``GET /policies``, ``POST /policies``, drain)."""
+    """A registered policy (``GET /policies``, ``POST /policies``, drain).
+    ``version`` is the weight version as an integer (ordering),
+    ``weight_version`` the engine's own string (``""`` before any report).
+    The write-only ``api_key`` and ``admin_api_key`` are never returned."""
 
     index: int
     id: str
@@ -47,9 +58,48 @@ class Policy(TypedDict):
     draining: bool
     state: str  # idle, busy, unhealthy, draining, unknown
     version: int
+    engine: Engine
+    weight_version: str
     last_error: str
     unhealthy_since: Optional[str]
     last_ok: Optional[str]
+
+
+class _PolicyStatsRequired(TypedDict):
+    index: int
+    id: str
+    node_id: str
+    url: str
+    labels: Dict[str, str]
+    draining: bool
+    state: str  # idle, busy, unhealthy, draining, unknown, update_failed
+    load: int
+    inflight: int
+    capacity: int
+    selected_total: int
+    assigned_total: int
+    completed_total: int
+    last_poll: Optional[str]
+    latency_ms: float
+    consecutive_failures: int
+    last_error: str
+    unhealthy_since: Optional[str]
+    last_ok: Optional[str]
+    probes_total: int
+    probe_failures_total: int
+    expired_total: int
+    tasks_expired_total: int
+    version: int
+    engine: Engine
+    weight_version: str
+
+
+class PolicyStats(_PolicyStatsRequired, total=False):
+    """One policy in ``GET /stats``: as :class:`Policy`, with its live
+    figures. ``update_error`` is present while a rolling update failed on
+    it."""
+
+    update_error: str
 
 
 class PolicyRef(TypedDict):
@@ -114,10 +164,13 @@ class _ReleaseRequired(TypedDict):
 
 class ReleaseResult(_ReleaseRequired, total=False):
     """``POST /release``. ``released`` is ``False`` for a lease that had
-    already ended; ``index`` and ``id`` name the policy when it is true."""
+    already ended; ``index`` and ``id`` name the policy when it is true;
+    ``reason`` says why an ended lease ended, when known (``aborted``: a
+    rolling update's abort ended it)."""
 
     index: int
     id: str
+    reason: str
 
 
 class CompleteResult(TypedDict):
@@ -133,9 +186,21 @@ class Health(TypedDict):
     status: str
 
 
-class UpdatePolicy(TypedDict, total=False):
-    """One policy's progress in a rolling update."""
+class _UpdateCallRequired(TypedDict):
+    method: str
+    path: str
+    status: int
+    time: str
+    duration_ms: float
 
+
+class UpdateCall(_UpdateCallRequired, total=False):
+    """The last call a rolling update made to a policy's engine."""
+
+    error: str
+
+
+class _UpdatePolicyRequired(TypedDict):
     id: str
     index: int
     node_id: str
@@ -145,22 +210,27 @@ class UpdatePolicy(TypedDict, total=False):
     drained: Optional[str]
     ended: Optional[str]
     drain_timed_out: bool
-    error: str
-    engine: str
-    step: str  # while updating: pause, load, ready, version, resume, confirm
+    engine: Engine
     in_phase_ms: float
     in_step_ms: float
     expected_version: int
     reported_version: int
     weight_version: str
-    last_call: Optional[Dict[str, Any]]
+    last_call: Optional[UpdateCall]
     aborted_leases: int
-    held: bool  # joined during the update: no work until at its version
 
 
-class Update(TypedDict, total=False):
-    """A rolling update (``POST /updates``, ``GET /updates/{id}``)."""
+class UpdatePolicy(_UpdatePolicyRequired, total=False):
+    """One policy's progress in a rolling update; ``step`` while
+    updating, ``error`` once failed, ``held`` when it joined during the
+    update (no work until at its version)."""
 
+    error: str
+    step: str  # pause, load, ready, version, resume, confirm
+    held: bool
+
+
+class _UpdateRequired(TypedDict):
     id: str
     state: str  # running, succeeded, failed, aborted
     version: int
@@ -169,6 +239,10 @@ class Update(TypedDict, total=False):
     min_available_per_node: int
     drain_timeout_ms: int
     max_failures: int
+    pause_mode: str  # wait, abort, retract, in_place, keep
+    set_floor: bool
+    phase_timeout_ms: int
+    floor: int
     created: str
     ended: Optional[str]
     waves: int
@@ -176,15 +250,31 @@ class Update(TypedDict, total=False):
     capacity_held: int
     ready: List[str]
     policies: List[UpdatePolicy]
+
+
+class Update(_UpdateRequired, total=False):
+    """A rolling update (``POST /updates``, ``GET /updates/{id}``);
+    ``model_path`` when one was given, ``error`` once failed."""
+
+    model_path: str
     error: str
 
 
-class Stats(TypedDict, total=False):
-    """``GET /stats``; ``waiters`` counts the ``/select`` calls waiting for
-    a policy, ``leases`` the leases out. The nested documents are described
-    by the server's ``openapi.yaml``."""
+class UpdateSummary(TypedDict):
+    """The running or last update, in ``GET /stats``: its policies by
+    phase."""
 
-    policies: List[Dict[str, Any]]
+    id: str
+    state: str
+    version: int
+    waves: int
+    failures: int
+    capacity_held: int
+    phases: Dict[str, int]
+
+
+class _StatsRequired(TypedDict):
+    policies: List[PolicyStats]
     nodes: Dict[str, Dict[str, Any]]
     totals: Dict[str, Any]
     waiters: int
@@ -194,7 +284,18 @@ class Stats(TypedDict, total=False):
     decisions: Dict[str, Any]
     poller: Optional[Dict[str, Any]]
     sticky: Dict[str, Any]
-    update: Optional[Dict[str, Any]]
+    update: Optional[UpdateSummary]
     replica: Optional[Dict[str, Any]]
+    env_unmapped: Dict[str, Any]
     uptime_seconds: float
     time: str
+
+
+class Stats(_StatsRequired, total=False):
+    """``GET /stats``; ``waiters`` counts the ``/select`` calls waiting for
+    a policy, ``leases`` the leases out. The figures per node, the totals
+    and the poller's, sticky and decision figures are described by the
+    server's ``openapi.yaml``."""
+
+    oldest_lease_seconds: float
+    oldest_task_seconds: float

@@ -2,7 +2,8 @@
 
 The binary is built once per test run (``go build`` from the repository
 root, found relative to this file) or taken from ``POLICYROUTER_BIN``.
-Without either, tests using it are skipped.
+Without either, tests using it are skipped, or fail under CI
+(``POLICYROUTER_CI`` set, as ``.ci/run`` does): see :func:`missing`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,30 @@ CLIENT_ROOT = os.path.dirname(HERE)  # clients/python
 REPO_ROOT = os.path.dirname(os.path.dirname(CLIENT_ROOT))
 
 _lock = threading.Lock()
+
+
+def ci() -> bool:
+    """Whether the tests run under CI (``POLICYROUTER_CI`` set, as
+    ``.ci/run`` does, which installs everything the tests need)."""
+    return bool(os.environ.get("POLICYROUTER_CI"))
+
+
+def missing(what: str) -> BaseException:
+    """The exception for a test whose prerequisite (a tool, the binary, a
+    module) is missing: a skip on a developer's machine, a failure under CI,
+    so that CI cannot pass a test by not running it."""
+    if ci():
+        return RuntimeError(f"{what} (required: POLICYROUTER_CI is set)")
+    return unittest.SkipTest(what)
+
+
+def require_tool(name: str, install: str) -> str:
+    """The path of the program ``name``; skips the test without it, or fails
+    it under CI."""
+    path = shutil.which(name)
+    if path is None:
+        raise missing(f"{name} is not on PATH ({install})")
+    return path
 _binary: Optional[str] = None
 _build_error: Optional[BaseException] = None
 
@@ -31,7 +56,7 @@ _build_error: Optional[BaseException] = None
 def binary() -> str:
     """Return the path of the policyrouter binary, building it on first use.
 
-    Raises unittest.SkipTest when there is neither POLICYROUTER_BIN nor go.
+    Without POLICYROUTER_BIN and go, skips (or, under CI, fails) the test.
     """
     global _binary, _build_error
     with _lock:
@@ -48,10 +73,10 @@ def binary() -> str:
             return _binary
         go = shutil.which("go")
         if go is None:
-            _build_error = unittest.SkipTest("go is not on PATH and POLICYROUTER_BIN is unset")
+            _build_error = missing("go is not on PATH and POLICYROUTER_BIN is unset")
             raise _build_error
         if not os.path.exists(os.path.join(REPO_ROOT, "go.mod")):
-            _build_error = unittest.SkipTest(f"no go.mod at {REPO_ROOT}; set POLICYROUTER_BIN")
+            _build_error = missing(f"no go.mod at {REPO_ROOT}; set POLICYROUTER_BIN")
             raise _build_error
         tmp = tempfile.mkdtemp(prefix="policyrouter-pytest-")
         atexit.register(shutil.rmtree, tmp, True)

@@ -2,16 +2,20 @@
 must answer like the seed's routers (tests/seed_reference.py)."""
 
 import asyncio
+import json
 import random
 import threading
 import time
+import unittest
 
 import httpx
 
-from policyrouter import AsyncRemoteSyncRouter, Client, RemoteRouter, RemoteSyncRouter, Unavailable, ValidationError
+from policyrouter import (AsyncClient, AsyncRemoteSyncRouter, Client, RemoteRouter, RemoteSyncRouter, Unavailable,
+                          ValidationError)
 
 from tests import seed_reference as seed
 from tests._server import AsyncServerTestCase, ServerTestCase
+from tests._stub import LoopbackServer, reply
 
 CD = {
     "n0": {"env": {"ids": [0, 1]}, "eval": {"ids": [0, 1]}},
@@ -256,3 +260,65 @@ class AsyncRemoteSyncRouterTest(AsyncServerTestCase):
         st = await self.client.stats()
         self.assertEqual((st["leases"], st["totals"]["idle"]), (0, 1))
         self.assertEqual(holder.held_leases(), {})
+
+
+class ReleaseModeTest(unittest.TestCase):
+    """The seed adapters ask for on_idle leases (the seed's contract), and
+    drop the field, once, for a router that does not know it. Played
+    against a stub: the router learns the field in parallel."""
+
+    def stub(self, knows_release):
+        bodies = []
+
+        def handle(h, body):
+            doc = json.loads(body) if body else {}
+            bodies.append(doc)
+            if h.path == "/select" and "release" in doc and not knows_release:
+                reply(h, 422, {}, {"error": {"code": "validation_failed", "request_id": "r",
+                                             "message": "invalid request: release is not a known field",
+                                             "fields": {"release": "is not a known field"}}})
+            elif h.path == "/select":
+                reply(h, 200, {}, {"index": 1, "id": "p1", "url": "http://p1", "node_id": "", "lease_id": "l"})
+            else:
+                reply(h, 200, {}, {"released": True, "lease_id": "l"})
+
+        server = LoopbackServer(handle)
+        self.addCleanup(server.close)
+        return server, bodies
+
+    def selects(self, bodies):
+        return [b.get("release") for b in bodies if "timeout_ms" in b]
+
+    def test_sync(self):
+        for knows, want in [(True, ["on_idle", "on_idle"]), (False, ["on_idle", None, None])]:
+            with self.subTest(router_knows_release=knows):
+                server, bodies = self.stub(knows)
+                with Client(server.url) as c:
+                    router = RemoteSyncRouter(c)
+                    self.assertEqual(router.select_policy("env-0"), 1)
+                    self.assertEqual(router.select_policy("env-0"), 1)
+                self.assertEqual(self.selects(bodies), want)
+
+    def test_async(self):
+        for knows, want in [(True, ["on_idle", "on_idle"]), (False, ["on_idle", None, None])]:
+            with self.subTest(router_knows_release=knows):
+                server, bodies = self.stub(knows)
+
+                async def run():
+                    async with AsyncClient(server.url) as c:
+                        router = AsyncRemoteSyncRouter(c)
+                        return [await router.select_policy("env-0"), await router.select_policy("env-0")]
+
+                self.assertEqual(asyncio.run(run()), [1, 1])
+                self.assertEqual(self.selects(bodies), want)
+
+    def test_other_validation_errors_are_raised(self):
+        def handle(h, body):
+            reply(h, 422, {}, {"error": {"code": "validation_failed", "message": "bad", "request_id": "r",
+                                         "fields": {"env_id": "too long"}}})
+
+        server = LoopbackServer(handle)
+        self.addCleanup(server.close)
+        with Client(server.url) as c, self.assertRaises(ValidationError) as cm:
+            RemoteSyncRouter(c).select_policy("env-0")
+        self.assertEqual(cm.exception.fields, {"env_id": "too long"})

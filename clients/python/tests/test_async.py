@@ -12,7 +12,8 @@ import unittest
 
 import httpx
 
-from policyrouter import AsyncClient, NotFound, NotLeader, Unavailable, ValidationError
+from policyrouter import (AsyncClient, ConnectionFailedError, ConnectionLostError, NotFound, NotLeader, Unavailable,
+                          ValidationError)
 from policyrouter.client import request_was_not_sent
 
 from tests._server import AsyncServerTestCase
@@ -109,12 +110,19 @@ class LeaseTest(AsyncServerTestCase):
         st = await self.wait_stats(lambda s: s["leases"] == 0)
         self.assertEqual(st["totals"]["idle"], 2)
 
-    async def test_a_lease_the_router_already_ended_is_fine(self):
+    async def test_a_lease_the_router_already_ended_warns(self):
+        from policyrouter import LeaseEndedWarning
+
         await self.register_n(1)
-        async with self.client.lease() as sel:
-            await self.client.release(lease_id=sel["lease_id"])  # ended early
+        with self.assertWarnsRegex(LeaseEndedWarning, r"lease \S+ had already ended .*did not say how"):
+            async with self.client.lease() as sel:
+                await self.client.release(lease_id=sel["lease_id"])  # ended early
+        self.assertEqual(self.client.leases_ended_before_release, 1)
         async with self.client.lease(router="node_affinity") as sel:  # no lease at all
             self.assertNotIn("lease_id", sel)
+        async with self.client.lease():
+            pass
+        self.assertEqual(self.client.leases_ended_before_release, 1)
 
 
 class CancellationTest(AsyncServerTestCase):
@@ -279,8 +287,9 @@ class AsyncFailoverTest(unittest.IsolatedAsyncioTestCase):
         dropper = self.stub("d", role="drop")
         leader = self.stub("l")
         c = await self.client([dropper.url, leader.url])
-        with self.assertRaises(httpx.RemoteProtocolError) as cm:
+        with self.assertRaises(ConnectionLostError) as cm:
             await c.select()
+        self.assertIsInstance(cm.exception.__cause__, httpx.RemoteProtocolError)
         self.assertFalse(request_was_not_sent(cm.exception))
         self.assertEqual((dropper.count("/select"), leader.count()), (1, 0))
 
@@ -295,8 +304,9 @@ class AsyncFailoverTest(unittest.IsolatedAsyncioTestCase):
 
     async def test_all_routers_dead(self):
         c = await self.client([dead_url(), dead_url()], failover_timeout=0.5)
-        with self.assertRaises(httpx.ConnectError):
+        with self.assertRaises(ConnectionFailedError) as cm:
             await c.select()
+        self.assertIsInstance(cm.exception.__cause__, httpx.ConnectError)
 
     async def test_election_then_success(self):
         a = self.stub("a")

@@ -2,6 +2,7 @@
 against a scripted fake server for what the binary cannot be made to do on
 demand (dropped connections, proxy errors, 503 then success)."""
 
+import asyncio
 import copy
 import json
 import pickle
@@ -10,6 +11,7 @@ import socket
 import threading
 import time
 import unittest
+import warnings
 from email.utils import formatdate
 
 import httpx
@@ -18,11 +20,16 @@ from policyrouter import (
     AuthError,
     Client,
     Conflict,
+    ConnectionFailedError,
+    ConnectionLostError,
+    ForbiddenError,
     NotFound,
     PolicyRouterError,
+    UnauthorizedError,
     Unavailable,
     ValidationError,
 )
+from policyrouter import _core
 from policyrouter.client import request_was_not_sent
 from policyrouter.errors import parse_retry_after
 
@@ -205,6 +212,25 @@ class RegistrationTest(ServerTestCase):
         with self.assertRaises(Conflict):
             self.client.abort_update(update["id"])
 
+    def test_engine_policies_and_a_model_path_update(self):
+        p = self.client.register_policy("http://127.0.0.1:9/sg", index=0, engine="sglang", api_key="k-1",
+                                        admin_api_key="k-2")
+        self.assertEqual((p["engine"], p["weight_version"]), ("sglang", ""))
+        self.assertFalse({"api_key", "admin_api_key"} & set(p), "write-only keys came back")
+        # The same registration again is the same: the keys are part of it.
+        again = self.client.register_policy("http://127.0.0.1:9/sg", index=0, engine="sglang", api_key="k-1",
+                                            admin_api_key="k-2")
+        self.assertFalse(again.created)
+        update = self.client.rolling_update(7, model_path="/ckpt/step-7", pause_mode="abort", set_floor=True,
+                                            phase_timeout_ms=60000, max_unavailable=1)
+        self.assertEqual((update["model_path"], update["pause_mode"], update["set_floor"],
+                          update["phase_timeout_ms"], update["external"]),
+                         ("/ckpt/step-7", "abort", True, 60000, False))
+        self.client.abort_update(update["id"])
+        with self.assertRaises(ValidationError) as cm:
+            self.client.rolling_update(8, model_path="/ckpt/step-8", pause_mode="sideways")
+        self.assertIn("pause_mode", cm.exception.fields)
+
     def test_admin_by_index(self):
         self.register_n(2)
         self.assertTrue(self.client.drain(1)["draining"])
@@ -357,8 +383,12 @@ class SelectTest(ServerTestCase):
             with self.client.lease():
                 raise KeyError("rollout failed")
         self.assertEqual(self.client.stats()["leases"], 0)
-        with self.client.lease() as sel:
-            self.client.release(lease_id=sel["lease_id"])  # ended early: nothing to do on exit
+        from policyrouter import LeaseEndedWarning
+
+        with self.assertWarnsRegex(LeaseEndedWarning, r"lease \S+ had already ended .*did not say how"):
+            with self.client.lease() as sel:
+                self.client.release(lease_id=sel["lease_id"])  # ended early: the block hears of it
+        self.assertEqual(self.client.leases_ended_before_release, 1)
         with self.client.lease(router="node_affinity") as sel:  # the round robin issues no lease
             self.assertNotIn("lease_id", sel)
 
@@ -535,6 +565,17 @@ class FakeServerTest(unittest.TestCase):
         self.assertEqual((type(e), e.status, e.code), (PolicyRouterError, 502, None))
         self.assertIn("bad gateway", e.message)
 
+    def test_register_and_update_bodies(self):
+        self.client.register_policy("http://x:1", index=2, engine="vllm", api_key="secret")
+        self.client.rolling_update(3, model_path="/m", pause_mode="keep", set_floor=True, phase_timeout_ms=5000)
+        self.client.rolling_update(4)
+        bodies = [json.loads(r[3]) for r in self.fake.requests]
+        self.assertEqual(bodies, [
+            {"url": "http://x:1", "index": 2, "engine": "vllm", "api_key": "secret"},
+            {"version": 3, "model_path": "/m", "pause_mode": "keep", "set_floor": True, "phase_timeout_ms": 5000},
+            {"version": 4},
+        ])
+
     def test_retries_zero(self):
         c = Client(self.fake.url, retries=0)
         self.addCleanup(c.close)
@@ -560,7 +601,7 @@ class FakeServerTest(unittest.TestCase):
             with self.subTest(path=path, answer="dropped"):
                 self.fake.script[(method, path)] = ["drop"]
                 before = self.fake.count(method, path)
-                with self.assertRaises(httpx.RemoteProtocolError):
+                with self.assertRaises(ConnectionLostError):
                     call()
                 self.assertEqual(self.fake.count(method, path) - before, 1)
 
@@ -635,9 +676,10 @@ class FakeServerTest(unittest.TestCase):
             refused = "http://127.0.0.1:%d" % s.getsockname()[1]
             c = Client(refused, retries=0)
             self.addCleanup(c.close)
-            with self.assertRaises(httpx.ConnectError) as cm:
+            with self.assertRaises(ConnectionFailedError) as cm:
                 c.assign(1, current_loads=[0])
         self.assertTrue(request_was_not_sent(cm.exception))
+        self.assertIsInstance(cm.exception.__cause__, httpx.ConnectError)
 
     def test_request_was_not_sent(self):
         req = httpx.Request("POST", "http://127.0.0.1:1/select")
@@ -661,7 +703,7 @@ class FakeServerTest(unittest.TestCase):
         self.assertEqual((type(e2), e2.fields, str(e2)), (ValidationError, e.fields, str(e)))
 
     def test_status_classes(self):
-        for status, cls in [(400, ValidationError), (401, AuthError), (403, AuthError), (404, NotFound),
+        for status, cls in [(400, ValidationError), (401, UnauthorizedError), (403, ForbiddenError), (404, NotFound),
                             (409, Conflict), (413, PolicyRouterError), (500, PolicyRouterError)]:
             with self.subTest(status=status):
                 self.fake.script[("POST", "/complete")] = [(status, {}, envelope("x", "m"))]
@@ -669,6 +711,8 @@ class FakeServerTest(unittest.TestCase):
                     self.client.complete(0)
                 self.assertIs(type(cm.exception), cls)
                 self.assertEqual(cm.exception.status, status)
+                if status in (401, 403):
+                    self.assertIsInstance(cm.exception, AuthError)
 
     def test_non_json_error_bodies(self):
         self.fake.script[("POST", "/select")] = [(401, {"Content-Type": "text/plain", "X-Request-ID": "hdr-id"},
@@ -705,6 +749,314 @@ class FakeServerTest(unittest.TestCase):
         c.select()
         c.stats()
         self.assertEqual(seen, [(2.0, 7.0), (2.0, 32.0), (2.0, 2.0)])
+
+
+class LeaseReleaseTest(unittest.TestCase):
+    """lease() warns and counts when its release answers released: false,
+    naming how the lease ended when the answer says (``how``, else the
+    older ``reason``); select() and lease() send ``release``."""
+
+    def setUp(self):
+        self.fake = FakeServer()
+        self.addCleanup(self.fake.close)
+        self.fake.script[("POST", "/select")] = [(200, {}, {"index": 3, "lease_id": "l-1"})]
+
+    def released(self, **answer):
+        self.fake.script[("POST", "/release")] = [(200, {}, {"lease_id": "l-1", **answer})]
+
+    def test_sync(self):
+        from policyrouter import LeaseEndedWarning
+
+        c = Client(self.fake.url)
+        self.addCleanup(c.close)
+        for answer, want in [({"released": False, "index": 3, "how": "ttl"}, r"lease l-1 of policy 3 .*\(how: ttl\)"),
+                             ({"released": False, "reason": "aborted"}, r"lease l-1 had .*\(how: aborted\)"),
+                             ({"released": False}, r"\(the router did not say how\)")]:
+            with self.subTest(**answer):
+                self.released(**answer)
+                with self.assertWarnsRegex(LeaseEndedWarning, want) as cm:
+                    with c.lease(release="explicit"):
+                        pass
+                self.assertEqual(cm.filename, __file__)  # points at the with
+        self.assertEqual(c.leases_ended_before_release, 3)
+        self.released(released=True, index=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with c.lease():
+                pass
+        self.assertEqual(c.leases_ended_before_release, 3)
+        bodies = [json.loads(r[3]) for r in self.fake.requests if r[1] == "/select"]
+        self.assertEqual([b.get("release") for b in bodies], ["explicit"] * 3 + [None])
+
+    def test_async(self):
+        from policyrouter import AsyncClient, LeaseEndedWarning
+
+        async def run():
+            async with AsyncClient(self.fake.url) as c:
+                self.released(released=False, how="probe")
+                with self.assertWarnsRegex(LeaseEndedWarning, r"\(how: probe\)"):
+                    async with c.lease(release="on_idle"):
+                        pass
+                self.released(released=True)
+                async with c.lease():
+                    pass
+                await c.select(release="on_idle")
+                return c.leases_ended_before_release
+
+        self.assertEqual(asyncio.run(run()), 1)
+        bodies = [json.loads(r[3]) for r in self.fake.requests if r[1] == "/select"]
+        self.assertEqual([b.get("release") for b in bodies], ["on_idle", None, "on_idle"])
+
+
+class LifecycleTest(unittest.TestCase):
+    def setUp(self):
+        self.fake = FakeServer()
+        self.addCleanup(self.fake.close)
+
+    def test_use_after_close(self):
+        from policyrouter import ClientClosedError
+
+        with Client(self.fake.url) as c:
+            self.assertFalse(c.is_closed)
+            c.healthz()
+        self.assertTrue(c.is_closed)
+        with self.assertRaises(ClientClosedError) as cm:
+            c.stats()
+        self.assertIsInstance(cm.exception, RuntimeError)  # what httpx raised
+        self.assertIsInstance(cm.exception, PolicyRouterError)
+        self.assertIn("is closed: GET /stats was not sent", str(cm.exception))
+        c.close()  # twice is harmless
+        self.assertEqual(self.fake.count("GET", "/stats"), 0)
+
+    def test_a_given_session_closed_by_its_owner(self):
+        from policyrouter import ClientClosedError
+
+        session = httpx.Client()
+        c = Client(self.fake.url, session=session)
+        c.healthz()
+        session.close()
+        self.assertTrue(c.is_closed)
+        with self.assertRaises(ClientClosedError):
+            c.healthz()
+        # Closing the client leaves a given session alone (open or not).
+        session = httpx.Client()
+        self.addCleanup(session.close)
+        c = Client(self.fake.url, session=session)
+        c.close()
+        self.assertEqual((c.is_closed, session.is_closed), (True, False))
+
+
+class AsyncLifecycleTest(unittest.IsolatedAsyncioTestCase):
+    async def test_use_after_close(self):
+        from policyrouter import AsyncClient, ClientClosedError
+
+        fake = FakeServer()
+        self.addCleanup(fake.close)
+        async with AsyncClient(fake.url) as c:
+            self.assertFalse(c.is_closed)
+            await c.healthz()
+        self.assertTrue(c.is_closed)
+        with self.assertRaises(ClientClosedError):
+            await c.stats()
+        await c.aclose()
+        self.assertEqual(fake.count("GET", "/stats"), 0)
+
+
+class TimeoutTest(unittest.TestCase):
+    """timeout: seconds, a (connect, read) pair, an httpx.Timeout or None,
+    checked at construction; any call takes its own."""
+
+    def setUp(self):
+        self.fake = FakeServer()
+        self.addCleanup(self.fake.close)
+        self.seen = []
+
+        def record(request):
+            t = request.extensions["timeout"]
+            self.seen.append((t["connect"], t["read"], t["write"], t["pool"]))
+
+        self.session = httpx.Client(event_hooks={"request": [record]})
+        self.addCleanup(self.session.close)
+
+    def client(self, **kw):
+        c = Client(self.fake.url, session=self.session, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    def test_forms(self):
+        for timeout, want, want_select in [
+            (3, (3.0, 3.0, 3.0, 3.0), (3.0, 4.0, 3.0, 3.0)),
+            ((1, 2.5), (1.0, 2.5, 2.5, 1.0), (1.0, 3.5, 2.5, 1.0)),
+            (httpx.Timeout(5), (5.0, 5.0, 5.0, 5.0), (5.0, 6.0, 5.0, 5.0)),
+            (httpx.Timeout(5, read=None), (5.0, None, 5.0, 5.0), (5.0, None, 5.0, 5.0)),
+            (None, (None, None, None, None), (None, None, None, None)),
+            ((None, 2), (None, 2.0, 2.0, None), (None, 3.0, 2.0, None)),
+        ]:
+            with self.subTest(timeout=timeout):
+                self.seen.clear()
+                c = self.client(timeout=timeout)
+                c.stats()
+                c.select(timeout_ms=1000)
+                self.assertEqual(self.seen, [want, want_select])
+
+    def test_per_call(self):
+        c = self.client(timeout=10.0)
+        self.fake.script[("POST", "/select")] = [(200, {}, {"index": 0, "lease_id": "l-1"})]
+        self.fake.script[("POST", "/release")] = [(200, {}, {"released": True, "lease_id": "l-1"})]
+        c.stats(timeout=0.5)
+        c.select(timeout_ms=1000, timeout=(1, 2))
+        c.stats(timeout=None)
+        with c.lease(timeout=httpx.Timeout(4)):
+            pass
+        c.stats()
+        self.assertEqual(self.seen, [(0.5, 0.5, 0.5, 0.5), (1.0, 3.0, 2.0, 1.0), (None, None, None, None),
+                                     (4.0, 34.0, 4.0, 4.0), (4.0, 4.0, 4.0, 4.0), (10.0, 10.0, 10.0, 10.0)])
+
+    def test_checked_before_anything_is_sent(self):
+        for bad, exc in [("5", TypeError), (True, TypeError), (-1, ValueError), (float("nan"), ValueError),
+                         ((1, 2, 3), TypeError), ((1, "2"), TypeError), (httpx.Timeout(-1), ValueError),
+                         ([1, 2], TypeError)]:
+            with self.subTest(timeout=bad):
+                with self.assertRaises(exc):
+                    Client(self.fake.url, timeout=bad)
+                c = self.client()
+                with self.assertRaises(exc):
+                    c.stats(timeout=bad)
+        self.assertEqual(self.fake.requests, [])
+
+
+class RetryDelayTest(unittest.TestCase):
+    """Retry-After is honoured up to max_retry_after, apart from the backoff
+    cap; the pauses are recorded by an injected sleep, never waited for."""
+
+    def setUp(self):
+        self.fake = FakeServer()
+        self.addCleanup(self.fake.close)
+
+    def client(self, **kw):
+        c = Client(self.fake.url, retries=2, backoff=0.01, max_backoff=0.05, **kw)
+        self.addCleanup(c.close)
+        self.slept = []
+        c._sleep = self.slept.append
+        return c
+
+    def unavailable(self, retry_after):
+        return (503, {"Retry-After": retry_after}, envelope("not_ready", "starting"))
+
+    def test_retry_after_is_waited_for_beyond_the_backoff_cap(self):
+        c = self.client()
+        self.fake.script[("GET", "/stats")] = [self.unavailable("5"), (200, {}, {"ok": 1})]
+        self.assertEqual(c.stats(), {"ok": 1})
+        self.assertEqual(self.slept, [5.0])
+        self.assertEqual(self.fake.count("GET", "/stats"), 2)
+
+    def test_up_to_the_ceiling(self):
+        for kw, want in [({}, 30.0), ({"max_retry_after": 2.5}, 2.5)]:
+            with self.subTest(**kw):
+                c = self.client(**kw)
+                self.fake.script[("GET", "/stats")] = [self.unavailable("3600"), self.unavailable("3600"),
+                                                       (200, {}, {"ok": 1})]
+                c.stats()
+                self.assertEqual(self.slept, [want, want])
+
+    def test_a_short_retry_after_keeps_the_backoff(self):
+        c = self.client()
+        self.fake.script[("GET", "/stats")] = [self.unavailable("0"), self.unavailable("0"), (200, {}, {"ok": 1})]
+        c.stats()
+        self.assertEqual(len(self.slept), 2)
+        # 0.01 then 0.02, jittered down to half.
+        self.assertTrue(0.005 <= self.slept[0] <= 0.01 and 0.01 <= self.slept[1] <= 0.02, self.slept)
+
+    def test_bad_settings(self):
+        for kw in ({"max_retry_after": -1}, {"backoff": -0.1}, {"max_backoff": float("nan")}):
+            with self.subTest(**kw), self.assertRaises(ValueError):
+                Client(self.fake.url, **kw)
+
+    def test_retries_are_logged_at_debug_with_the_request_id(self):
+        c = self.client()
+        self.fake.script[("GET", "/stats")] = [self.unavailable("5"), "drop", (200, {}, {"ok": 1})]
+        with self.assertLogs("policyrouter", "DEBUG") as logs:
+            c.stats()
+        rid = self.fake.requests[0][2]["X-Request-ID"]
+        self.assertEqual(len(logs.records), 2, logs.output)
+        self.assertTrue(all(r.levelname == "DEBUG" and rid in r.getMessage() for r in logs.records), logs.output)
+        self.assertIn("503 not_ready, Retry-After 5s; retry 1 of 2 in 5.000s", logs.records[0].getMessage())
+        self.assertIn("RemoteProtocolError; retry 2 of 2", logs.records[1].getMessage())
+
+
+class AsyncRetryDelayTest(unittest.IsolatedAsyncioTestCase):
+    async def test_retry_after_is_waited_for(self):
+        from policyrouter import AsyncClient
+
+        fake = FakeServer()
+        self.addCleanup(fake.close)
+        fake.script[("GET", "/stats")] = [(503, {"Retry-After": "5"}, envelope("not_ready", "starting")),
+                                          (503, {"Retry-After": "600"}, envelope("not_ready", "starting")),
+                                          (200, {}, {"ok": 1})]
+        slept = []
+
+        async def sleep(s):
+            slept.append(s)
+
+        async with AsyncClient(fake.url, retries=2, backoff=0.01, max_backoff=0.05) as c:
+            c._sleep = sleep
+            self.assertEqual(await c.stats(), {"ok": 1})
+        self.assertEqual(slept, [5.0, 30.0])
+
+
+class ErrorHierarchyTest(unittest.TestCase):
+    """Every failure of a call is a PolicyRouterError: error answers by
+    status, transport failures with the httpx exception as __cause__."""
+
+    def test_a_refused_connection(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            url = "http://127.0.0.1:%d" % s.getsockname()[1]
+            with Client(url) as c, self.assertRaises(PolicyRouterError) as cm:
+                c.stats()
+        e = cm.exception
+        self.assertIs(type(e), ConnectionFailedError)
+        self.assertIsInstance(e.__cause__, httpx.ConnectError)
+        self.assertEqual((e.status, e.code, e.request_sent), (None, None, False))
+        self.assertRegex(e.request_id, r"^[0-9a-f]{32}$")
+        self.assertIn("GET %s/stats: ConnectError" % url, str(e))
+        e2 = pickle.loads(pickle.dumps(e))
+        self.assertEqual((type(e2), str(e2), e2.request_sent), (ConnectionFailedError, str(e), False))
+
+    def test_transport_classes(self):
+        from policyrouter import TimedOutError, TransportError
+
+        req = httpx.Request("POST", "http://h/select")
+        for exc, cls, sent in [
+            (httpx.ConnectError("refused", request=req), ConnectionFailedError, False),
+            (httpx.ConnectTimeout("t", request=req), ConnectionFailedError, False),
+            (httpx.ReadTimeout("t", request=req), TimedOutError, True),
+            (httpx.PoolTimeout("t", request=req), TimedOutError, True),
+            (httpx.RemoteProtocolError("closed", request=req), ConnectionLostError, True),
+            (httpx.ReadError("reset", request=req), ConnectionLostError, True),
+            (httpx.ProxyError("proxy", request=req), TransportError, True),
+        ]:
+            with self.subTest(type(exc).__name__):
+                ex = Client("http://h")._exchange(_core.select(None, None, 0, None, None, None, None, None))
+                step = ex.failed(exc)
+                self.assertIs(type(step.error), cls)
+                self.assertIs(step.error.__cause__, exc)
+                self.assertEqual(step.error.request_sent, sent)
+                self.assertEqual(request_was_not_sent(step.error), not sent)
+
+    def test_names_end_in_error_and_the_old_names_stay(self):
+        import policyrouter
+
+        for old, new in [("NotFound", "NotFoundError"), ("Conflict", "ConflictError"),
+                         ("Unavailable", "UnavailableError"), ("NotLeader", "NotLeaderError")]:
+            self.assertIs(getattr(policyrouter, old), getattr(policyrouter, new))
+        for name in policyrouter.__all__:
+            obj = getattr(policyrouter, name)
+            if isinstance(obj, type) and issubclass(obj, BaseException) and not issubclass(obj, Warning):
+                with self.subTest(name):
+                    self.assertTrue(issubclass(obj, PolicyRouterError))
+                    if name not in ("NotFound", "Conflict", "Unavailable", "NotLeader"):
+                        self.assertTrue(name.endswith("Error"), name)
 
 
 class RetryAfterTest(unittest.TestCase):

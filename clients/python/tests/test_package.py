@@ -9,7 +9,7 @@ import unittest
 import policyrouter
 from policyrouter import types
 
-from tests._server import CLIENT_ROOT
+from tests._server import CLIENT_ROOT, missing
 
 PACKAGE = os.path.join(CLIENT_ROOT, "policyrouter")
 
@@ -18,7 +18,7 @@ def pyproject():
     try:
         import tomllib
     except ImportError:  # Python < 3.11
-        raise unittest.SkipTest("tomllib needs Python 3.11")
+        raise missing("reading pyproject.toml needs tomllib, Python 3.11 or later")
     with open(os.path.join(CLIENT_ROOT, "pyproject.toml"), "rb") as f:
         return tomllib.load(f)
 
@@ -28,7 +28,7 @@ class PackageTest(unittest.TestCase):
         self.assertEqual(pyproject()["project"]["dependencies"], ["httpx>=0.23"])
         stdlib_or_own = {"__future__", "asyncio", "collections", "concurrent", "contextlib", "dataclasses", "email",
                          "inspect", "json", "logging", "numbers", "random", "socket", "ssl", "sys", "threading",
-                         "time", "typing", "urllib", "uuid", "weakref"}
+                         "time", "typing", "urllib", "uuid", "warnings", "weakref"}
         for name in sorted(os.listdir(PACKAGE)):
             if not name.endswith(".py"):
                 continue

@@ -10,7 +10,7 @@ import unittest
 
 import httpx
 
-from policyrouter import AsyncClient, AsyncRemoteSyncRouter, Client, PolicyRouterError, RemoteSyncRouter
+from policyrouter import AsyncClient, AsyncRemoteSyncRouter, Client, PolicyRouterError, RemoteSyncRouter, TransportError
 
 from tests._server import Server
 from tests.test_client import UNAVAILABLE, FakeServer, envelope
@@ -151,7 +151,7 @@ class SameAnswersTest(unittest.TestCase):
                 self.assertEqual(s, a)
         kinds = [o[0] if o[0] == "ok" else o[1] for o in got_sync]
         # The script covers answers and every error class the binary gives.
-        self.assertTrue({"ok", "Unavailable", "Conflict", "ValidationError", "NotFound"} <= set(kinds), kinds)
+        self.assertTrue({"ok", "UnavailableError", "ConflictError", "ValidationError", "NotFoundError"} <= set(kinds), kinds)
 
     def test_a_scripted_server_sees_the_same_requests(self):
         # Retries, dropped connections, error bodies: the core decides, so
@@ -176,8 +176,8 @@ class SameAnswersTest(unittest.TestCase):
         def ended(call):
             try:
                 return outcome(call())
-            except httpx.TransportError as e:
-                return ["transport", type(e).__name__]
+            except TransportError as e:
+                return ["transport", type(e).__name__, type(e.__cause__).__name__]
             except PolicyRouterError as e:
                 return outcome(error=e)
 
@@ -195,8 +195,8 @@ class SameAnswersTest(unittest.TestCase):
                 for n, a, k in calls:
                     try:
                         out.append(outcome(await getattr(c, n)(*a, **k)))
-                    except httpx.TransportError as e:
-                        out.append(["transport", type(e).__name__])
+                    except TransportError as e:
+                        out.append(["transport", type(e).__name__, type(e.__cause__).__name__])
                     except PolicyRouterError as e:
                         out.append(outcome(error=e))
             return out
@@ -204,7 +204,8 @@ class SameAnswersTest(unittest.TestCase):
         got_async = asyncio.run(run())
         self.assertEqual(got_sync, got_async)
         self.assertEqual(record(sync_fake), record(async_fake))
-        self.assertEqual(got_sync[1], ["transport", "RemoteProtocolError"])  # a select is never resent
+        # A select is never resent.
+        self.assertEqual(got_sync[1], ["transport", "ConnectionLostError", "RemoteProtocolError"])
         self.assertEqual(sync_fake.count("GET", "/stats"), 3)
 
 

@@ -14,9 +14,7 @@ import sys
 import threading
 import time
 
-import httpx
-
-from policyrouter import Client, NotLeader, PolicyRouterError, Unavailable
+from policyrouter import Client, NotLeaderError, PolicyRouterError, TransportError, UnavailableError
 
 
 def main() -> int:
@@ -64,15 +62,15 @@ def main() -> int:
         return None then."""
         try:
             return fn()
-        except (PolicyRouterError, httpx.HTTPError) as exc:
-            if isinstance(exc, NotLeader):
+        except PolicyRouterError as exc:
+            if isinstance(exc, NotLeaderError):
                 kind = "not_leader"
-            elif isinstance(exc, Unavailable):
+            elif isinstance(exc, UnavailableError):
                 kind = "unavailable"
-            elif isinstance(exc, PolicyRouterError):
-                kind = "other_errors"
+            elif isinstance(exc, TransportError):
+                kind = "request_errors"  # no answer: the client's transport failed
             else:
-                kind = "request_errors"
+                kind = "other_errors"
             with lock:
                 counts[kind] += 1
                 if kind == "request_errors":
