@@ -72,9 +72,13 @@ class _PolicyStatsRequired(TypedDict):
     url: str
     labels: Dict[str, str]
     draining: bool
-    state: str  # idle, busy, unhealthy, draining, unknown, update_failed
+    state: str  # idle, busy, unhealthy, draining, unknown, paused, asleep, update_failed
     load: int
     inflight: int
+    leases: int
+    engine_load: Optional[int]
+    outside_load: int
+    occupancy: int
     capacity: int
     selected_total: int
     assigned_total: int
@@ -83,6 +87,7 @@ class _PolicyStatsRequired(TypedDict):
     latency_ms: float
     consecutive_failures: int
     last_error: str
+    last_error_kind: str
     unhealthy_since: Optional[str]
     last_ok: Optional[str]
     probes_total: int
@@ -137,6 +142,7 @@ class AssignResult(_AssignRequired, total=False):
     task without a session)."""
 
     sticky: List[Optional[Sticky]]
+    env_unmapped: bool
 
 
 class _SelectRequired(TypedDict):
@@ -155,6 +161,7 @@ class SelectResult(_SelectRequired, total=False):
     lease_id: str
     version: int
     sticky: Sticky
+    env_unmapped: bool
 
 
 class _ReleaseRequired(TypedDict):
@@ -166,11 +173,13 @@ class ReleaseResult(_ReleaseRequired, total=False):
     """``POST /release``. ``released`` is ``False`` for a lease that had
     already ended; ``index`` and ``id`` name the policy when it is true;
     ``reason`` says why an ended lease ended, when known (``aborted``: a
-    rolling update's abort ended it)."""
+    rolling update's abort ended it); ``how`` says how it ended
+    (``release``, ``ttl``, ``probe``, ``removed`` or ``aborted``)."""
 
     index: int
     id: str
     reason: str
+    how: str
 
 
 class CompleteResult(TypedDict):
@@ -279,8 +288,10 @@ class _StatsRequired(TypedDict):
     totals: Dict[str, Any]
     waiters: int
     leases: int
+    leases_ended: Dict[str, int]
     router: str
     min_version: int
+    floor: Dict[str, Any]
     decisions: Dict[str, Any]
     poller: Optional[Dict[str, Any]]
     sticky: Dict[str, Any]

@@ -114,7 +114,7 @@ class LeaseTest(AsyncServerTestCase):
         from policyrouter import LeaseEndedWarning
 
         await self.register_n(1)
-        with self.assertWarnsRegex(LeaseEndedWarning, r"lease \S+ had already ended .*did not say how"):
+        with self.assertWarnsRegex(LeaseEndedWarning, r"lease \S+ had already ended .*how: release"):
             async with self.client.lease() as sel:
                 await self.client.release(lease_id=sel["lease_id"])  # ended early
         self.assertEqual(self.client.leases_ended_before_release, 1)

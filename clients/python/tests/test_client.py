@@ -385,7 +385,7 @@ class SelectTest(ServerTestCase):
         self.assertEqual(self.client.stats()["leases"], 0)
         from policyrouter import LeaseEndedWarning
 
-        with self.assertWarnsRegex(LeaseEndedWarning, r"lease \S+ had already ended .*did not say how"):
+        with self.assertWarnsRegex(LeaseEndedWarning, r"lease \S+ had already ended .*how: release"):
             with self.client.lease() as sel:
                 self.client.release(lease_id=sel["lease_id"])  # ended early: the block hears of it
         self.assertEqual(self.client.leases_ended_before_release, 1)

@@ -66,7 +66,7 @@ class PackageTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(PACKAGE, "py.typed")))
         self.assertEqual(pyproject()["tool"]["setuptools"]["package-data"]["policyrouter"], ["py.typed"])
         self.assertEqual(types.SelectResult.__required_keys__, {"index", "id", "url", "node_id"})
-        self.assertEqual(types.SelectResult.__optional_keys__, {"lease_id", "version", "sticky"})
+        self.assertEqual(types.SelectResult.__optional_keys__, {"lease_id", "version", "sticky", "env_unmapped"})
         self.assertIn("sticky", types.AssignResult.__optional_keys__)
 
 
