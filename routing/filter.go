@@ -31,7 +31,8 @@ var filters = []Filter{
 }
 
 // Query is what one request asks of its policy beyond availability: the
-// request's side of the filters.
+// request's side of the filters. It is three words, copied to each
+// filter: what only some requests ask (the proxy's) sits behind ask.
 type Query struct {
 	// floor is the request's own weight-version floor when shared is nil;
 	// otherwise the floor is the State's (SetMinVersion), read at each
@@ -39,16 +40,41 @@ type Query struct {
 	// waits.
 	floor  int64
 	shared *atomic.Int64
-	// Exclude names policies (by id) the request must not get.
-	Exclude []string
-	// Model, when set, is the model id the request names: only policies
-	// serving it qualify.
-	Model string
-	// Route, when set, is the engine endpoint the request goes to (e.g.
-	// "/generate"): only policies whose engine serves it qualify
-	// (Options.Serves).
-	Route  string
-	serves func(p *Policy, route string) bool
+	ask    *asks // nil when the request asks nothing else
+}
+
+// asks are the criteria of a request beyond its floor.
+type asks struct {
+	exclude []string
+	model   string
+	route   string
+	serves  func(p *Policy, route string) bool
+}
+
+// Exclude names policies (by id) the request must not get.
+func (q Query) Exclude() []string {
+	if q.ask == nil {
+		return nil
+	}
+	return q.ask.exclude
+}
+
+// Model is the model id the request names ("" for none): only policies
+// serving it qualify.
+func (q Query) Model() string {
+	if q.ask == nil {
+		return ""
+	}
+	return q.ask.model
+}
+
+// Route is the engine endpoint the request goes to (e.g. "/generate"; ""
+// for none): only policies whose engine serves it qualify (Options.Serves).
+func (q Query) Route() string {
+	if q.ask == nil {
+		return ""
+	}
+	return q.ask.route
 }
 
 // Floor is the request's weight-version floor now.

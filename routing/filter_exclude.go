@@ -9,5 +9,6 @@ type excludeFilter struct{}
 var _ Filter = excludeFilter{}
 
 func (excludeFilter) Keep(q Query, c Candidate) bool {
-	return len(q.Exclude) == 0 || !slices.Contains(q.Exclude, c.rt.policy.ID)
+	ex := q.Exclude()
+	return len(ex) == 0 || !slices.Contains(ex, c.rt.policy.ID)
 }

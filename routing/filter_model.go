@@ -15,11 +15,12 @@ type modelFilter struct{}
 var _ Filter = modelFilter{}
 
 func (modelFilter) Keep(q Query, c Candidate) bool {
-	if q.Model == "" {
+	model := q.Model()
+	if model == "" {
 		return true
 	}
 	ms := c.Models()
-	return ms == nil || slices.Contains(ms, q.Model)
+	return ms == nil || slices.Contains(ms, model)
 }
 
 // ModelNotFoundError is a decision's answer when no registered policy, of
@@ -39,19 +40,20 @@ func (e *ModelNotFoundError) Error() string {
 // modelCheckLocked returns a *ModelNotFoundError when q names a model that
 // no registered policy serves. Caller must hold State.mu.
 func (st *State) modelCheckLocked(q *Query) error {
-	if q.Model == "" {
+	model := q.Model()
+	if model == "" {
 		return nil
 	}
 	var served []string
 	for _, rt := range st.ledger.snap.rts {
 		ms := Candidate{rt}.Models()
-		if ms == nil || slices.Contains(ms, q.Model) {
+		if ms == nil || slices.Contains(ms, model) {
 			return nil
 		}
 		served = append(served, ms...)
 	}
 	slices.Sort(served)
-	return &ModelNotFoundError{Model: q.Model, Served: slices.Compact(served)}
+	return &ModelNotFoundError{Model: model, Served: slices.Compact(served)}
 }
 
 // ServedModels returns every model id some registered policy serves,

@@ -9,5 +9,5 @@ type routeFilter struct{}
 var _ Filter = routeFilter{}
 
 func (routeFilter) Keep(q Query, c Candidate) bool {
-	return q.Route == "" || q.serves == nil || q.serves(c.Policy(), q.Route)
+	return q.Route() == "" || q.ask.serves == nil || q.ask.serves(c.Policy(), q.ask.route)
 }

@@ -15,26 +15,20 @@ type Assigner interface {
 	assign(in AffinityInput, numTasks int, envIDs []string) ([]int, error)
 }
 
-// A Selector picks the policy of one /select call. Implementations are
-// stateless values: what they read and change (idle deques, round-robin
-// positions) is the ledger, locked by State for the duration of pick.
+// A Selector picks the policy of one /select call: the picker stage,
+// after the filters and the prefer stage. It sees the decision through a
+// read-only View, never the ledger. A router that keeps state across
+// decisions (round robin's positions) keeps it in itself: its table row's
+// NewSelect makes one per routing State, and the State calls pick under its
+// lock, so that state needs no lock of its own.
 type Selector interface {
-	// pick chooses from c for an env worker on envNode ("" when the env id
-	// names no node). It returns an idle slot to lease, or, for routers
-	// that hand policies out without a lease, the position of the chosen
-	// policy in c.snap. ok is false when nothing can be handed out now.
-	// Caller must hold State.mu.
-	pick(c candidates, envNode string) (p pick, ok bool)
+	// pick chooses from v: an idle unit to lease, or, for routers that
+	// hand policies out without a lease, a policy. ok is false when
+	// nothing can be handed out now.
+	pick(v View) (c Choice, ok bool)
 	// leases reports whether the router hands out idle slots under a lease
 	// (and so waits when none is idle) rather than picking blind.
 	leases() bool
-}
-
-// pick is a Selector's choice: a slot to lease, or a position handed out
-// without a lease when slot is nil.
-type pick struct {
-	slot *slot
-	pos  int
 }
 
 // Router is one row of the table of routers: a name the API, the --router
@@ -46,7 +40,10 @@ type Router struct {
 	// Assign serves /assign; nil when the router is not offered there.
 	Assign Assigner
 	// Select serves /select; nil when the router is not offered there.
-	Select Selector
+	// For a router with state of its own it names the router (requests
+	// carry it) and NewSelect makes each State's instance.
+	Select    Selector
+	NewSelect func() Selector
 	// EnvAffine is true when the router prefers the env worker's node, so
 	// that its answers count as affinity hits or fallbacks.
 	EnvAffine bool
@@ -66,7 +63,7 @@ var (
 	SelectIdle Selector = idleDeque{}
 	// SelectRoundRobin is the seed's SyncNodeAffinityRouter: per-node round
 	// robin, no lease.
-	SelectRoundRobin Selector = roundRobin{}
+	SelectRoundRobin Selector = newRoundRobin()
 	// SelectIdleAffinity takes an idle policy on the env worker's node, else
 	// the oldest idle one anywhere.
 	SelectIdleAffinity Selector = idleAffinity{}
@@ -87,6 +84,7 @@ var routers = []Router{
 		Name:      "node_affinity",
 		Assign:    AssignNodeAffinity,
 		Select:    SelectRoundRobin,
+		NewSelect: newRoundRobin,
 		EnvAffine: true,
 		AssignDoc: "least loaded policy on the env worker's node, else overall (the seed's NodeAffinityRouter)",
 		SelectDoc: "per-node round robin over the env worker's node, else global; blind to busy policies, no lease (the seed's SyncNodeAffinityRouter)",

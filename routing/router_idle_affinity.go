@@ -7,17 +7,14 @@ type idleAffinity struct{}
 
 var _ Selector = idleAffinity{}
 
-func (idleAffinity) pick(c candidates, envNode string) (pick, bool) {
-	var s *slot
-	if envNode != "" {
-		if nl := c.byNode[envNode]; nl != nil {
-			s = c.filter.first(nl.head, nodeList)
+func (idleAffinity) pick(v View) (Choice, bool) {
+	if node := v.EnvNode(); node != "" {
+		if i, ok := v.Oldest(node); ok {
+			return Lease(i), true
 		}
 	}
-	if s == nil {
-		s = c.filter.first(c.global.head, globalList)
-	}
-	return pick{slot: s}, s != nil
+	i, ok := v.Oldest("")
+	return Lease(i), ok
 }
 
 func (idleAffinity) leases() bool { return true }

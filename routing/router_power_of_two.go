@@ -60,40 +60,39 @@ func (r *powerOfTwo) assign(in AffinityInput, numTasks int, _ []string) ([]int, 
 	return out, nil
 }
 
-// pick samples two of the policies that have an idle slot and meet the
-// floor, in one pass and without allocating (reservoir sampling of two).
-func (r *powerOfTwo) pick(c candidates, _ string) (pick, bool) {
-	var first, second *policyRuntime
+// pick samples two of the policies that have an idle slot and pass the
+// filters, in one pass and without allocating (reservoir sampling of two);
+// load is leases out plus tracked load.
+func (r *powerOfTwo) pick(v View) (Choice, bool) {
+	var first, second Idle
 	seen := 0
-	for _, rt := range c.snap.rts {
-		if idleSlotLocked(rt) == nil || !c.filter.ok(rt) {
-			continue
-		}
+	v.EachIdle(func(i Idle) bool {
 		seen++
 		switch {
 		case seen == 1:
-			first = rt
+			first = i
 		case seen == 2:
-			second = rt
+			second = i
 		default:
 			if j := r.draw(seen); j == 0 {
-				first = rt
+				first = i
 			} else if j == 1 {
-				second = rt
+				second = i
 			}
 		}
-	}
-	if first == nil {
-		return pick{}, false
+		return true
+	})
+	if seen == 0 {
+		return Choice{}, false
 	}
 	win := first
-	if second != nil {
-		la, lb := int64(first.inflight)+first.load, int64(second.inflight)+second.load
-		if lb < la || (lb == la && second.policy.Index < first.policy.Index) {
+	if seen > 1 {
+		la, lb := first.Load(), second.Load()
+		if lb < la || (lb == la && second.Policy().Index < first.Policy().Index) {
 			win = second
 		}
 	}
-	return pick{slot: idleSlotLocked(win)}, true
+	return Lease(win), true
 }
 
 func (*powerOfTwo) leases() bool { return true }

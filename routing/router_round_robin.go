@@ -7,41 +7,38 @@ package routing
 // whether they are busy and issues no lease; it only skips policies that
 // fail the availability filter or the weight-version floor, so that with
 // every policy available the sequence is the seed's exactly.
-type roundRobin struct{}
-
-var _ Selector = roundRobin{}
-
-// roundRobinState is the router's own state in one routing state: the
-// next position on each node and over all policies. It outlives
-// registrations, as the seed's counters outlive calls.
-type roundRobinState struct {
+type roundRobin struct {
+	// The next position on each node and over all policies. They outlive
+	// registrations, as the seed's counters outlive calls; guarded by the
+	// routing state's lock, as every pick is.
 	byNode map[string]uint64
 	all    uint64
 }
 
-func (roundRobin) newState() any { return &roundRobinState{byNode: make(map[string]uint64)} }
+var _ Selector = (*roundRobin)(nil)
 
-func (roundRobin) pick(c candidates, envNode string) (pick, bool) {
-	rr := c.own.(*roundRobinState)
-	snap := c.snap
-	if ps, ok := snap.evalPos[envNode]; ok && envNode != "" {
+func newRoundRobin() Selector { return &roundRobin{byNode: make(map[string]uint64)} }
+
+func (rr *roundRobin) pick(v View) (Choice, bool) {
+	node := v.EnvNode()
+	if ps, ok := v.Eval(node); ok {
 		for range ps {
-			pos := ps[rr.byNode[envNode]%uint64(len(ps))]
-			rr.byNode[envNode]++
-			if rt := snap.rts[pos]; rt.available() && c.filter.ok(rt) {
-				return pick{pos: pos}, true
+			pos := ps[rr.byNode[node]%uint64(len(ps))]
+			rr.byNode[node]++
+			if _, ok := v.Eligible(pos); ok {
+				return HandOut(pos), true
 			}
 		}
 	}
-	n := uint64(len(snap.policies))
+	n := uint64(v.Len())
 	for range n {
 		pos := int(rr.all % n)
 		rr.all++
-		if rt := snap.rts[pos]; rt.available() && c.filter.ok(rt) {
-			return pick{pos: pos}, true
+		if _, ok := v.Eligible(pos); ok {
+			return HandOut(pos), true
 		}
 	}
-	return pick{}, false
+	return Choice{}, false
 }
 
-func (roundRobin) leases() bool { return false }
+func (*roundRobin) leases() bool { return false }

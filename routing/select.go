@@ -144,7 +144,10 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 	if ttl <= 0 {
 		ttl = st.opts.LeaseTTL
 	}
-	q := Query{Exclude: req.Exclude, Model: req.Model, Route: req.Route, serves: st.opts.Serves}
+	var q Query
+	if len(req.Exclude) > 0 || req.Model != "" || req.Route != "" {
+		q.ask = &asks{exclude: req.Exclude, model: req.Model, route: req.Route, serves: st.opts.Serves}
+	}
 	if req.MinVersion != nil {
 		q.floor = max(*req.MinVersion, 0)
 	} else {
@@ -211,16 +214,19 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 // pickLocked asks router r for a policy that passes q, and leases or hands
 // it out. Caller must hold mu.
 func (st *State) pickLocked(r Selector, q *Query, ttl time.Duration, mode ReleaseMode, envNode string) (Decision, bool) {
-	p, ok := r.pick(st.candidatesLocked(r, *q), envNode)
+	if own, ok := st.selectors[r]; ok {
+		r = own
+	}
+	c, ok := r.pick(View{envNode: envNode, snap: st.ledger.snap, global: &st.ledger.global, byNode: st.ledger.byNode, q: *q})
 	if !ok {
 		return Decision{}, false
 	}
 	var d Decision
-	if p.slot != nil {
-		st.unlistLocked(p.slot)
-		d = st.leaseLocked(p.slot, ttl, mode)
+	if c.s != nil {
+		st.unlistLocked(c.s)
+		d = st.leaseLocked(c.s, ttl, mode)
 	} else {
-		d = st.handOutLocked(st.ledger.snap.rts[p.pos])
+		d = st.handOutLocked(st.ledger.snap.rts[c.pos])
 	}
 	d.EnvNode = envNode
 	return d, true

@@ -203,8 +203,6 @@ type ledger struct {
 	waiters   waiterList
 	leases    map[uint64]*slot
 	nextLease uint64
-	// routerStates holds the routers' own state (stateOf), by router.
-	routerStates map[Selector]any
 	// stickyAll and stickyNode are the loads of the sticky rings of all
 	// policies and of each node's (sticky.go).
 	stickyAll  ringLoad
@@ -231,50 +229,6 @@ func (r *policyRuntime) fresh(floor int64) bool {
 	return r.version.Load() >= max(floor, r.hold.Load())
 }
 
-// candidates is what a router picks from: the published snapshot, the idle
-// deques (slots of available policies with room, oldest first), the
-// request's filter, which the router applies to them, and the router's
-// own state (nil for a router without). The router reads them; Select
-// leases or hands out what it picks.
-type candidates struct {
-	snap   *Snapshot
-	global *slotList
-	byNode map[string]*slotList
-	filter Query
-	own    any
-}
-
-// candidatesLocked returns the candidates of a decision by r under filter.
-// Caller must hold State.mu.
-func (st *State) candidatesLocked(r Selector, filter Query) candidates {
-	c := candidates{snap: st.ledger.snap, global: &st.ledger.global, byNode: st.ledger.byNode, filter: filter}
-	if sr, ok := r.(statefulRouter); ok {
-		c.own = st.ledger.stateOf(sr)
-	}
-	return c
-}
-
-// statefulRouter is a router that keeps state of its own across decisions
-// (round robin's positions): newState makes it for one routing state.
-type statefulRouter interface {
-	Selector
-	newState() any
-}
-
-// stateOf returns r's own state in this routing state, made on first use.
-// Caller must hold State.mu.
-func (l *ledger) stateOf(r statefulRouter) any {
-	s, ok := l.routerStates[r]
-	if !ok {
-		if l.routerStates == nil {
-			l.routerStates = make(map[Selector]any)
-		}
-		s = r.newState()
-		l.routerStates[r] = s
-	}
-	return s
-}
-
 // State is the live routing state: the current snapshot of policies and
 // topology, tracked loads, idle deques, leases, routers' own state and
 // /select waiters. All methods are safe for concurrent use.
@@ -287,6 +241,9 @@ type State struct {
 	floor  atomic.Int64
 	sticky stickyCounters
 	endedN endCounters
+	// selectors maps each router of the table with state of its own to
+	// this State's instance (Router.NewSelect). Read-only after New.
+	selectors map[Selector]Selector
 
 	mu sync.Mutex
 	ledger
@@ -307,6 +264,12 @@ func New(opts Options) *State {
 			firstProbe: make(chan struct{}),
 			stickyNode: make(map[string]*ringLoad),
 		},
+	}
+	st.selectors = make(map[Selector]Selector)
+	for _, r := range routers {
+		if r.NewSelect != nil {
+			st.selectors[r.Select] = r.NewSelect()
+		}
 	}
 	empty, _ := newSnapshot(nil, Topology{})
 	st.ledger.snap = empty
