@@ -99,10 +99,9 @@ func TestSlimeReplay(t *testing.T) {
 	// (sglang_server_concurrency 512 x engines) lets them; half with a
 	// routing key.
 	type answer struct {
-		status  int
-		body    map[string]any
-		err     error
-		aborted bool
+		status int
+		body   map[string]any
+		err    error
 	}
 	answers := make([]answer, rollouts)
 	var done atomic.Int64
