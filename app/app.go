@@ -164,6 +164,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 			OnProbe:         func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
 		})
 		hcfg.Poller = a.Poller
+		hcfg.EngineCapacity = a.Poller.EngineCapacity
 	} else {
 		a.ready.Store(true)
 	}

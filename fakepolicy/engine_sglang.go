@@ -12,8 +12,9 @@ import (
 // python/sglang/srt/entrypoints/http_server.py (commit 0025436eab05) for
 // /get_load, /get_model_info, /get_weight_version, /health,
 // /pause_generation, /continue_generation, /update_weights_from_disk and
-// /update_weight_version; python/sglang/srt/entrypoints/v1_loads.py
-// (commit 0564b5215b33) for /v1/loads.
+// /update_weight_version and /abort_request;
+// python/sglang/srt/entrypoints/v1_loads.py (commit 0564b5215b33) for
+// /v1/loads.
 var sglangRoutes = []route{
 	{"GET", "/v1/loads", (*Policy).serveSGLangLoads},
 	{"GET", "/get_load", (*Policy).serveSGLangGetLoad},
@@ -24,6 +25,7 @@ var sglangRoutes = []route{
 	{"POST", "/continue_generation", (*Policy).serveSGLangContinue},
 	{"POST", "/update_weights_from_disk", (*Policy).serveSGLangUpdateFromDisk},
 	{"POST", "/update_weight_version", (*Policy).serveSGLangUpdateVersion},
+	{"POST", "/abort_request", (*Policy).serveSGLangAbort},
 }
 
 // serveSGLangLoads answers GET /v1/loads as get_loads does: one load per
@@ -186,6 +188,34 @@ func (p *Policy) serveSGLangUpdateVersion(w http.ResponseWriter, r *http.Request
 	}
 	p.SetWeightVersion(req.NewVersion)
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "message": "Weight version updated to " + req.NewVersion, "new_version": req.NewVersion})
+}
+
+// sglangAbort is AbortReq of python/sglang/srt/managers/io_struct.py, as
+// abort_request in http_server.py (commit 0025436eab05) reads it: rid,
+// the request to abort, and abort_all.
+type sglangAbort struct {
+	RID      string `json:"rid"`
+	AbortAll bool   `json:"abort_all"`
+}
+
+// serveSGLangAbort answers POST /abort_request as SGLang does: 200 with no
+// body, whether or not anything was aborted. With abort_all every
+// unfinished request ends now: the generations in flight answer with
+// finish_reason {"type": "abort"} and the load reads 0 (what slime's
+// abort-until-idle waits for). The fake keeps no request ids, so an abort
+// of one rid aborts nothing.
+func (p *Policy) serveSGLangAbort(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) {
+		return
+	}
+	var req sglangAbort
+	if !decodeOptional(w, r, &req) {
+		return
+	}
+	if req.AbortAll {
+		p.abortWork()
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 // decodeOptional decodes a JSON body into v, if there is one; a bad body

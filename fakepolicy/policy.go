@@ -143,10 +143,12 @@ func (p *Policy) startWork(d time.Duration) time.Time {
 // PeakLoad returns the most work items the policy has held at once.
 func (p *Policy) PeakLoad() int64 { return p.peak.Load() }
 
-// servePeak answers GET /peak with the policy's peak and current load:
-// a test's view of how much work the router let pile up on it.
+// servePeak answers GET /peak with the policy's peak and current load,
+// and the work items it was given: a test's view, from another process,
+// of how much work the router let pile up on it and whether it still
+// sends any.
 func (p *Policy) servePeak(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]int64{"peak_load": p.PeakLoad(), "load": int64(p.Load())})
+	writeJSON(w, http.StatusOK, map[string]int64{"peak_load": p.PeakLoad(), "load": int64(p.Load()), "works": int64(p.Works())})
 }
 
 // Load returns the number of work items not yet done.

@@ -109,3 +109,13 @@ func FuzzTopologyBody(f *testing.F) {
 		`{"n0":{"env":{"ids":[0]}}}`, `{"":{"env":{"ids":[0]},"eval":{"ids":[0]}}}`,
 		`{"a":{"env":{"ids":[1048576]},"eval":{"ids":[0]}}}`, `{"a":null}`, `{"a":{"eval":null}}`)
 }
+
+// FuzzWorkerBody fuzzes SMG's POST /workers. The server asks no engine
+// for its capacity (Config.EngineCapacity nil): no fuzzed URL is dialled.
+func FuzzWorkerBody(f *testing.F) {
+	fuzzBody(f, "POST", "/workers",
+		`{"url":"http://127.0.0.1:30000","worker_type":"regular"}`,
+		`{"url":"http://127.0.0.1:30001","runtime_type":"vllm","labels":{"a":"b"},"capacity":3,"priority":50,"cost":1.0}`,
+		`{"url":"http://h","runtime":"sglang","models":[{"id":"m"}],"api_key":"k","bootstrap_port":8998}`,
+		`{"url":"10.0.0.5:8000"}`, `{"url":"http://h","worker_type":"prefill"}`, `{"url":"http://h","cost":1e400}`, `[]`, `null`)
+}

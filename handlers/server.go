@@ -87,6 +87,12 @@ type Config struct {
 	// PeerTLS is the TLS configuration of a follower's requests for the
 	// leader's /stats (--peer-ca, --peer-cert); nil for the defaults.
 	PeerTLS *tls.Config
+	// EngineCapacity asks a policy's server how many requests it runs at
+	// once (poller.Poller.EngineCapacity), for a worker registered through
+	// SMG's worker API without a capacity (workers.go). It returns a usable
+	// capacity even with an error, which says why it is the engine's
+	// default. Nil: the engine's default (poller.DefaultCapacity).
+	EngineCapacity func(ctx context.Context, p routing.Policy) (int, error)
 	// Proxy configures proxy mode (proxy.go).
 	Proxy ProxyConfig
 	// Now is the clock; default time.Now.
@@ -232,6 +238,8 @@ func (s *Server) Handler() http.Handler {
 	route.Post("/v1/chat/completions", s.proxy)
 	route.Post("/generate", s.proxy)
 	route.Get("/v1/models", s.listModels)
+
+	s.mountWorkers(r)
 
 	read.Get("/stats", s.stats)
 	if s.Metrics != nil {

@@ -438,6 +438,16 @@ func TestSpecAuthErrors(t *testing.T) {
 		{http.MethodDelete, "/policies/p1", "", http.StatusUnauthorized},
 		{http.MethodGet, "/metrics", "", http.StatusUnauthorized},
 		{http.MethodGet, "/healthz", "", http.StatusOK},
+		// SMG's worker API takes the scopes of the routes it maps onto.
+		{http.MethodPost, "/workers", token(auth.ScopeRead), http.StatusForbidden},
+		{http.MethodGet, "/workers", token(auth.ScopeRead), http.StatusOK},
+		{http.MethodGet, "/workers/w1", token(auth.ScopeRoute), http.StatusForbidden},
+		{http.MethodDelete, "/workers/w1", token(auth.ScopeAdmin), http.StatusNotFound},
+		{http.MethodPost, "/add_worker?url=http://10.0.0.5:30000", token(auth.ScopeRoute), http.StatusForbidden},
+		{http.MethodPost, "/remove_worker?url=http://10.0.0.5:30000", "", http.StatusUnauthorized},
+		{http.MethodGet, "/list_workers", token(auth.ScopeRead), http.StatusOK},
+		{http.MethodPost, "/finish_session?session_id=s1", token(auth.ScopeRead), http.StatusForbidden},
+		{http.MethodPost, "/finish_session?session_id=s1", token(auth.ScopeRoute), http.StatusOK},
 		// No token needed: not ready (no policies), but not 401.
 		{http.MethodGet, "/readyz", "", http.StatusServiceUnavailable},
 	} {

@@ -212,3 +212,39 @@ func (sglangEngine) SetVersion(version string) (Call, bool) {
 func (sglangEngine) Resume() (Call, bool) {
 	return Call{Method: http.MethodPost, Path: "/continue_generation", Body: []byte("{}")}, true
 }
+
+// sglangCapacity is the part of GET /v1/loads (without include=core, the
+// whole LoadSnapshot.to_dict of each DP rank) that says how many requests
+// a rank runs at once: max_running_requests, the scheduler's limit. SMG
+// reads the same field for its own capacity (SchedulerLoadSnapshot in
+// crates/protocols/src/worker.rs, smg-project/smg commit f8daa8835a8b).
+type sglangCapacity struct {
+	Loads []struct {
+		MaxRunningRequests *int `json:"max_running_requests"`
+	} `json:"loads"`
+}
+
+var _ capacityReporter = sglangEngine{}
+
+// reportedCapacity sums max_running_requests over the server's DP ranks.
+func (sglangEngine) reportedCapacity(ctx context.Context, p *Poller, m *member) (int, error) {
+	body, err := p.get(ctx, m, "/v1/loads", maxJSONBytes)
+	if err != nil {
+		return 0, err
+	}
+	var v sglangCapacity
+	if err := json.Unmarshal(body, &v); err != nil {
+		return 0, endpointError(m, "/v1/loads", fmt.Errorf("decode: %w", err))
+	}
+	n := 0
+	for i, l := range v.Loads {
+		if l.MaxRunningRequests == nil || *l.MaxRunningRequests < 1 {
+			return 0, endpointError(m, "/v1/loads", fmt.Errorf(`loads[%d] has no positive "max_running_requests"`, i))
+		}
+		n += min(*l.MaxRunningRequests, MaxCapacity)
+	}
+	if n == 0 {
+		return 0, endpointError(m, "/v1/loads", errors.New(`answer has no "loads"`))
+	}
+	return n, nil
+}

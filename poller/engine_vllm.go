@@ -147,3 +147,39 @@ func (vllmEngine) LoadFromDisk(string, string) (Call, bool) { return Call{}, fal
 func (vllmEngine) SetVersion(string) (Call, bool) { return Call{}, false }
 
 func (vllmEngine) Resume() (Call, bool) { return Call{Method: http.MethodPost, Path: "/resume"}, true }
+
+// vllmServerInfo is the part of GET /server_info?config_format=json that
+// says how many requests the server runs at once: show_server_info in
+// vllm/entrypoints/serve/instrumentator/server_info.py (vllm-project/vllm
+// commit 09cb327f1183; in later releases vllm/entrypoints/serve/dev/
+// server_info, served in dev mode only, VLLM_SERVER_DEV_MODE=1) answers
+// {"vllm_config": PydanticVllmConfig.dump_python(vllm_config, mode="json"),
+// "vllm_env", "system_env"}, whose scheduler_config.max_num_seqs is the
+// most sequences one engine core schedules at once. A data-parallel server
+// is taken at one core's count: less than it can run, never more.
+type vllmServerInfo struct {
+	VLLMConfig *struct {
+		SchedulerConfig *struct {
+			MaxNumSeqs *int `json:"max_num_seqs"`
+		} `json:"scheduler_config"`
+	} `json:"vllm_config"`
+}
+
+var _ capacityReporter = vllmEngine{}
+
+func (vllmEngine) reportedCapacity(ctx context.Context, p *Poller, m *member) (int, error) {
+	const path = "/server_info?config_format=json"
+	body, err := p.get(ctx, m, path, maxJSONBytes)
+	if err != nil {
+		return 0, err
+	}
+	var v vllmServerInfo
+	if err := json.Unmarshal(body, &v); err != nil {
+		return 0, endpointError(m, path, fmt.Errorf("decode: %w", err))
+	}
+	if v.VLLMConfig == nil || v.VLLMConfig.SchedulerConfig == nil || v.VLLMConfig.SchedulerConfig.MaxNumSeqs == nil ||
+		*v.VLLMConfig.SchedulerConfig.MaxNumSeqs < 1 {
+		return 0, endpointError(m, path, fmt.Errorf(`answer has no positive "vllm_config.scheduler_config.max_num_seqs"`))
+	}
+	return *v.VLLMConfig.SchedulerConfig.MaxNumSeqs, nil
+}

@@ -88,6 +88,14 @@ func (r *Registry) SetDefaultEngine(name string) {
 	r.defaultEngine = name
 }
 
+// ResolveEngine returns the engine a registration naming engine gets:
+// engine itself, or the default engine when it is empty.
+func (r *Registry) ResolveEngine(engine string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.engineOfLocked(Spec{Engine: engine})
+}
+
 // engineOfLocked resolves spec's engine. Caller must hold mu.
 func (r *Registry) engineOfLocked(spec Spec) string {
 	switch {
