@@ -4,13 +4,16 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/policyrouter/policyrouter/engine"
 )
 
 // Engines a Fleet can simulate (Options.Engine), beside the default
-// "policyrouter", which serves GET /idle.
+// "policyrouter", which serves GET /idle: one fake per row of the engine
+// table (engine.Names), by the same names.
 const (
-	EngineSGLang = "sglang"
-	EngineVLLM   = "vllm"
+	EngineSGLang = engine.SGLang
+	EngineVLLM   = engine.VLLM
 )
 
 // route is one endpoint of a simulated policy: method, path and handler.
