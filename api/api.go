@@ -482,6 +482,7 @@ const (
 	CodeUnauthorized     = "unauthorized"      // 401
 	CodeForbidden        = "forbidden"         // 403
 	CodeNotFound         = "not_found"         // 404
+	CodeModelNotFound    = "model_not_found"   // 404: proxy: no policy serves the request's model (ErrorDetails.Models)
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeConflict         = "conflict"          // 409
 	CodeTooLarge         = "payload_too_large" // 413
@@ -541,6 +542,8 @@ type ErrorDetails struct {
 	// force and the highest version among the routable policies.
 	MinVersion     *int64 `json:"min_version,omitempty"`
 	HighestVersion *int64 `json:"highest_version,omitempty"`
+	// Models, on model_not_found, are the model ids the policies serve.
+	Models []string `json:"models,omitempty"`
 }
 
 // ErrorCause is one cause kind among the last errors of the policies
