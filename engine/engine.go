@@ -166,6 +166,19 @@ func Of(p routing.Policy) Engine {
 	return native{}
 }
 
+// Probe asks s's server once in its engine's wire format. The answer is
+// asleep when the engine says so, or when a fleet verb put it to sleep
+// and has not woken it (Client.Marks): from before the sleep call is
+// sent, so that no request lands on it meanwhile, and for engines that
+// cannot say it at all (SleepReported false).
+func Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
+	a, err := Of(s.Policy).Probe(ctx, c, s)
+	if err == nil && c.Marks.Asleep(s.Policy.ID) {
+		a.Asleep = true
+	}
+	return a, err
+}
+
 // Serves reports whether p's engine serves the proxied route: the
 // routing.Options.Serves of the router.
 func Serves(p *routing.Policy, route string) bool {

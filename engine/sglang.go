@@ -19,8 +19,8 @@ import (
 //     answers /model_info 404, GET /get_model_info, remembered; when the
 //     info has no weight_version, GET /get_weight_version (404: none);
 //   - models: GET /v1/models, on the first probe and every ModelsEvery;
-//   - asleep: SGLang has no endpoint that says its memory is released, so
-//     the probe reads what the fleet verbs recorded (Client.Marks);
+//   - asleep: SGLang has no endpoint that says its memory is released:
+//     Probe reads what the fleet verbs recorded (Client.Marks);
 //   - paused: no endpoint either in the sources read; an SGLang paused by
 //     someone else answers its loads as before and is routed (its
 //     requests wait in its queue). A pause of our own update is the
@@ -114,7 +114,6 @@ func (sglang) Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
 	if err := sglangVersion(ctx, c, s, &a); err != nil {
 		return Answer{}, err
 	}
-	a.Asleep = c.Marks.Asleep(s.Policy.ID)
 	c.probeModels(ctx, s, &a)
 	return a, nil
 }

@@ -49,15 +49,9 @@ func TestEngineProbeLoadAndVersion(t *testing.T) {
 				if !a.HasLoad || a.Load != int64(load) || a.Idle != (load < 2) {
 					t.Errorf("load %d: got load %d (has %t) idle %t; want load %d idle %t", load, a.Load, a.HasLoad, a.Idle, load, load < 2)
 				}
-				switch eng {
-				case engine.SGLang:
-					if !a.HasVersion || a.Version != 42 || a.WeightVersion != "step-42" {
-						t.Errorf("version %d %q (has %t); want 42 \"step-42\"", a.Version, a.WeightVersion, a.HasVersion)
-					}
-				case engine.VLLM:
-					if a.HasVersion {
-						t.Errorf("vLLM reported version %d %q; it has no version endpoint", a.Version, a.WeightVersion)
-					}
+				// SGLang's /model_info and vLLM's /weight_info alike.
+				if !a.HasVersion || a.Version != 42 || a.WeightVersion != "step-42" {
+					t.Errorf("version %d %q (has %t); want 42 \"step-42\"", a.Version, a.WeightVersion, a.HasVersion)
 				}
 				fp.StartWorkFor(time.Minute) // one more request: running up to 1, the rest waiting
 			}

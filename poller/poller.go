@@ -161,7 +161,6 @@ type member struct {
 	shown string // url without its password, for logs
 	err   error  // the URL does not parse
 	pol   routing.Policy
-	eng   engine.Engine
 	srv   *engine.Server // what the engine learns of the server
 	busy  atomic.Bool    // a probe is in flight
 	gone  atomic.Bool    // no longer registered: results are dropped
@@ -172,7 +171,7 @@ type member struct {
 
 func newMember(p routing.Policy) *member {
 	srv, err := engine.NewServer(p)
-	m := &member{id: p.ID, index: p.Index, url: p.URL, shown: srv.Shown, pol: p, eng: engine.Of(p), srv: srv}
+	m := &member{id: p.ID, index: p.Index, url: p.URL, shown: srv.Shown, pol: p, srv: srv}
 	if err != nil {
 		m.err = fmt.Errorf("policy %s: %w", p.ID, err)
 	}

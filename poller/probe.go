@@ -69,7 +69,7 @@ func (p *Poller) probe(ctx context.Context, m *member) (engine.Answer, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	a, err := m.eng.Probe(ctx, p.client, m.srv)
+	a, err := engine.Probe(ctx, p.client, m.srv)
 	if err != nil {
 		return engine.Answer{}, fmt.Errorf("policy %s: %w", m.id, err)
 	}
