@@ -146,6 +146,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		Auth:              cfg.Auth,
 		OpenAPI:           policyrouter.OpenAPI,
 		PeerTLS:           peers,
+		Marks:             a.Marks,
 		Proxy: handlers.ProxyConfig{
 			Retries:   cfg.ProxyRetries,
 			Timeout:   cfg.ProxyTimeout,
