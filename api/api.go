@@ -482,6 +482,7 @@ const (
 	CodeUnauthorized     = "unauthorized"      // 401
 	CodeForbidden        = "forbidden"         // 403
 	CodeNotFound         = "not_found"         // 404
+	CodeModelNotFound    = "model_not_found"   // 404: proxy: no policy serves the request's model (ErrorDetails.Models)
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeConflict         = "conflict"          // 409
 	CodeTooLarge         = "payload_too_large" // 413
@@ -541,6 +542,8 @@ type ErrorDetails struct {
 	// force and the highest version among the routable policies.
 	MinVersion     *int64 `json:"min_version,omitempty"`
 	HighestVersion *int64 `json:"highest_version,omitempty"`
+	// Models, on model_not_found, are the model ids the policies serve.
+	Models []string `json:"models,omitempty"`
 }
 
 // ErrorCause is one cause kind among the last errors of the policies
@@ -710,4 +713,68 @@ type UpdateSummary struct {
 // UpdateList is the body of GET /updates, newest first.
 type UpdateList struct {
 	Updates []Update `json:"updates"`
+}
+
+// FleetSelector picks the policies of a fleet verb: those matching every
+// criterion given; an empty selector picks every registered policy.
+type FleetSelector struct {
+	IDs     []string          `json:"ids,omitempty" validate:"omitempty,max=100000,dive,min=1,max=128"`
+	Indices []int             `json:"indices,omitempty" validate:"omitempty,max=100000,dive,min=0,max=1048575"`
+	Labels  map[string]string `json:"labels,omitempty" validate:"omitempty,max=64,dive,keys,min=1,max=128,endkeys,max=1024"`
+	Engine  string            `json:"engine,omitempty" validate:"omitempty,engine"`
+}
+
+// FleetSleepRequest is the body of POST /fleet/sleep.
+type FleetSleepRequest struct {
+	Selector FleetSelector `json:"selector"`
+	// Level is vLLM's sleep level (1 offloads the weights, 2 discards
+	// them); 0 or absent is the engine's default.
+	Level int `json:"level,omitempty" validate:"min=0,max=2"`
+}
+
+// FleetWakeRequest is the body of POST /fleet/wake.
+type FleetWakeRequest struct {
+	Selector FleetSelector `json:"selector"`
+	// Tags, when given, are the memory regions to restore ("weights",
+	// "kv_cache"); none restores all.
+	Tags []string `json:"tags,omitempty" validate:"omitempty,max=16,dive,min=1,max=64,printascii"`
+}
+
+// FleetEngineRequest is the body of POST /fleet/engine/{path}: one
+// engine-native call made to every selected policy.
+type FleetEngineRequest struct {
+	Selector FleetSelector `json:"selector"`
+	// Method is the call's method, POST by default.
+	Method string `json:"method,omitempty" validate:"omitempty,oneof=GET POST PUT DELETE"`
+	// Query is the call's query parameters.
+	Query map[string]string `json:"query,omitempty" validate:"omitempty,max=64"`
+	// Body is sent as the call's JSON body when present.
+	Body json.RawMessage `json:"body,omitempty"`
+	// Exclusive takes the refit lock of the selected policies for the
+	// call's duration: another exclusive fan-out, sleep, wake or update on
+	// them is refused (409) meanwhile.
+	Exclusive bool `json:"exclusive,omitempty"`
+}
+
+// FleetResult is one policy's outcome of a fleet verb.
+type FleetResult struct {
+	ID     string `json:"id"`
+	Index  int    `json:"index"`
+	Engine string `json:"engine"`
+	// Call is the call made ("POST /sleep?level=1"), absent when none was.
+	Call string `json:"call,omitempty"`
+	// Status is the engine's answer's status, 0 when there was none.
+	Status int `json:"status"`
+	// Body is the engine's answer: its JSON, or its text as a string.
+	Body json.RawMessage `json:"body,omitempty"`
+	// Error says why the call failed: no answer, or no such call for
+	// the policy's engine.
+	Error string `json:"error,omitempty"`
+}
+
+// FleetResponse is the answer of a fleet verb: 200 when every call
+// answered 2xx, else 207 with the others in Failed too.
+type FleetResponse struct {
+	Results []FleetResult `json:"results"`
+	Failed  []FleetResult `json:"failed"`
 }

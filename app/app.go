@@ -23,6 +23,7 @@ import (
 	"github.com/policyrouter/policyrouter"
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/auth"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/poller"
@@ -44,7 +45,10 @@ type App struct {
 	Metrics *metrics.Metrics
 	// Updates runs rolling weight updates.
 	Updates *updates.Manager
-	Server  *handlers.Server
+	// Marks is what the fleet verbs did to engines that cannot report it
+	// (SGLang asleep), read by the poller's probes.
+	Marks  *engine.Marks
+	Server *handlers.Server
 	// TLS is the listener's TLS configuration; nil serves plain HTTP.
 	TLS *tls.Config
 
@@ -100,6 +104,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		}
 	}()
 
+	a.Marks = &engine.Marks{}
 	a.State = routing.New(routing.Options{
 		Grace:         cfg.Grace,
 		FailThreshold: cfg.FailThreshold,
@@ -109,6 +114,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		AssignTTL:     cfg.AssignTTL,
 		MaxWaiters:    cfg.MaxWaiters,
 		LoadFactor:    cfg.StickyLoadFactor,
+		Serves:        engine.Serves,
 	})
 	// The store is read once: the registration for the registry, the
 	// rolling updates' documents for the update manager.
@@ -140,6 +146,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		Auth:              cfg.Auth,
 		OpenAPI:           policyrouter.OpenAPI,
 		PeerTLS:           peers,
+		Marks:             a.Marks,
 		Proxy: handlers.ProxyConfig{
 			Retries:   cfg.ProxyRetries,
 			Timeout:   cfg.ProxyTimeout,
@@ -162,6 +169,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 			TLSClientConfig: ptls,
 			Logger:          cfg.Logger,
 			OnProbe:         func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
+			Marks:           a.Marks,
 		})
 		hcfg.Poller = a.Poller
 		hcfg.EngineCapacity = a.Poller.EngineCapacity

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/auth"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/routing"
@@ -282,7 +283,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text, json, or auto (text on a terminal, else json)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.Var((*negatedBool)(&c.NoAccessLog), "access-log", "log one line per request (the access log); false logs only the requests that failed by a fault (5xx other than 503)")
-	fs.StringVar(&c.DefaultEngine, "default-engine", c.DefaultEngine, "engine of policies registered without one, which decides how they are probed: "+routing.NameList(poller.EngineNames()))
+	fs.StringVar(&c.DefaultEngine, "default-engine", c.DefaultEngine, "engine of policies registered without one, which decides how they are probed: "+routing.NameList(engine.Names()))
 }
 
 // negatedBool is a boolean flag that sets the negation of its field, so
@@ -331,8 +332,8 @@ func (c Config) Validate() error {
 	if names := routing.DefaultRouterNames(); !slices.Contains(names, c.Router) {
 		return fmt.Errorf("--router must be %s, not %q", routing.NameList(names), c.Router)
 	}
-	if !poller.IsEngine(c.DefaultEngine) {
-		return fmt.Errorf("--default-engine must be %s, not %q", routing.NameList(poller.EngineNames()), c.DefaultEngine)
+	if !engine.Is(c.DefaultEngine) {
+		return fmt.Errorf("--default-engine must be %s, not %q", routing.NameList(engine.Names()), c.DefaultEngine)
 	}
 	switch {
 	case c.PollInterval < 0:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -18,7 +19,10 @@ import (
 var sglangRoutes = []route{
 	{"GET", "/v1/loads", (*Policy).serveSGLangLoads},
 	{"GET", "/get_load", (*Policy).serveSGLangGetLoad},
+	{"GET", "/model_info", (*Policy).serveSGLangModelInfo},
 	{"GET", "/get_model_info", (*Policy).serveSGLangModelInfo},
+	{"POST", "/release_memory_occupation", (*Policy).serveSGLangRelease},
+	{"POST", "/resume_memory_occupation", (*Policy).serveSGLangResume},
 	{"GET", "/get_weight_version", (*Policy).serveSGLangWeightVersion},
 	{"GET", "/health", (*Policy).serveHealth},
 	{"POST", "/pause_generation", (*Policy).serveSGLangPause},
@@ -66,8 +70,14 @@ func (p *Policy) serveSGLangGetLoad(w http.ResponseWriter, r *http.Request) {
 	}})
 }
 
-// serveSGLangModelInfo answers GET /get_model_info.
+// serveSGLangModelInfo answers GET /get_model_info, and GET /model_info
+// (its 0.5.15 name) unless the engine is told to be older (SetLegacy).
 func (p *Policy) serveSGLangModelInfo(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/model_info") && !strings.HasSuffix(r.URL.Path, "/get_model_info") && p.engine.legacy.Load() {
+		p.engine.calls.add(r.Method + " " + r.URL.Path)
+		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+		return
+	}
 	if !p.called(w, r) {
 		return
 	}
@@ -230,4 +240,37 @@ func decodeOptional(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// sglangMemoryRequest is ReleaseMemoryOccupationReqInput and
+// ResumeMemoryOccupationReqInput: tags, none meaning all.
+type sglangMemoryRequest struct {
+	Tags []string `json:"tags"`
+}
+
+// serveSGLangRelease releases the memory (the work in flight is aborted)
+// and answers {"success": true, "message"}. SGLang has no endpoint that
+// reports it: the router remembers it did it.
+func (p *Policy) serveSGLangRelease(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) {
+		return
+	}
+	var req sglangMemoryRequest
+	if !decodeOptional(w, r, &req) {
+		return
+	}
+	p.sleep()
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "message": "Memory released."})
+}
+
+func (p *Policy) serveSGLangResume(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) {
+		return
+	}
+	var req sglangMemoryRequest
+	if !decodeOptional(w, r, &req) {
+		return
+	}
+	p.wake()
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "message": "Memory resumed."})
 }

@@ -11,8 +11,18 @@ import (
 // vllm/v1/metrics/loggers.py; GET /health and GET /load of
 // vllm/entrypoints/openai/api_server.py; POST /pause?mode=, POST /resume
 // and GET /is_paused of vllm/entrypoints/serve/rlhf/api_router.py
-// (commit 1ace43ed7b3c, served in dev mode).
+// (commit 1ace43ed7b3c, served in dev mode); GET /weight_info and POST
+// /update_weight_version of vllm/entrypoints/serve/dev/rlhf/api_router.py
+// (commit 0100a2129224); POST /sleep?level=, POST /wake_up?tags= and GET
+// /is_sleeping of vllm/entrypoints/serve/dev/sleep/api_router.py (commit
+// e7a47b821ef4). SetLegacyVLLM makes the newer ones answer 404, as older
+// servers do.
 var vllmRoutes = []route{
+	{"GET", "/weight_info", (*Policy).serveVLLMWeightInfo},
+	{"POST", "/update_weight_version", (*Policy).serveVLLMUpdateVersion},
+	{"GET", "/is_sleeping", (*Policy).serveVLLMIsSleeping},
+	{"POST", "/sleep", (*Policy).serveVLLMSleep},
+	{"POST", "/wake_up", (*Policy).serveVLLMWakeUp},
 	{"GET", "/metrics", (*Policy).serveVLLMMetrics},
 	{"GET", "/load", (*Policy).serveVLLMLoad},
 	{"GET", "/health", (*Policy).serveHealth},
@@ -97,4 +107,71 @@ func (p *Policy) serveVLLMResume(w http.ResponseWriter, r *http.Request) {
 	p.engine.paused.Store(false)
 	p.thaw()
 	writeJSON(w, http.StatusOK, map[string]string{"status": "resumed"})
+}
+
+// legacyVLLM answers 404 for the endpoints older servers lack, and
+// reports whether it did.
+func (p *Policy) legacyVLLM(w http.ResponseWriter, r *http.Request) bool {
+	if !p.engine.legacy.Load() {
+		return false
+	}
+	p.engine.calls.add(r.Method + " " + r.URL.Path)
+	writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+	return true
+}
+
+// serveVLLMWeightInfo answers {"weight_version": str}, null before any
+// version was set.
+func (p *Policy) serveVLLMWeightInfo(w http.ResponseWriter, r *http.Request) {
+	if p.legacyVLLM(w, r) || !p.called(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]*string{"weight_version": p.engine.weightVersion.Load()})
+}
+
+// serveVLLMUpdateVersion takes {"new_version": str} (Body(embed=True):
+// required) and answers {"success": true, "new_version"}.
+func (p *Policy) serveVLLMUpdateVersion(w http.ResponseWriter, r *http.Request) {
+	if p.legacyVLLM(w, r) || !p.called(w, r) {
+		return
+	}
+	var req struct {
+		NewVersion *string `json:"new_version"`
+	}
+	if !decodeOptional(w, r, &req) {
+		return
+	}
+	if req.NewVersion == nil {
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"detail": "new_version: Field required"})
+		return
+	}
+	p.SetWeightVersion(*req.NewVersion)
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "new_version": *req.NewVersion})
+}
+
+func (p *Policy) serveVLLMIsSleeping(w http.ResponseWriter, r *http.Request) {
+	if p.legacyVLLM(w, r) || !p.called(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"is_sleeping": p.Asleep()})
+}
+
+// serveVLLMSleep sleeps at ?level= (default 1): it aborts the work in
+// flight (vLLM's default mode) and answers 200 without a body.
+func (p *Policy) serveVLLMSleep(w http.ResponseWriter, r *http.Request) {
+	if p.legacyVLLM(w, r) || !p.called(w, r) {
+		return
+	}
+	p.sleep()
+	w.WriteHeader(http.StatusOK)
+}
+
+// serveVLLMWakeUp wakes (every tag, or those of ?tags=) and answers 200
+// without a body.
+func (p *Policy) serveVLLMWakeUp(w http.ResponseWriter, r *http.Request) {
+	if p.legacyVLLM(w, r) || !p.called(w, r) {
+		return
+	}
+	p.wake()
+	w.WriteHeader(http.StatusOK)
 }

@@ -4,13 +4,16 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/policyrouter/policyrouter/engine"
 )
 
 // Engines a Fleet can simulate (Options.Engine), beside the default
-// "policyrouter", which serves GET /idle.
+// "policyrouter", which serves GET /idle: one fake per row of the engine
+// table (engine.Names), by the same names.
 const (
-	EngineSGLang = "sglang"
-	EngineVLLM   = "vllm"
+	EngineSGLang = engine.SGLang
+	EngineVLLM   = engine.VLLM
 )
 
 // route is one endpoint of a simulated policy: method, path and handler.
@@ -55,6 +58,36 @@ type engineState struct {
 	calls callLog
 	// pauseMode is the mode of the last pause.
 	pauseMode atomic.Pointer[string]
+	// asleep: the engine released its memory (vLLM /sleep, SGLang
+	// /release_memory_occupation).
+	asleep atomic.Bool
+	// legacy makes vLLM's newer dev-mode endpoints (weight_info,
+	// update_weight_version, sleep) and SGLang's /model_info answer 404.
+	legacy atomic.Bool
+}
+
+// Asleep reports whether the simulated engine released its memory.
+func (p *Policy) Asleep() bool { return p.engine.asleep.Load() }
+
+// SetLegacy makes the simulated engine an older release: vLLM without
+// /weight_info, /update_weight_version, /sleep, /wake_up and
+// /is_sleeping; SGLang without /model_info (0.5.15's name).
+func (p *Policy) SetLegacy(legacy bool) { p.engine.legacy.Store(legacy) }
+
+// sleep releases the engine's memory: the work in flight is aborted and
+// new work waits for the wake.
+func (p *Policy) sleep() {
+	p.engine.asleep.Store(true)
+	p.freeze()
+	p.abortWork()
+}
+
+// wake takes the memory back: the work waiting resumes.
+func (p *Policy) wake() {
+	p.engine.asleep.Store(false)
+	if !p.Paused() {
+		p.thaw()
+	}
 }
 
 // PauseMode returns the mode the simulated engine was last paused in ("" if

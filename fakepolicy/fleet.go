@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/policyrouter/policyrouter/engine"
 )
 
 // Options configure a Fleet. Zero fields take the defaults.
@@ -126,9 +128,7 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 		opts.MaxWork = time.Second
 	}
 	opts.MaxWork = max(opts.MaxWork, opts.MinWork)
-	switch opts.Engine {
-	case "", "policyrouter", EngineSGLang, EngineVLLM:
-	default:
+	if opts.Engine != "" && !engine.Is(opts.Engine) {
 		return nil, fmt.Errorf("fakepolicy: unknown engine %q", opts.Engine)
 	}
 	if opts.FlapProbes <= 0 {

@@ -16,7 +16,7 @@ import (
 	"github.com/go-playground/validator/v10"
 
 	"github.com/policyrouter/policyrouter/api"
-	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -34,7 +34,7 @@ func newValidator() *validator.Validate {
 	for tag, names := range map[string][]string{
 		"assign_router": routing.AssignRouterNames(),
 		"select_router": routing.SelectRouterNames(),
-		"engine":        poller.EngineNames(),
+		"engine":        engine.Names(),
 		"release_mode":  routing.ReleaseModeNames,
 	} {
 		err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool {
@@ -219,7 +219,7 @@ func describe(fe validator.FieldError) string {
 	case "select_router":
 		return "must be " + routing.NameList(routing.SelectRouterNames())
 	case "engine":
-		return "must be " + routing.NameList(poller.EngineNames())
+		return "must be " + routing.NameList(engine.Names())
 	case "release_mode":
 		return "must be " + routing.NameList(routing.ReleaseModeNames)
 	case "http_url":

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/policyrouter/policyrouter/api"
-	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -30,7 +30,7 @@ func TestEngineTableMatchesOpenAPI(t *testing.T) {
 			s, _ := v.(string)
 			got = append(got, s)
 		}
-		if want := poller.EngineNames(); !slices.Equal(got, want) {
+		if want := engine.Names(); !slices.Equal(got, want) {
 			t.Errorf("openapi.yaml %s.engine enum = %v; the table of engines says %v", schema, got, want)
 		}
 	}

@@ -48,7 +48,7 @@ func statusOf(code string) int {
 		return http.StatusUnauthorized
 	case api.CodeForbidden:
 		return http.StatusForbidden
-	case api.CodeNotFound:
+	case api.CodeNotFound, api.CodeModelNotFound:
 		return http.StatusNotFound
 	case api.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
@@ -76,9 +76,16 @@ func asError(err error) *Error {
 	var in *routing.InputError
 	var we *routing.WaitError
 	var ce *registry.ConflictError
+	var mnf *routing.ModelNotFoundError
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.As(err, &mnf):
+		served := mnf.Served
+		if served == nil {
+			served = []string{}
+		}
+		return &Error{Code: api.CodeModelNotFound, Message: mnf.Error(), Details: &api.ErrorDetails{Models: served}}
 	case errors.Is(err, updates.ErrNotFound):
 		return errorf(api.CodeNotFound, err.Error())
 	case errors.Is(err, updates.ErrRunning), errors.Is(err, updates.ErrEnded), errors.Is(err, updates.ErrNotReady):

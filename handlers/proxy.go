@@ -193,6 +193,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		return // the client left while sending
 	}
 	sreq, router, err := s.proxySelectRequest(r)
+	if err == nil {
+		sreq.Route = r.URL.Path
+		sreq.Model, err = requestModel(body)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -308,6 +312,24 @@ func (s *Server) proxySelectRequest(r *http.Request) (routing.SelectRequest, str
 		req.LeaseTTL = req.Wait + s.Proxy.Timeout + time.Minute
 	}
 	return req, name, nil
+}
+
+// requestModel is the "model" of a JSON request body: what the OpenAI
+// endpoints require, and SGLang's /generate leaves out (its server has
+// one model). A body that is not a JSON object names none: the engine
+// answers it. A "model" that is not a string is the client's error.
+func requestModel(body []byte) (string, error) {
+	var v struct {
+		Model json.RawMessage `json:"model"`
+	}
+	if json.Unmarshal(body, &v) != nil || len(v.Model) == 0 || string(v.Model) == "null" {
+		return "", nil
+	}
+	var model string
+	if err := json.Unmarshal(v.Model, &model); err != nil {
+		return "", fieldError("model", "must be a string")
+	}
+	return model, nil
 }
 
 func isEventStream(h http.Header) bool {

@@ -12,8 +12,9 @@ import (
 	"github.com/policyrouter/policyrouter/routing"
 )
 
-// GET /v1/models answers the models of the routable policies,
-// deduplicated by id, in the OpenAI list format
+// GET /v1/models answers the models of the routable policies, then the
+// other models some policy serves (registered, or read by the probes:
+// routing.State.ServedModels), deduplicated by id, in the OpenAI list format
 // ({"object": "list", "data": [{"id", "object": "model", ...}]}). Each
 // policy's own GET /v1/models is asked at most once per modelsTTL; a
 // policy that does not answer adds nothing.
@@ -68,7 +69,23 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 			out.Data = append(out.Data, m)
 		}
 	}
+	// The models the policies were registered with, or that the probes
+	// read, that no routable policy listed just now.
+	for _, id := range s.State.ServedModels() {
+		if !seen[id] {
+			seen[id] = true
+			m, _ := json.Marshal(modelCard{ID: id, Object: "model", OwnedBy: "policyrouter"})
+			out.Data = append(out.Data, m)
+		}
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// modelCard is an entry of the OpenAI model list.
+type modelCard struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	OwnedBy string `json:"owned_by"`
 }
 
 // policyModels returns the entries of p's GET /v1/models, from the cache

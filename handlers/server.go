@@ -20,6 +20,8 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/dashboard"
+	"github.com/policyrouter/policyrouter/engine"
+	"github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/registry"
@@ -97,6 +99,13 @@ type Config struct {
 	Proxy ProxyConfig
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Marks records what the fleet verbs did to engines (asleep), read by
+	// the poller's probes: the poller's Config.Marks. Nil: the server's
+	// own.
+	Marks *engine.Marks
+	// FleetLocks is the refit lock of the fleet verbs; nil: the server's
+	// own.
+	FleetLocks *fleet.Locks
 }
 
 // PollerReporter reports the idle poller's figures; *poller.Poller is one.
@@ -124,6 +133,10 @@ type Server struct {
 	peers *http.Client
 	// unmapped counts env ids that map to no node (envmap.go).
 	unmapped unmappedEnvs
+	// engines sends the fleet verbs' calls (fleet.go).
+	engines    *engine.Client
+	marks      *engine.Marks
+	fleetLocks *fleet.Locks
 }
 
 // New returns a Server for cfg.
@@ -168,6 +181,14 @@ func New(cfg Config) *Server {
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.reverseProxy = s.newReverseProxy()
+	s.marks, s.fleetLocks = cfg.Marks, cfg.FleetLocks
+	if s.marks == nil {
+		s.marks = &engine.Marks{}
+	}
+	if s.fleetLocks == nil {
+		s.fleetLocks = &fleet.Locks{}
+	}
+	s.engines = &engine.Client{HTTP: &http.Client{Transport: s.reverseProxy.Transport, CheckRedirect: noRedirect}, Marks: s.marks}
 	peers := http.DefaultTransport.(*http.Transport).Clone()
 	peers.TLSClientConfig = cfg.PeerTLS
 	s.peers = &http.Client{Transport: peers}
@@ -228,6 +249,9 @@ func (s *Server) Handler() http.Handler {
 		admin.Post("/updates/{id}/done", s.updateDone)
 		admin.Post("/updates/{id}/abort", s.abortUpdate)
 	}
+	admin.Post("/fleet/sleep", s.fleetSleep)
+	admin.Post("/fleet/wake", s.fleetWake)
+	admin.Post("/fleet/engine/*", s.fleetEngine)
 	read.Get("/registration", s.getRegistration)
 
 	route.Post("/assign", s.assign)

@@ -314,6 +314,10 @@ func specPath(route string) string {
 	if len(route) > 1 {
 		route = strings.TrimSuffix(route, "/")
 	}
+	// A catch-all (/fleet/engine/*) is the spec's {path}.
+	if rest, ok := strings.CutSuffix(route, "/*"); ok {
+		route = rest + "/{path}"
+	}
 	var b strings.Builder
 	for {
 		open := strings.IndexByte(route, '{')

@@ -14,7 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/policyrouter/policyrouter/api"
-	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/updates"
 )
 
@@ -91,10 +91,10 @@ func (s *Server) updateSpec(req api.UpdateRequest) (updates.Spec, error) {
 // model_path it cannot load (without an action to fall back on).
 func (s *Server) checkEngines(spec *updates.Spec, mode string) error {
 	if mode == "" {
-		mode = poller.PauseWait
+		mode = engine.PauseWait
 	}
-	if !slices.Contains(poller.PauseModes, mode) {
-		return fieldError("pause_mode", "must be one of "+strings.Join(poller.PauseModes, ", "))
+	if !slices.Contains(engine.PauseModes, mode) {
+		return fieldError("pause_mode", "must be one of "+strings.Join(engine.PauseModes, ", "))
 	}
 	spec.PauseMode = mode
 	seen := map[string]bool{}
@@ -104,7 +104,7 @@ func (s *Server) checkEngines(spec *updates.Spec, mode string) error {
 			continue
 		}
 		seen[name] = true
-		steps, ok := poller.Steps(name)
+		steps, ok := engine.Lookup(name)
 		if !ok {
 			continue
 		}
@@ -183,7 +183,7 @@ func (s *Server) abortUpdate(w http.ResponseWriter, r *http.Request) {
 func updateToAPI(u updates.Update, now time.Time) api.Update {
 	mode := u.Spec.PauseMode
 	if mode == "" {
-		mode = poller.PauseWait
+		mode = engine.PauseWait
 	}
 	out := api.Update{
 		ID: u.ID, State: u.State, Version: u.Spec.Version, External: u.Spec.External(),

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/policyrouter/policyrouter/api"
-	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/engine"
 )
 
 // POST /updates refuses, with a 422 naming the field, a pause mode no
@@ -61,8 +61,8 @@ func TestPauseModesMatchOpenAPI(t *testing.T) {
 			s, _ := v.(string)
 			got = append(got, s)
 		}
-		if !slices.Equal(got, poller.PauseModes) {
-			t.Errorf("%s.pause_mode enum %v; poller.PauseModes %v", schema, got, poller.PauseModes)
+		if !slices.Equal(got, engine.PauseModes) {
+			t.Errorf("%s.pause_mode enum %v; engine.PauseModes %v", schema, got, engine.PauseModes)
 		}
 	}
 }

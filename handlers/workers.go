@@ -10,7 +10,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/auth"
-	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 )
@@ -28,7 +28,7 @@ import (
 //     answer, not by a background job: a worker is routable when its
 //     registration returns, and gets nothing more once its removal does.
 //   - A worker registered without policyrouter's own "capacity" takes its
-//     engine's (poller.EngineCapacity: SGLang's max_running_requests, vLLM's
+//     engine's (poller.Poller.EngineCapacity, engine.Client.Capacity: SGLang's max_running_requests, vLLM's
 //     max_num_seqs, else their documented defaults).
 //   - Errors are policyrouter's one envelope, with SMG's status codes: 400
 //     for a malformed body or a bad url, 404 for an unknown worker, 409 for
@@ -128,16 +128,16 @@ func workerSpec(req api.WorkerSpecRequest) (registry.Spec, error) {
 	if m := req.ConnectionMode; m != "" && m != "http" {
 		return registry.Spec{}, fieldError("connection_mode", `must be "http", not `+quote(m))
 	}
-	field, engine := "runtime_type", req.RuntimeType
-	if engine == "" {
-		field, engine = "runtime", req.Runtime
+	field, name := "runtime_type", req.RuntimeType
+	if name == "" {
+		field, name = "runtime", req.Runtime
 	}
 	switch {
-	case engine == "" || engine == "unspecified":
-		engine = "" // the server's --default-engine
-	case !poller.IsEngine(engine):
-		return registry.Spec{}, fieldError(field, "must be "+routing.NameList(append(poller.EngineNames(), "unspecified"))+
-			", not "+quote(engine)+": policyrouter has no engine of that name")
+	case name == "" || name == "unspecified":
+		name = "" // the server's --default-engine
+	case !engine.Is(name):
+		return registry.Spec{}, fieldError(field, "must be "+routing.NameList(append(engine.Names(), "unspecified"))+
+			", not "+quote(name)+": policyrouter has no engine of that name")
 	}
 	if req.Priority != nil && *req.Priority != smgPriority {
 		return registry.Spec{}, fieldError("priority", "must be 50 (SMG's default) or absent: policyrouter does not weigh workers by priority")
@@ -146,14 +146,14 @@ func workerSpec(req api.WorkerSpecRequest) (registry.Spec, error) {
 		return registry.Spec{}, fieldError("cost", "must be 1.0 (SMG's default) or absent: policyrouter does not weigh workers by cost")
 	}
 	return registry.Spec{URL: req.URL, NodeID: req.NodeID, Capacity: req.Capacity, Labels: req.Labels,
-		Engine: engine, APIKey: req.APIKey}, nil
+		Engine: name, APIKey: req.APIKey}, nil
 }
 
 // engineCapacity is the capacity of a worker registered without one: its
 // engine's own, as its server reports it, else the engine's default.
 func (s *Server) engineCapacity(r *http.Request, spec registry.Spec) int {
 	if s.EngineCapacity == nil {
-		return poller.DefaultCapacity(spec.Engine)
+		return engine.DefaultCapacity(spec.Engine)
 	}
 	var key routing.Secret
 	if spec.APIKey != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -15,10 +16,10 @@ import (
 // /server_info, asked with the policy's key; when the server does not say,
 // the engine's default and an error saying why.
 func TestEngineCapacity(t *testing.T) {
-	sglang := newEngineFleet(t, EngineSGLang, "sk-key", 8)
-	legacy := newEngineFleet(t, EngineSGLang, "", 8)
+	sglang := newEngineFleet(t, engine.SGLang, "sk-key", 8)
+	legacy := newEngineFleet(t, engine.SGLang, "", 8)
 	legacy.Policy(0).SetLegacySGLang(true) // /v1/loads answers 404
-	noInfo := newEngineFleet(t, EngineVLLM, "", 0)
+	noInfo := newEngineFleet(t, engine.VLLM, "", 0)
 	info := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/server_info" || r.URL.Query().Get("config_format") != "json" {
 			http.NotFound(w, r)
@@ -40,12 +41,12 @@ func TestEngineCapacity(t *testing.T) {
 		want   int
 		errHas string // "" for no error
 	}{
-		{"sglang", routing.Policy{URL: sglang.URL(0), Engine: EngineSGLang, APIKey: "sk-key"}, 8, ""},
-		{"sglang without its key", routing.Policy{URL: sglang.URL(0), Engine: EngineSGLang}, SGLangDefaultCapacity, "status 401"},
-		{"sglang without /v1/loads", routing.Policy{URL: legacy.URL(0), Engine: EngineSGLang}, SGLangDefaultCapacity, "status 404"},
-		{"vllm in dev mode", routing.Policy{URL: info.URL, Engine: EngineVLLM}, 48, ""},
-		{"vllm outside dev mode", routing.Policy{URL: noInfo.URL(0), Engine: EngineVLLM}, VLLMDefaultCapacity, "status 404"},
-		{"server down", routing.Policy{URL: dead.URL, Engine: EngineSGLang}, SGLangDefaultCapacity, "GET " + dead.URL + "/v1/loads"},
+		{"sglang", routing.Policy{URL: sglang.URL(0), Engine: engine.SGLang, APIKey: "sk-key"}, 8, ""},
+		{"sglang without its key", routing.Policy{URL: sglang.URL(0), Engine: engine.SGLang}, engine.SGLangDefaultCapacity, "status 401"},
+		{"sglang without /v1/loads", routing.Policy{URL: legacy.URL(0), Engine: engine.SGLang}, engine.SGLangDefaultCapacity, "status 404"},
+		{"vllm in dev mode", routing.Policy{URL: info.URL, Engine: engine.VLLM}, 48, ""},
+		{"vllm outside dev mode", routing.Policy{URL: noInfo.URL(0), Engine: engine.VLLM}, engine.VLLMDefaultCapacity, "status 404"},
+		{"server down", routing.Policy{URL: dead.URL, Engine: engine.SGLang}, engine.SGLangDefaultCapacity, "GET " + dead.URL + "/v1/loads"},
 		{"native", routing.Policy{URL: dead.URL, Engine: routing.EnginePolicyrouter}, 1, "reports no capacity"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,16 +65,16 @@ func TestEngineCapacity(t *testing.T) {
 }
 
 // A report out of bounds is not taken: no rank may say 0, and the sum is
-// capped at MaxCapacity.
+// capped at engine.MaxCapacity.
 func TestSGLangCapacityBounds(t *testing.T) {
 	for _, tt := range []struct {
 		name, body string
 		want       int
 	}{
 		{"two ranks", `{"loads": [{"max_running_requests": 3}, {"max_running_requests": 5}]}`, 8},
-		{"a rank says 0", `{"loads": [{"max_running_requests": 3}, {"max_running_requests": 0}]}`, SGLangDefaultCapacity},
-		{"no loads", `{"loads": []}`, SGLangDefaultCapacity},
-		{"huge", `{"loads": [{"max_running_requests": 4000000}]}`, MaxCapacity},
+		{"a rank says 0", `{"loads": [{"max_running_requests": 3}, {"max_running_requests": 0}]}`, engine.SGLangDefaultCapacity},
+		{"no loads", `{"loads": []}`, engine.SGLangDefaultCapacity},
+		{"huge", `{"loads": [{"max_running_requests": 4000000}]}`, engine.MaxCapacity},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +83,7 @@ func TestSGLangCapacityBounds(t *testing.T) {
 			defer srv.Close()
 			p := New(nil, Config{Logger: discard()})
 			defer p.closeIdle()
-			got, _ := p.EngineCapacity(context.Background(), routing.Policy{URL: srv.URL, Engine: EngineSGLang})
+			got, _ := p.EngineCapacity(context.Background(), routing.Policy{URL: srv.URL, Engine: engine.SGLang})
 			if got != tt.want {
 				t.Errorf("capacity %d; want %d", got, tt.want)
 			}

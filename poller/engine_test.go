@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/fakepolicy"
 	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/internal/syncbuf"
@@ -18,9 +19,9 @@ import (
 
 // newEngineFleet starts one simulated server of the engine, requiring
 // the API key key, with maxRunning requests running at once.
-func newEngineFleet(tb testing.TB, engine, key string, maxRunning int) *fakepolicy.Fleet {
+func newEngineFleet(tb testing.TB, eng, key string, maxRunning int) *fakepolicy.Fleet {
 	tb.Helper()
-	f, err := fakepolicy.New(1, nil, fakepolicy.Options{Engine: engine, APIKey: key, MaxRunning: maxRunning})
+	f, err := fakepolicy.New(1, nil, fakepolicy.Options{Engine: eng, APIKey: key, MaxRunning: maxRunning})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -32,31 +33,25 @@ func newEngineFleet(tb testing.TB, engine, key string, maxRunning int) *fakepoli
 // capacity, its load is that sum, and SGLang's version string is kept
 // with its integer.
 func TestEngineProbeLoadAndVersion(t *testing.T) {
-	for _, engine := range []string{EngineSGLang, EngineVLLM} {
-		t.Run(engine, func(t *testing.T) {
-			f := newEngineFleet(t, engine, "sk-key", 1)
+	for _, eng := range []string{engine.SGLang, engine.VLLM} {
+		t.Run(eng, func(t *testing.T) {
+			f := newEngineFleet(t, eng, "sk-key", 1)
 			fp := f.Policy(0)
 			fp.SetWeightVersion("step-42")
 			p := New(nil, Config{Logger: discard()})
 			defer p.closeIdle()
-			m := newMember(routing.Policy{ID: "p", URL: f.URL(0), Capacity: 2, Engine: engine, APIKey: "sk-key"})
+			m := newMember(routing.Policy{ID: "p", URL: f.URL(0), Capacity: 2, Engine: eng, APIKey: "sk-key"})
 			for load := range 4 {
 				a, err := p.probe(context.Background(), m)
 				if err != nil {
 					t.Fatalf("load %d: %v", load, err)
 				}
-				if !a.hasLoad || a.load != int64(load) || a.idle != (load < 2) {
-					t.Errorf("load %d: got load %d (has %t) idle %t; want load %d idle %t", load, a.load, a.hasLoad, a.idle, load, load < 2)
+				if !a.HasLoad || a.Load != int64(load) || a.Idle != (load < 2) {
+					t.Errorf("load %d: got load %d (has %t) idle %t; want load %d idle %t", load, a.Load, a.HasLoad, a.Idle, load, load < 2)
 				}
-				switch engine {
-				case EngineSGLang:
-					if !a.hasVersion || a.version != 42 || a.weightVersion != "step-42" {
-						t.Errorf("version %d %q (has %t); want 42 \"step-42\"", a.version, a.weightVersion, a.hasVersion)
-					}
-				case EngineVLLM:
-					if a.hasVersion {
-						t.Errorf("vLLM reported version %d %q; it has no version endpoint", a.version, a.weightVersion)
-					}
+				// SGLang's /model_info and vLLM's /weight_info alike.
+				if !a.HasVersion || a.Version != 42 || a.WeightVersion != "step-42" {
+					t.Errorf("version %d %q (has %t); want 42 \"step-42\"", a.Version, a.WeightVersion, a.HasVersion)
 				}
 				fp.StartWorkFor(time.Minute) // one more request: running up to 1, the rest waiting
 			}
@@ -67,19 +62,19 @@ func TestEngineProbeLoadAndVersion(t *testing.T) {
 // An SGLang without /v1/loads is probed on /get_load, and asked for
 // /v1/loads only once.
 func TestSGLangLegacyLoad(t *testing.T) {
-	f := newEngineFleet(t, EngineSGLang, "", 0)
+	f := newEngineFleet(t, engine.SGLang, "", 0)
 	fp := f.Policy(0)
 	fp.SetLegacySGLang(true)
 	fp.StartWorkFor(time.Minute)
 	p := New(nil, Config{Logger: discard()})
 	defer p.closeIdle()
-	m := newMember(routing.Policy{ID: "p", URL: f.URL(0), Engine: EngineSGLang})
+	m := newMember(routing.Policy{ID: "p", URL: f.URL(0), Engine: engine.SGLang})
 	for range 3 {
 		a, err := p.probe(context.Background(), m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.load != 1 || a.idle || a.weightVersion != "default" || a.version != 0 {
+		if a.Load != 1 || a.Idle || a.WeightVersion != "default" || a.Version != 0 {
 			t.Errorf("got %+v; want load 1, busy, version \"default\" = 0", a)
 		}
 	}
@@ -94,23 +89,25 @@ func TestSGLangLegacyLoad(t *testing.T) {
 	}
 }
 
-// A paused vLLM (dev mode's /is_paused) is busy whatever its load.
-func TestVLLMPausedIsBusy(t *testing.T) {
-	f := newEngineFleet(t, EngineVLLM, "", 0)
+// A paused vLLM (dev mode's /is_paused) reports paused, whatever its
+// load: a state of its own, which routing keeps out (not busy, not a
+// failure).
+func TestVLLMPausedIsReported(t *testing.T) {
+	f := newEngineFleet(t, engine.VLLM, "", 0)
 	p := New(nil, Config{Logger: discard()})
 	defer p.closeIdle()
-	m := newMember(routing.Policy{ID: "p", URL: f.URL(0), Engine: EngineVLLM})
+	m := newMember(routing.Policy{ID: "p", URL: f.URL(0), Engine: engine.VLLM})
 	a, err := p.probe(context.Background(), m)
-	if err != nil || !a.idle {
-		t.Fatalf("got %+v, %v; want idle", a, err)
+	if err != nil || !a.Idle || a.Paused {
+		t.Fatalf("got %+v, %v; want idle, not paused", a, err)
 	}
-	resp, err := p.client.Post(f.URL(0)+"/pause?mode=keep", "application/json", nil)
+	resp, err := p.client.HTTP.Post(f.URL(0)+"/pause?mode=keep", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
-	if a, err := p.probe(context.Background(), m); err != nil || a.idle {
-		t.Errorf("paused: got %+v, %v; want busy", a, err)
+	if a, err := p.probe(context.Background(), m); err != nil || !a.Paused {
+		t.Errorf("paused: got %+v, %v; want paused", a, err)
 	}
 }
 
@@ -122,12 +119,12 @@ func TestEngineProbeErrorsNameTheEndpoint(t *testing.T) {
 		mode        fakepolicy.Mode
 		want        []string
 	}{
-		{EngineSGLang, "", fakepolicy.ModeFail, []string{"GET ", "/v1/loads?include=core", "status 500"}},
-		{EngineSGLang, "", fakepolicy.ModeGarbage, []string{"/v1/loads?include=core", "decode"}},
-		{EngineSGLang, "wrong", fakepolicy.ModeNormal, []string{"/v1/loads?include=core", "status 401"}},
-		{EngineVLLM, "", fakepolicy.ModeFail, []string{"/metrics", "status 500"}},
-		{EngineVLLM, "", fakepolicy.ModeGarbage, []string{"/metrics", "parse metrics"}},
-		{EngineVLLM, "wrong", fakepolicy.ModeNormal, []string{"/metrics", "status 401"}},
+		{engine.SGLang, "", fakepolicy.ModeFail, []string{"GET ", "/v1/loads?include=core", "status 500"}},
+		{engine.SGLang, "", fakepolicy.ModeGarbage, []string{"/v1/loads?include=core", "decode"}},
+		{engine.SGLang, "wrong", fakepolicy.ModeNormal, []string{"/v1/loads?include=core", "status 401"}},
+		{engine.VLLM, "", fakepolicy.ModeFail, []string{"/metrics", "status 500"}},
+		{engine.VLLM, "", fakepolicy.ModeGarbage, []string{"/metrics", "parse metrics"}},
+		{engine.VLLM, "wrong", fakepolicy.ModeNormal, []string{"/metrics", "status 401"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.engine+"/"+tt.mode.String()+"/"+tt.key, func(t *testing.T) {
@@ -160,25 +157,25 @@ func TestEngineProbeErrorsNameTheEndpoint(t *testing.T) {
 // it, even at debug level with failing probes.
 func TestEngineKeySentNeverLogged(t *testing.T) {
 	const key = "sk-SECRET-123"
-	for _, engine := range []string{routing.EnginePolicyrouter, EngineSGLang, EngineVLLM} {
-		t.Run(engine, func(t *testing.T) {
+	for _, eng := range []string{routing.EnginePolicyrouter, engine.SGLang, engine.VLLM} {
+		t.Run(eng, func(t *testing.T) {
 			var logs syncbuf.Buffer
 			logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			st := routing.New(routing.Options{Polled: true, FailThreshold: 1, PassThreshold: 1})
 			var good, bad *fakepolicy.Fleet
-			if engine == routing.EnginePolicyrouter {
+			if eng == routing.EnginePolicyrouter {
 				// The native fake checks no key: a server that does is
 				// below, with a handler that demands it.
 				good = newEngineFleet(t, "", "", 0)
 				bad = newEngineFleet(t, "", "", 0)
 			} else {
-				good = newEngineFleet(t, engine, key, 0)
-				bad = newEngineFleet(t, engine, key, 0)
+				good = newEngineFleet(t, eng, key, 0)
+				bad = newEngineFleet(t, eng, key, 0)
 			}
 			bad.Policy(0).SetMode(fakepolicy.ModeFail)
 			ps := []routing.Policy{
-				{Index: 0, ID: "good", URL: good.URL(0), Engine: engine, APIKey: key, AdminAPIKey: key + "-admin"},
-				{Index: 1, ID: "bad", URL: bad.URL(0), Engine: engine, APIKey: key},
+				{Index: 0, ID: "good", URL: good.URL(0), Engine: eng, APIKey: key, AdminAPIKey: key + "-admin"},
+				{Index: 1, ID: "bad", URL: bad.URL(0), Engine: eng, APIKey: key},
 			}
 			if err := st.Update(ps, routing.Topology{}); err != nil {
 				t.Fatal(err)
@@ -212,39 +209,6 @@ func TestNativeEngineSendsKey(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(got, []string{"Bearer k1"}) {
 		t.Errorf("Authorization %v; want the API key", got)
-	}
-}
-
-func TestParseWeightVersion(t *testing.T) {
-	for _, tt := range []struct {
-		in      string
-		want    int64
-		wantErr bool
-	}{
-		{"42", 42, false}, {" 7 ", 7, false}, {"step-42", 42, false}, {"v0.43", 43, false},
-		{"default", 0, false}, {"", 0, false}, {"step-", 0, false}, {"9223372036854775808", 0, true},
-	} {
-		got, err := ParseWeightVersion(tt.in)
-		if got != tt.want || (err != nil) != tt.wantErr {
-			t.Errorf("ParseWeightVersion(%q) = %d, %v; want %d, error %t", tt.in, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
-// vLLM with several engine cores: every series counts.
-func TestVLLMLoadSumsEngines(t *testing.T) {
-	body := `# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="m"} 3.0
-vllm:num_requests_running{engine="1",model_name="m"} 2.0
-# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
-vllm:num_requests_waiting{engine="1",model_name="m"} 0.0
-`
-	if got, err := vllmLoad([]byte(body)); err != nil || got != 9 {
-		t.Errorf("vllmLoad = %d, %v; want 9", got, err)
-	}
-	if _, err := vllmLoad([]byte("# TYPE other gauge\nother 1\n")); err == nil || !strings.Contains(err.Error(), vllmRunning) {
-		t.Errorf("without the gauges: %v; want an error naming %s", err, vllmRunning)
 	}
 }
 

@@ -9,15 +9,9 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/routing"
 )
-
-// decodeError is a 2xx answer the poller could not use: not JSON, too
-// long, or not the shape of its engine's contract.
-type decodeError struct{ err error }
-
-func (e *decodeError) Error() string { return e.err.Error() }
-func (e *decodeError) Unwrap() error { return e.err }
 
 // errKind classifies a failed probe's error into one of routing's cause
 // kinds, from the error's chain rather than its text (which names the
@@ -25,8 +19,8 @@ func (e *decodeError) Unwrap() error { return e.err }
 // TLS failure, a refused connection, a timeout, else ErrKindOther.
 func errKind(err error) string {
 	var (
-		se      *statusError
-		de      *decodeError
+		se      *engine.StatusError
+		de      *engine.DecodeError
 		dnsErr  *net.DNSError
 		ne      net.Error
 		syntax  *json.SyntaxError
@@ -36,7 +30,7 @@ func errKind(err error) string {
 	case err == nil:
 		return ""
 	case errors.As(err, &se):
-		return routing.ErrKindStatus(se.status)
+		return routing.ErrKindStatus(se.Status)
 	case errors.As(err, &de), errors.As(err, &syntax), errors.As(err, &typeErr):
 		return routing.ErrKindDecode
 	case errors.As(err, &dnsErr):

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -85,8 +86,8 @@ func TestErrKindOfChains(t *testing.T) {
 		{"dns", fmt.Errorf("policy p: GET http://nowhere/idle: %w", &net.DNSError{Err: "no such host", Name: "nowhere", IsNotFound: true}), routing.ErrKindDNS},
 		{"dns timeout is dns", &net.DNSError{Err: "i/o timeout", Name: "slow", IsTimeout: true}, routing.ErrKindDNS},
 		{"deadline", fmt.Errorf("policy p: %w", context.DeadlineExceeded), routing.ErrKindTimeout},
-		{"status through %w", fmt.Errorf("policy p: %w", &statusError{endpoint: "GET /x", status: 503}), "status_503"},
-		{"engine answer unusable", endpointError(newMember(routing.Policy{ID: "p", URL: "http://h"}), "/get_load", errors.New(`[0] lacks "num_reqs"`)), routing.ErrKindDecode},
+		{"status through %w", fmt.Errorf("policy p: %w", &engine.StatusError{Endpoint: "GET /x", Status: 503}), "status_503"},
+		{"engine answer unusable", fmt.Errorf("policy p: %w", &engine.DecodeError{Err: errors.New(`GET http://h/get_load: [0] lacks "num_reqs"`)}), routing.ErrKindDecode},
 		{"plain", errors.New("something else"), routing.ErrKindOther},
 	}
 	for _, tt := range tests {

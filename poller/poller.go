@@ -25,12 +25,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -65,7 +64,7 @@ const (
 	DefaultConcurrency = 256
 	// MaxBodyBytes is the largest /idle answer accepted; a longer body is a
 	// failed probe.
-	MaxBodyBytes = 4 << 10
+	MaxBodyBytes = engine.MaxIdleBytes
 )
 
 // coalesce is how close two due times must be to be dispatched in one
@@ -114,6 +113,9 @@ type Config struct {
 	// target, with the transition it caused, e.g. to update metrics. It is
 	// called from many goroutines at once and must not block.
 	OnProbe func(id string, p routing.Probe, tr routing.Transition)
+	// Marks, when set, is what the fleet verbs did to engines that cannot
+	// report it (engine.Marks): the probes read it.
+	Marks *engine.Marks
 }
 
 // Poller probes the target's policies in the background. Create it with
@@ -125,7 +127,7 @@ type Poller struct {
 	timeout  time.Duration
 	conc     int
 	jobs     chan *member // unbuffered: a send succeeds only when a worker is idle
-	client   *http.Client
+	client   *engine.Client
 	own      *http.Transport // made by New: its idle connections close when Run ends
 	log      *slog.Logger
 	now      func() time.Time
@@ -151,59 +153,29 @@ type Poller struct {
 }
 
 // member is one policy as the poller sees it. It is replaced when the
-// policy's URL or index changes.
+// policy's URL, index, engine, capacity or keys change.
 type member struct {
-	id      string
-	index   int
-	url     string // as registered
-	shown   string // url without its password, for logs
-	idleURL string // "" when url does not parse; err says why
-	errURL  string // idleURL without its password, for errors
-	err     error
-	pol     routing.Policy // as registered: engine, capacity, keys
-	eng     engine
-	base    *url.URL    // parsed url; nil when err is set
-	busy    atomic.Bool // a probe is in flight
-	gone    atomic.Bool // no longer registered: results are dropped
-	// What the engine learnt of the server: SGLang without /v1/loads (use
-	// the older /get_load), vLLM without /is_paused (not in dev mode).
-	legacyLoad, noPauseInfo atomic.Bool
+	id    string
+	index int
+	url   string // as registered
+	shown string // url without its password, for logs
+	err   error  // the URL does not parse
+	pol   routing.Policy
+	srv   *engine.Server // what the engine learns of the server
+	busy  atomic.Bool    // a probe is in flight
+	gone  atomic.Bool    // no longer registered: results are dropped
 	// Owned by the Run goroutine: probed once dispatched; early while the
 	// current period probed it at once rather than at its offset.
 	probed, early bool
 }
 
 func newMember(p routing.Policy) *member {
-	m := &member{id: p.ID, index: p.Index, url: p.URL, shown: p.URL, pol: p, eng: engineOf(p)}
-	u, err := url.Parse(p.URL)
+	srv, err := engine.NewServer(p)
+	m := &member{id: p.ID, index: p.Index, url: p.URL, shown: srv.Shown, pol: p, srv: srv}
 	if err != nil {
-		// url.Error repeats the URL, password included: keep the cause only.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		m.shown = "(unparsable)"
-		m.err = fmt.Errorf("policy %s: parse url: %w", p.ID, err)
-		return m
+		m.err = fmt.Errorf("policy %s: %w", p.ID, err)
 	}
-	m.shown = u.Redacted()
-	if u.Scheme != "http" && u.Scheme != "https" {
-		m.err = fmt.Errorf("policy %s: url %q: scheme must be http or https", p.ID, m.shown)
-		return m
-	}
-	m.base = u
-	idle := u.JoinPath("idle")
-	m.idleURL, m.errURL = idle.String(), idle.Redacted()
 	return m
-}
-
-// endpoint returns the URL of path (which may carry a query) on m's
-// server, and the same without its password, for errors.
-func (m *member) endpoint(path string) (full, shown string) {
-	rel, query, _ := strings.Cut(path, "?")
-	u := m.base.JoinPath(rel)
-	u.RawQuery = query
-	return u.String(), u.Redacted()
 }
 
 // sameProbe reports whether a policy registered as b is probed exactly as
@@ -251,12 +223,12 @@ func New(target Target, cfg Config) *Poller {
 	if cfg.Client != nil {
 		c := *cfg.Client
 		c.CheckRedirect = noRedirect
-		p.client = &c
+		p.client = &engine.Client{HTTP: &c, Marks: cfg.Marks}
 	} else {
 		p.own = newTransport(conc, p.timeout, cfg.TLSClientConfig)
 		// No Client.Timeout: each probe's context carries the timeout, and a
 		// client timeout would cost a timer and a goroutine per request.
-		p.client = &http.Client{Transport: p.own, CheckRedirect: noRedirect}
+		p.client = &engine.Client{HTTP: &http.Client{Transport: p.own, CheckRedirect: noRedirect}, Marks: cfg.Marks}
 	}
 	return p
 }

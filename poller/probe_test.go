@@ -7,28 +7,30 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
 func TestParseAnswer(t *testing.T) {
 	tests := []struct {
 		body    string
-		want    answer
+		want    engine.Answer
 		wantErr bool
 	}{
-		{body: `{"idle": true}`, want: answer{idle: true}},
-		{body: `{"idle": false}`, want: answer{idle: false}},
-		{body: `{"idle": true, "load": 3}`, want: answer{idle: true, load: 3, hasLoad: true}},
-		{body: `{"idle": false, "load": 0, "model": "v7"}`, want: answer{load: 0, hasLoad: true}},
-		{body: `{"idle": true, "load": null}`, want: answer{idle: true}},
-		{body: "true", want: answer{idle: true}},
-		{body: " false\r\n", want: answer{idle: false}},
-		{body: "{\"idle\":true}\n", want: answer{idle: true}},
+		{body: `{"idle": true}`, want: engine.Answer{Idle: true}},
+		{body: `{"idle": false}`, want: engine.Answer{Idle: false}},
+		{body: `{"idle": true, "load": 3}`, want: engine.Answer{Idle: true, Load: 3, HasLoad: true}},
+		{body: `{"idle": false, "load": 0, "model": "v7"}`, want: engine.Answer{Load: 0, HasLoad: true}},
+		{body: `{"idle": true, "load": null}`, want: engine.Answer{Idle: true}},
+		{body: "true", want: engine.Answer{Idle: true}},
+		{body: " false\r\n", want: engine.Answer{Idle: false}},
+		{body: "{\"idle\":true}\n", want: engine.Answer{Idle: true}},
 		{body: ``, wantErr: true},
 		{body: `TRUE`, wantErr: true},
 		{body: `1`, wantErr: true},
@@ -45,21 +47,21 @@ func TestParseAnswer(t *testing.T) {
 		{body: `{"idle": true} {"idle": false}`, wantErr: true},
 		{body: `{"idle": true`, wantErr: true},
 		{body: `<html>ok</html>`, wantErr: true},
-		{body: `{"idle": true, "version": 8}`, want: answer{idle: true, version: 8, hasVersion: true}},
-		{body: `{"idle": false, "weight_version": 3}`, want: answer{version: 3, hasVersion: true}},
-		{body: `{"idle": true, "version": 5, "weight_version": 3}`, want: answer{idle: true, version: 5, hasVersion: true}},
-		{body: `{"idle": true, "version": null}`, want: answer{idle: true}},
+		{body: `{"idle": true, "version": 8}`, want: engine.Answer{Idle: true, Version: 8, HasVersion: true}},
+		{body: `{"idle": false, "weight_version": 3}`, want: engine.Answer{Version: 3, HasVersion: true}},
+		{body: `{"idle": true, "version": 5, "weight_version": 3}`, want: engine.Answer{Idle: true, Version: 5, HasVersion: true}},
+		{body: `{"idle": true, "version": null}`, want: engine.Answer{Idle: true}},
 		{body: `{"idle": true, "version": -1}`, wantErr: true},
 		{body: `{"idle": true, "version": "8"}`, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.body, func(t *testing.T) {
-			got, err := parseAnswer([]byte(tt.body))
+			got, err := engine.ParseIdle([]byte(tt.body))
 			if (err != nil) != tt.wantErr {
-				t.Fatalf("parseAnswer(%q) error = %v, want error %v", tt.body, err, tt.wantErr)
+				t.Fatalf("engine.ParseIdle(%q) error = %v, want error %v", tt.body, err, tt.wantErr)
 			}
-			if err == nil && got != tt.want {
-				t.Errorf("parseAnswer(%q) = %+v, want %+v", tt.body, got, tt.want)
+			if err == nil && !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("engine.ParseIdle(%q) = %+v, want %+v", tt.body, got, tt.want)
 			}
 		})
 	}
@@ -83,17 +85,17 @@ func TestProbe(t *testing.T) {
 		name    string
 		h       handlerFunc
 		path    string // appended to the server URL to make the policy URL
-		want    answer
+		want    engine.Answer
 		wantErr string
 		// wantKind is the cause kind of wantErr.
 		wantKind string
 	}{
-		{name: "idle", h: answerWith(200, `{"idle": true}`), want: answer{idle: true}},
-		{name: "busy with load", h: answerWith(200, `{"idle": false, "load": 3}`), want: answer{load: 3, hasLoad: true}},
-		{name: "bare", h: answerWith(200, "false\n"), want: answer{}},
-		{name: "trailing slash", h: answerWith(200, "true"), path: "/", want: answer{idle: true}},
-		{name: "path prefix", h: answerWith(200, "true"), path: "/p/3", want: answer{idle: true}},
-		{name: "201", h: answerWith(201, "true"), want: answer{idle: true}},
+		{name: "idle", h: answerWith(200, `{"idle": true}`), want: engine.Answer{Idle: true}},
+		{name: "busy with load", h: answerWith(200, `{"idle": false, "load": 3}`), want: engine.Answer{Load: 3, HasLoad: true}},
+		{name: "bare", h: answerWith(200, "false\n"), want: engine.Answer{}},
+		{name: "trailing slash", h: answerWith(200, "true"), path: "/", want: engine.Answer{Idle: true}},
+		{name: "path prefix", h: answerWith(200, "true"), path: "/p/3", want: engine.Answer{Idle: true}},
+		{name: "201", h: answerWith(201, "true"), want: engine.Answer{Idle: true}},
 		{name: "500", h: answerWith(500, `{"idle": true}`), wantErr: "status 500", wantKind: "status_500"},
 		{name: "404", h: http.NotFound, wantErr: "status 404", wantKind: "status_404"},
 		{name: "204", h: answerWith(204, ""), wantErr: "not an idle answer", wantKind: "decode"},
@@ -106,7 +108,7 @@ func TestProbe(t *testing.T) {
 		{name: "slow within timeout", h: func(w http.ResponseWriter, _ *http.Request) {
 			time.Sleep(30 * time.Millisecond)
 			fmt.Fprint(w, "true")
-		}, want: answer{idle: true}},
+		}, want: engine.Answer{Idle: true}},
 	}
 	p := New(nil, Config{Interval: time.Second, Timeout: 10 * time.Second, Logger: discard()})
 	defer p.closeIdle()
@@ -127,7 +129,7 @@ func TestProbe(t *testing.T) {
 			if err != nil {
 				t.Fatalf("probe: %v", err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("probe = %+v, want %+v", got, tt.want)
 			}
 			if gotPath, wantPath := srv.lastPath.Load(), strings.TrimSuffix(tt.path, "/")+"/idle"; gotPath == nil || *gotPath != wantPath {
@@ -244,7 +246,7 @@ func BenchmarkParseAnswer(b *testing.B) {
 		b.Run(body, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := parseAnswer([]byte(body)); err != nil {
+				if _, err := engine.ParseIdle([]byte(body)); err != nil {
 					b.Fatal(err)
 				}
 			}

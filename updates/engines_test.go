@@ -86,7 +86,9 @@ func TestExternalUpdateSequence(t *testing.T) {
 		want   []string
 	}{
 		{fakepolicy.EngineSGLang, []string{"POST /pause_generation", "POST /update_weight_version", "POST /continue_generation"}},
-		{fakepolicy.EngineVLLM, []string{"POST /pause?mode=wait", "POST /resume"}},
+		// vLLM labels the version itself (dev mode's /update_weight_version),
+		// and reports it on /weight_info.
+		{fakepolicy.EngineVLLM, []string{"POST /pause?mode=wait", "POST /update_weight_version", "POST /resume"}},
 	} {
 		t.Run(tt.engine, func(t *testing.T) {
 			fl := newEngineFleet(t, store.NewMemory(), 8, fakepolicy.Options{Engine: tt.engine, APIKey: adminKey}, withAdminKey)
@@ -136,6 +138,9 @@ func TestExternalUpdateSequence(t *testing.T) {
 			for _, ps := range fl.state.Stats().Policies {
 				if ps.Version != 8 || ps.Draining {
 					t.Errorf("policy %d: version %d, draining %v; want 8, resumed", ps.Policy.Index, ps.Version, ps.Draining)
+				}
+				if got := fl.f.Policy(ps.Policy.Index).WeightVersion(); got != "8" {
+					t.Errorf("policy %d: the engine reports weight_version %q; want \"8\"", ps.Policy.Index, got)
 				}
 			}
 			fl.wantNoViolations(t)
@@ -393,5 +398,41 @@ func TestJoinerStaysHeldAcrossRestart(t *testing.T) {
 	}
 	if v, held := fl.state.Held(last.ID); !held || v != 8 {
 		t.Errorf("after the restart the joiner's Held = %d, %v; want 8, true", v, held)
+	}
+}
+
+// An older vLLM without /update_weight_version (404) still completes an
+// external update: the version step is skipped, the update records the
+// version, as before.
+func TestExternalUpdateLegacyVLLM(t *testing.T) {
+	fl := newEngineFleet(t, store.NewMemory(), 2, fakepolicy.Options{Engine: fakepolicy.EngineVLLM, APIKey: adminKey}, withAdminKey)
+	for i := range 2 {
+		fl.f.Policy(i).SetLegacy(true)
+	}
+	m, _ := fl.run(t)
+	u, err := m.Start(context.Background(), updates.Spec{Version: 3, MaxUnavailable: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the update ends", func() bool {
+		u, _ = m.Get(u.ID)
+		var ready []string
+		for _, p := range u.Policies {
+			if p.Phase == updates.PhaseUpdating && p.Step == updates.StepReady && !p.Confirmed {
+				ready = append(ready, p.ID)
+			}
+		}
+		if len(ready) > 0 {
+			_, _ = m.Done(context.Background(), u.ID, ready)
+		}
+		return u.State != updates.StateRunning
+	})
+	if u.State != updates.StateSucceeded {
+		t.Fatalf("update ended %s: %s", u.State, u.Error)
+	}
+	for _, ps := range fl.state.Stats().Policies {
+		if ps.Version != 3 {
+			t.Errorf("policy %d: version %d; want 3, recorded by the update", ps.Policy.Index, ps.Version)
+		}
 	}
 }

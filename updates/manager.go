@@ -17,7 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -341,10 +341,10 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 			// Pause mode wait drains first; the others leave the work in
 			// flight to the engine.
 			idle := ps.Inflight == 0 && ps.Load == 0 && ps.Heard && !ps.ReportedBusy
-			if u.Spec.pauseMode() == poller.PauseWait && !idle && now.Sub(p.Since) < u.Spec.DrainTimeout {
+			if u.Spec.pauseMode() == engine.PauseWait && !idle && now.Sub(p.Since) < u.Spec.DrainTimeout {
 				continue
 			}
-			p.DrainTimedOut = u.Spec.pauseMode() == poller.PauseWait && !idle
+			p.DrainTimedOut = u.Spec.pauseMode() == engine.PauseWait && !idle
 			p.Phase, p.Since, p.Step = PhaseUpdating, now, ""
 			changed = true
 		}
@@ -391,7 +391,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 				m.failLocked(u, p, "drain: "+err.Error(), now)
 				continue
 			}
-			if u.Spec.pauseMode() == poller.PauseAbort {
+			if u.Spec.pauseMode() == engine.PauseAbort {
 				// The engine will abort the work in flight: its leases end now.
 				p.AbortedLeases, _ = m.cfg.State.AbortLeases(p.ID)
 			}
@@ -482,7 +482,7 @@ const versionWait = 30 * time.Second
 // send makes call c to the policy at url, with key as a bearer token when
 // there is one, bounded by timeout, and returns its record. An error
 // names the status and the engine's message.
-func (m *Manager) send(ctx context.Context, url, key string, c poller.Call, timeout time.Duration) Call {
+func (m *Manager) send(ctx context.Context, url, key string, c engine.Call, timeout time.Duration) Call {
 	rec := Call{Method: c.Method, Path: c.Path, Time: m.cfg.Now().UTC()}
 	start := time.Now()
 	err := func() error {
@@ -513,6 +513,9 @@ func (m *Manager) send(ctx context.Context, url, key string, c poller.Call, time
 		defer resp.Body.Close()
 		rec.Status = resp.StatusCode
 		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode == http.StatusNotFound && c.Optional {
+			return nil // a server older than the call: the step is skipped
+		}
 		if resp.StatusCode/100 != 2 {
 			return fmt.Errorf("status %d: %s", resp.StatusCode, engineMessage(answer))
 		}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -19,18 +19,18 @@ const defaultCallTimeout = 10 * time.Minute
 // engineSteps returns the update steps of a policy's engine; a name not in
 // the table (a registration from a newer router) gets none, like the
 // native engine.
-func engineSteps(p routing.Policy) poller.UpdateSteps {
-	if e, ok := poller.Steps(p.EngineName()); ok {
+func engineSteps(p routing.Policy) engine.UpdateSteps {
+	if e, ok := engine.Lookup(p.EngineName()); ok {
 		return e
 	}
-	e, _ := poller.Steps(routing.EnginePolicyrouter)
+	e, _ := engine.Lookup(routing.EnginePolicyrouter)
 	return e
 }
 
 // pauseMode is the spec's pause mode, PauseWait by default.
 func (s Spec) pauseMode() string {
 	if s.PauseMode == "" {
-		return poller.PauseWait
+		return engine.PauseWait
 	}
 	return s.PauseMode
 }
@@ -40,7 +40,7 @@ func (s Spec) pauseMode() string {
 // model path, else the action when there is one) or ready (the trainer
 // moves the weights), then version (after the trainer, when the engine
 // has it), resume, confirm. Steps the engine has not got are left out.
-func planSteps(s Spec, eng poller.UpdateSteps) []string {
+func planSteps(s Spec, eng engine.UpdateSteps) []string {
 	var steps []string
 	if _, ok := eng.Pause(s.pauseMode()); ok {
 		steps = append(steps, StepPause)
@@ -62,14 +62,14 @@ func planSteps(s Spec, eng poller.UpdateSteps) []string {
 }
 
 // callFor is the call of a step that makes one, and its timeout.
-func callFor(s Spec, eng poller.UpdateSteps, step string) (poller.Call, time.Duration, bool) {
+func callFor(s Spec, eng engine.UpdateSteps, step string) (engine.Call, time.Duration, bool) {
 	timeout := defaultCallTimeout
 	if s.PhaseTimeout > 0 {
 		timeout = s.PhaseTimeout
 	}
 	version := strconv.FormatInt(s.Version, 10)
 	var (
-		c  poller.Call
+		c  engine.Call
 		ok bool
 	)
 	switch step {
@@ -80,7 +80,7 @@ func callFor(s Spec, eng poller.UpdateSteps, step string) (poller.Call, time.Dur
 			break
 		}
 		if a := s.Action; a != nil {
-			c, ok = poller.Call{Method: a.Method, Path: a.Path, Body: a.Body}, true
+			c, ok = engine.Call{Method: a.Method, Path: a.Path, Body: a.Body}, true
 			if s.PhaseTimeout <= 0 || a.Timeout < timeout {
 				timeout = a.Timeout
 			}
@@ -216,7 +216,7 @@ func observeLocked(p *Policy, ps routing.PolicyStats) bool {
 
 // callStep sends the call of p's step and records its outcome, unless the
 // update or the policy moved on meanwhile.
-func (m *Manager) callStep(ctx context.Context, u *Update, id, step, url, key string, c poller.Call, timeout time.Duration) {
+func (m *Manager) callStep(ctx context.Context, u *Update, id, step, url, key string, c engine.Call, timeout time.Duration) {
 	rec := m.send(ctx, url, key, c, timeout)
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -88,7 +88,7 @@ type Spec struct {
 	// disk (SGLang) are told to load; policies whose engine cannot, take
 	// the Action, or else wait for the trainer (external mode).
 	ModelPath string `json:"model_path,omitempty"`
-	// PauseMode is how a policy's work in flight is handled: poller.PauseWait
+	// PauseMode is how a policy's work in flight is handled: engine.PauseWait
 	// ("" too) drains the policy first; the others are passed to its
 	// engine, PauseAbort ending the policy's leases at once.
 	PauseMode string `json:"pause_mode,omitempty"`

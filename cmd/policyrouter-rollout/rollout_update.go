@@ -25,10 +25,10 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/fakepolicy"
 	"github.com/policyrouter/policyrouter/internal/benchkit"
 	"github.com/policyrouter/policyrouter/internal/updatesim"
-	"github.com/policyrouter/policyrouter/poller"
 )
 
 // tokensPerSecond is the fake engines' speed: a turn of generation time g
@@ -43,13 +43,13 @@ func (c rolloutConfig) genCap() time.Duration { return 30 * c.GenMedian }
 // own (wait drains first, then retracts what is left).
 func sglangMode(pause string) string {
 	if pause == updatesim.PauseKeep {
-		return poller.PauseInPlace
+		return engine.PauseInPlace
 	}
 	return pause
 }
 
 // sglang is the engine's update calls, as the router sends them.
-var sglang, _ = poller.Steps(fakepolicy.EngineSGLang)
+var sglang, _ = engine.Lookup(fakepolicy.EngineSGLang)
 
 // modelConfig is the updatesim configuration of the live run: serial
 // policies (capacity 1), no prefix cost (-cache 0), the router's poll
@@ -231,7 +231,7 @@ func pauseAll(ctx context.Context, rt *benchkit.Router, version int64, pause str
 	for i, p := range list.Policies {
 		c := client.New(p.URL, rt.HTTP)
 		wg.Go(func() {
-			for _, call := range []poller.Call{stop, load, resume} {
+			for _, call := range []engine.Call{stop, load, resume} {
 				if errs[i] = c.Do(ctx, call.Method, call.Path, call.Body, nil); errs[i] != nil {
 					return
 				}

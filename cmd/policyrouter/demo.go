@@ -19,6 +19,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/app"
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/fakepolicy"
 	"github.com/policyrouter/policyrouter/routing"
 )
@@ -65,10 +66,8 @@ func demoCommand(ctx context.Context, args []string) error {
 	if cfg.Policies < 2 || cfg.Policies > 10000 {
 		return fmt.Errorf("--policies must be between 2 and 10000, not %d", cfg.Policies)
 	}
-	switch cfg.Engine {
-	case "policyrouter", fakepolicy.EngineSGLang, fakepolicy.EngineVLLM:
-	default:
-		return fmt.Errorf("--engine must be policyrouter, sglang or vllm, not %q", cfg.Engine)
+	if !engine.Is(cfg.Engine) {
+		return fmt.Errorf("--engine must be %s, not %q", routing.NameList(engine.Names()), cfg.Engine)
 	}
 	if cfg.FleetAddr != "" {
 		if _, _, err := net.SplitHostPort(cfg.FleetAddr); err != nil {
@@ -130,11 +129,11 @@ Requests are logged at --log-level debug; Ctrl-C stops.
 // demoUpdateHint is the curl that rolls new weights through the demo's
 // policies: from disk for SGLang, external mode for vLLM (the trainer
 // says done), the simulated update endpoint for policyrouter's.
-func demoUpdateHint(base, engine string) string {
-	switch engine {
-	case fakepolicy.EngineSGLang:
+func demoUpdateHint(base, eng string) string {
+	switch eng {
+	case engine.SGLang:
 		return `curl -s -XPOST ` + base + `/updates -H 'Content-Type: application/json' -d '{"version": 1, "model_path": "/ckpt/step-1", "max_unavailable": 2}'`
-	case fakepolicy.EngineVLLM:
+	case engine.VLLM:
 		return `curl -s -XPOST ` + base + `/updates -H 'Content-Type: application/json' -d '{"version": 1, "max_unavailable": 2}'  (then POST /updates/{id}/done with its "ready" ids)`
 	}
 	return `curl -s -XPOST ` + base + `/updates -H 'Content-Type: application/json' -d '{"version": 1, "action": {"path": "/update_weights_from_disk", "body": {"version": 1}}}'`

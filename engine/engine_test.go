@@ -1,0 +1,196 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/policyrouter/policyrouter/engine"
+	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// fake starts one simulated server of the engine and returns it with the
+// engine's view of it.
+func fake(tb testing.TB, name string) (*fakepolicy.Policy, *engine.Server) {
+	tb.Helper()
+	f, err := fakepolicy.New(1, nil, fakepolicy.Options{Engine: name})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = f.Close() })
+	s, err := engine.NewServer(routing.Policy{ID: "p", URL: f.URL(0), Engine: name, Capacity: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f.Policy(0), s
+}
+
+func probe(tb testing.TB, c *engine.Client, s *engine.Server) engine.Answer {
+	tb.Helper()
+	a, err := engine.Probe(context.Background(), c, s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+// count is how many calls of the log are "METHOD path", with or
+// without the fleet's /p/{n} prefix.
+func count(calls []string, call string) int {
+	method, path, _ := strings.Cut(call, " ")
+	n := 0
+	for _, c := range calls {
+		m, p, _ := strings.Cut(c, " ")
+		if m == method && (p == path || strings.HasSuffix(p, path) && strings.HasPrefix(p, "/p/")) {
+			n++
+		}
+	}
+	return n
+}
+
+// The table is the one list of names, the native engine first, and
+// every name is found.
+func TestNames(t *testing.T) {
+	names := engine.Names()
+	if !slices.Equal(names, []string{engine.Native, engine.SGLang, engine.VLLM}) {
+		t.Fatalf("Names() = %v", names)
+	}
+	for _, n := range names {
+		if !engine.Is(n) {
+			t.Errorf("Is(%q) = false", n)
+		}
+	}
+	if engine.Is("tgi") {
+		t.Error(`Is("tgi") = true`)
+	}
+}
+
+// Which engine serves which proxied route: vLLM has no SGLang-native
+// /generate.
+func TestServes(t *testing.T) {
+	for _, tt := range []struct {
+		engine, route string
+		want          bool
+	}{
+		{engine.SGLang, engine.RouteGenerate, true},
+		{engine.VLLM, engine.RouteGenerate, false},
+		{engine.VLLM, engine.RouteChat, true},
+		{engine.Native, engine.RouteGenerate, true},
+		{engine.SGLang, "/v1/embeddings", false},
+	} {
+		p := routing.Policy{Engine: tt.engine}
+		if got := engine.Serves(&p, tt.route); got != tt.want {
+			t.Errorf("Serves(%s, %s) = %t; want %t", tt.engine, tt.route, got, tt.want)
+		}
+	}
+}
+
+// vLLM: version from /weight_info, paused from /is_paused, asleep from
+// /is_sleeping, models from /v1/models; the version step sets the label
+// the next probe reads.
+func TestVLLMProbe(t *testing.T) {
+	fp, s := fake(t, engine.VLLM)
+	c := &engine.Client{HTTP: http.DefaultClient}
+	a := probe(t, c, s)
+	if a.HasVersion || a.Paused || a.Asleep || !a.HasModels || !slices.Equal(a.Models, []string{"fake-policy"}) {
+		t.Fatalf("fresh vLLM: %+v; want no version, not paused or asleep, models [fake-policy]", a)
+	}
+	e, _ := engine.Lookup(engine.VLLM)
+	call, ok := e.SetVersion("step-7")
+	if !ok {
+		t.Fatal("vLLM has no version step")
+	}
+	rep, err := c.Send(context.Background(), fp.URL(), "", call)
+	if err != nil || rep.Status != http.StatusOK {
+		t.Fatalf("%s %s: %d %v", call.Method, call.Path, rep.Status, err)
+	}
+	sleep, _ := e.Sleep(2)
+	if rep, err := c.Send(context.Background(), fp.URL(), "", sleep); err != nil || rep.Status != http.StatusOK {
+		t.Fatalf("sleep: %d %v", rep.Status, err)
+	}
+	a = probe(t, c, s)
+	if !a.HasVersion || a.Version != 7 || a.WeightVersion != "step-7" || !a.Asleep {
+		t.Errorf("after version and sleep: %+v; want step-7 (7), asleep", a)
+	}
+	if calls := fp.Calls(); count(calls, "POST /sleep?level=2") != 1 {
+		t.Errorf("calls %v; want POST /sleep?level=2", calls)
+	}
+}
+
+// An older vLLM (no /weight_info, /is_sleeping) answers 404 once each:
+// remembered, never asked again, no version, and the version step is
+// optional (skipped on its 404).
+func TestVLLMLegacy(t *testing.T) {
+	fp, s := fake(t, engine.VLLM)
+	fp.SetLegacy(true)
+	c := &engine.Client{HTTP: http.DefaultClient}
+	for range 3 {
+		if a := probe(t, c, s); a.HasVersion || a.Asleep {
+			t.Fatalf("legacy vLLM: %+v; want no version, awake", a)
+		}
+	}
+	calls := fp.Calls()
+	if n, m := count(calls, "GET /weight_info"), count(calls, "GET /is_sleeping"); n != 1 || m != 1 {
+		t.Errorf("/weight_info asked %d times, /is_sleeping %d; want once each (calls %v)", n, m, calls)
+	}
+	e, _ := engine.Lookup(engine.VLLM)
+	if call, _ := e.SetVersion("1"); !call.Optional {
+		t.Error("vLLM's version step is not optional: an older server's 404 would fail the update")
+	}
+}
+
+// SGLang: /model_info first; a server without it (older than 0.5.15)
+// is read on /get_model_info, and /model_info is not asked again. Asleep
+// comes from the marks of the fleet verbs.
+func TestSGLangVersionAndAsleep(t *testing.T) {
+	fp, s := fake(t, engine.SGLang)
+	fp.SetWeightVersion("v3")
+	marks := &engine.Marks{}
+	c := &engine.Client{HTTP: http.DefaultClient, Marks: marks}
+	if a := probe(t, c, s); a.Version != 3 || a.Asleep {
+		t.Fatalf("got %+v; want version 3, awake", a)
+	}
+	if calls := fp.Calls(); count(calls, "GET /model_info") != 1 || count(calls, "GET /get_model_info") != 0 {
+		t.Errorf("calls %v; want /model_info only", calls)
+	}
+	marks.SetAsleep("p", true)
+	if a := probe(t, c, s); !a.Asleep {
+		t.Errorf("marked asleep: %+v", a)
+	}
+
+	old, ls := fake(t, engine.SGLang)
+	old.SetLegacy(true)
+	old.SetWeightVersion("v4")
+	for range 3 {
+		if a := probe(t, c, ls); a.Version != 4 {
+			t.Fatalf("legacy SGLang: %+v; want version 4", a)
+		}
+	}
+	if calls := old.Calls(); count(calls, "GET /model_info") != 1 || count(calls, "GET /get_model_info") != 3 {
+		t.Errorf("calls %v; want /model_info once, then /get_model_info", calls)
+	}
+}
+
+// SGLang's /update_weight_version defaults abort_all_requests to true
+// upstream: the step sends false explicitly.
+func TestSGLangVersionKeepsRequests(t *testing.T) {
+	e, _ := engine.Lookup(engine.SGLang)
+	call, ok := e.SetVersion("9")
+	if !ok {
+		t.Fatal("SGLang has no version step")
+	}
+	var body map[string]any
+	if err := json.Unmarshal(call.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if v, present := body["abort_all_requests"]; !present || v != false {
+		t.Errorf("body %s; want abort_all_requests: false, explicitly", call.Body)
+	}
+	if body["new_version"] != "9" || call.Path != "/update_weight_version" {
+		t.Errorf("call %s %s", call.Path, call.Body)
+	}
+}

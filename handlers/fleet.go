@@ -1,0 +1,245 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/engine"
+	"github.com/policyrouter/policyrouter/fleet"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// The fleet verbs (scope admin): POST /fleet/sleep, /fleet/wake and
+// /fleet/engine/{path...} make one engine call to every policy the
+// request's selector picks, at most fleetConcurrency at once, each with
+// the policy's admin key, and answer every policy's status and body: 200
+// when all answered 2xx, else 207 listing the others in failed[]. Nothing
+// is retried. Sleep, wake and an exclusive fan-out hold the refit lock of
+// their policies while they run (409 naming the holder for another).
+
+const (
+	// fleetConcurrency bounds the calls of one fleet verb in flight.
+	fleetConcurrency = 32
+	// fleetCallTimeout bounds one fleet verb: waking an engine reloads
+	// its weights.
+	fleetCallTimeout = 10 * time.Minute
+)
+
+// fleetSelect resolves a selector over the registered policies: a
+// selector that picks none is the caller's error.
+func (s *Server) fleetSelect(sel api.FleetSelector) ([]routing.Policy, error) {
+	pols := fleet.Selector{IDs: sel.IDs, Indices: sel.Indices, Labels: sel.Labels, Engine: sel.Engine}.
+		Select(s.State.Snapshot().Policies())
+	if len(pols) == 0 {
+		return nil, fieldError("selector", "picks no registered policy")
+	}
+	return pols, nil
+}
+
+// lockFleet takes the refit lock of pols for holder: a held one is 409
+// naming its holder.
+func (s *Server) lockFleet(pols []routing.Policy, holder string) (func(), error) {
+	release, err := s.fleetLocks.Acquire(pols, holder)
+	var held *fleet.HeldError
+	if errors.As(err, &held) {
+		return nil, errorf(api.CodeConflict, "refit lock: "+held.Error()+"; retry when it ends")
+	}
+	return release, err
+}
+
+func (s *Server) fleetSleep(w http.ResponseWriter, r *http.Request) {
+	var req api.FleetSleepRequest
+	if err := s.decode(w, r, s.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	pols, err := s.fleetSelect(req.Selector)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	release, err := s.lockFleet(pols, "POST /fleet/sleep")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer release()
+	// Out of routing first: marked asleep, the next probe says so, and no
+	// request lands on an engine that is releasing its memory.
+	var marked []string
+	for _, p := range pols {
+		if _, ok := engine.Of(p).Sleep(req.Level); ok {
+			s.marks.SetAsleep(p.ID, true)
+			marked = append(marked, p.ID)
+		}
+	}
+	s.awaitState(r.Context(), marked, routing.StateAsleep)
+	results := s.fanOut(r.Context(), pols, func(p routing.Policy) (engine.Call, bool) { return engine.Of(p).Sleep(req.Level) })
+	for _, res := range results {
+		if !res.OK() {
+			s.marks.SetAsleep(res.Policy.ID, false) // not asleep: routed again
+		}
+	}
+	s.writeFleet(w, results)
+}
+
+func (s *Server) fleetWake(w http.ResponseWriter, r *http.Request) {
+	var req api.FleetWakeRequest
+	if err := s.decode(w, r, s.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	pols, err := s.fleetSelect(req.Selector)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	release, err := s.lockFleet(pols, "POST /fleet/wake")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer release()
+	results := s.fanOut(r.Context(), pols, func(p routing.Policy) (engine.Call, bool) { return engine.Of(p).Wake(req.Tags) })
+	for _, res := range results {
+		if res.OK() {
+			s.marks.SetAsleep(res.Policy.ID, false) // routed again from the next probe
+		}
+	}
+	s.writeFleet(w, results)
+}
+
+// fleetEngine forwards one engine-native call, POST /fleet/engine/{path},
+// to every selected policy's {url}/{path}.
+func (s *Server) fleetEngine(w http.ResponseWriter, r *http.Request) {
+	var req api.FleetEngineRequest
+	if err := s.decode(w, r, s.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	path := "/" + strings.TrimLeft(chi.URLParam(r, "*"), "/")
+	if path == "/" || strings.ContainsAny(path, "?#") || strings.Contains(path, "..") {
+		s.writeError(w, r, fieldError("path", "must name an engine endpoint, without a query (give it in \"query\") or \"..\""))
+		return
+	}
+	pols, err := s.fleetSelect(req.Selector)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	if len(req.Query) > 0 {
+		q := url.Values{}
+		for k, v := range req.Query {
+			q.Set(k, v)
+		}
+		path += "?" + q.Encode()
+	}
+	call := engine.Call{Method: method, Path: path}
+	if len(req.Body) > 0 && string(req.Body) != "null" {
+		call.Body = req.Body
+	}
+	if req.Exclusive {
+		release, err := s.lockFleet(pols, "POST /fleet/engine"+call.Path+" (exclusive)")
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		defer release()
+	}
+	s.writeFleet(w, s.fanOut(r.Context(), pols, func(routing.Policy) (engine.Call, bool) { return call, true }))
+}
+
+// fanOut runs the calls, bounded by fleetCallTimeout.
+func (s *Server) fanOut(ctx context.Context, pols []routing.Policy, callOf func(routing.Policy) (engine.Call, bool)) []fleet.Result {
+	ctx, cancel := context.WithTimeout(ctx, fleetCallTimeout)
+	defer cancel()
+	return fleet.Run(ctx, s.engines, pols, fleetConcurrency, callOf)
+}
+
+// awaitState waits, at most a few probe periods, until every policy of
+// ids reads state: no wait without a poller, whose probes would say so.
+func (s *Server) awaitState(ctx context.Context, ids []string, state string) {
+	if s.Poller == nil || len(ids) == 0 {
+		return
+	}
+	st := s.Poller.Stats()
+	ctx, cancel := context.WithTimeout(ctx, 3*st.Interval+st.Timeout)
+	defer cancel()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		done := true
+		for _, id := range ids {
+			if ps, ok := s.State.PolicyStats(id); ok && ps.State != state {
+				done = false
+				break
+			}
+		}
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// writeFleet answers the results: 200 when every call answered 2xx, else
+// 207 with the others in failed too.
+func (s *Server) writeFleet(w http.ResponseWriter, results []fleet.Result) {
+	out := api.FleetResponse{Results: make([]api.FleetResult, 0, len(results)), Failed: []api.FleetResult{}}
+	for _, res := range results {
+		fr := api.FleetResult{ID: res.Policy.ID, Index: res.Policy.Index, Engine: res.Policy.EngineName(), Status: res.Status, Error: res.Err}
+		if res.Call.Method != "" {
+			fr.Call = res.Call.Method + " " + res.Call.Path
+		}
+		fr.Body = replyBody(res.Body)
+		if res.Err == "" && !res.OK() {
+			fr.Error = "status " + http.StatusText(res.Status)
+		}
+		out.Results = append(out.Results, fr)
+		if !res.OK() {
+			out.Failed = append(out.Failed, fr)
+		}
+	}
+	status := http.StatusOK
+	if len(out.Failed) > 0 {
+		status = http.StatusMultiStatus
+	}
+	writeJSON(w, status, out)
+}
+
+// replyBody is an engine's answer as JSON: itself when it is JSON, else
+// its text as a string; nil when empty.
+func replyBody(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	if !utf8.Valid(b) {
+		b = []byte(strings.ToValidUTF8(string(b), "\uFFFD"))
+	}
+	out, _ := json.Marshal(string(b))
+	return out
+}
+
+// noRedirect makes a client return a 3xx answer as is: an engine call is
+// never sent elsewhere with the policy's admin key.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
