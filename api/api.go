@@ -44,6 +44,10 @@ type PolicyRequest struct {
 	// id; "" removes it.
 	APIKey      *string `json:"api_key,omitempty" validate:"omitempty,max=4096,printascii"`
 	AdminAPIKey *string `json:"admin_api_key,omitempty" validate:"omitempty,max=4096,printascii"`
+	// Models are the model ids the policy serves (a request's "model" goes
+	// only to policies serving it); absent means those its engine lists
+	// at GET /v1/models.
+	Models []string `json:"models,omitempty" validate:"omitempty,max=64,dive,min=1,max=512,printascii"`
 }
 
 // ReplacePoliciesRequest is the body of PUT /policies.
@@ -72,6 +76,9 @@ type Policy struct {
 	// WeightVersion the version string it last reported ("" before any).
 	Engine        string `json:"engine"`
 	WeightVersion string `json:"weight_version"`
+	// Models are the model ids the policy serves: registered, else (live)
+	// those its engine lists; empty when neither is known (any model).
+	Models []string `json:"models"`
 	// LastError, UnhealthySince and LastOK are the policy's health, as in
 	// GET /stats.
 	LastError      string     `json:"last_error"`

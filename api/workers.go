@@ -35,9 +35,8 @@ type WorkerSpecRequest struct {
 	Labels map[string]string `json:"labels,omitempty" validate:"omitempty,max=64,dive,keys,min=1,max=128,endkeys,max=1024"`
 	// APIKey is the worker's key: the policy's api_key, write-only.
 	APIKey *string `json:"api_key,omitempty" validate:"omitempty,max=4096,printascii"`
-	// Models are accepted and not stored: like a worker registered
-	// without them in SMG, the policy serves what its engine's
-	// /v1/models lists (the proxy reads it there).
+	// Models are the policy's models (their ids); absent, the policy
+	// serves what its engine's /v1/models lists, as in SMG.
 	Models []WorkerModelCard `json:"models,omitempty" validate:"omitempty,max=64,dive"`
 	// Priority and Cost weigh workers in SMG; policyrouter does not, and
 	// takes only their defaults (50 and 1.0) rather than ignore others.
@@ -71,8 +70,8 @@ type WorkerAccepted struct {
 // SMG's WorkerInfo with its WorkerSpec flattened in, for a policy.
 type WorkerInfo struct {
 	ID string `json:"id"`
-	// ModelID is SMG's primary model; absent, as for SMG's wildcard
-	// workers, since policies store no model list.
+	// ModelID is SMG's primary model: the policy's first model; absent
+	// while none is known, as for SMG's wildcard workers.
 	ModelID        string            `json:"model_id,omitempty"`
 	URL            string            `json:"url"`
 	WorkerType     string            `json:"worker_type"`     // "regular"

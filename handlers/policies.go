@@ -23,7 +23,7 @@ func specOf(field string, req api.PolicyRequest) (registry.Spec, error) {
 	}
 	return registry.Spec{URL: req.URL, NodeID: req.NodeID, Index: req.Index, ID: req.ID, Capacity: req.Capacity,
 		Labels: req.Labels, Version: req.Version, AllowSharedURL: req.AllowSharedURL,
-		Engine: req.Engine, APIKey: req.APIKey, AdminAPIKey: req.AdminAPIKey}, nil
+		Engine: req.Engine, APIKey: req.APIKey, AdminAPIKey: req.AdminAPIKey, Models: req.Models}, nil
 }
 
 func specsOf(reqs []api.PolicyRequest) ([]registry.Spec, error) {
@@ -47,8 +47,9 @@ func toAPI(p routing.Policy, ps routing.PolicyStats, live bool) api.Policy {
 		labels = map[string]string{}
 	}
 	out := api.Policy{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: labels, Draining: p.Draining, Version: p.Version,
-		Engine: p.EngineName()}
+		Engine: p.EngineName(), Models: p.Models}
 	if live {
+		out.Models = ps.Models
 		out.Version = ps.Version
 		out.WeightVersion = ps.WeightVersion
 		out.NodeID = ps.Node
@@ -56,6 +57,9 @@ func toAPI(p routing.Policy, ps routing.PolicyStats, live bool) api.Policy {
 		out.LastError = ps.LastError
 		out.UnhealthySince = utcOrNil(ps.UnhealthySince)
 		out.LastOK = utcOrNil(ps.LastOK)
+	}
+	if out.Models == nil {
+		out.Models = []string{}
 	}
 	return out
 }

@@ -120,3 +120,40 @@ func TestProxyModelsUnion(t *testing.T) {
 		t.Errorf("models %v; want [llama qwen]", ids)
 	}
 }
+
+// Models registered with a policy are what it serves, over what its engine
+// lists, and the registration shows them.
+func TestRegisteredModels(t *testing.T) {
+	ok := func(b *backend, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"path": r.URL.Path})
+	}
+	a, b := newBackend(t, ok), newBackend(t, ok)
+	st := routing.New(routing.Options{Serves: engine.Serves})
+	ts := newTestServer(t, Config{State: st})
+	zero, one := 0, 1
+	body, _ := json.Marshal(api.ReplacePoliciesRequest{Policies: []api.PolicyRequest{
+		{URL: a.URL, Index: &zero, ID: "a", Models: []string{"policy-7b"}},
+		{URL: b.URL, Index: &one, ID: "b", Models: []string{"reward-1b", "ref-7b"}},
+	}})
+	want(t, ts.do(t, "PUT", "/policies", string(body)), http.StatusOK, nil)
+	// The engine of b lists another model: the registration wins.
+	st.ObserveProbe("b", routing.Probe{SentAt: time.Now(), OK: true, Idle: true, Models: []string{"other"}, HasModels: true})
+	var got api.Policy
+	want(t, ts.do(t, "GET", "/policies/b", ""), http.StatusOK, &got)
+	if !slices.Equal(got.Models, []string{"reward-1b", "ref-7b"}) {
+		t.Errorf("GET /policies/b models %v; want the registered ones", got.Models)
+	}
+	srv := newHTTPServer(t, ts)
+	for range 3 {
+		if res, e := post(t, srv+"/v1/completions", `{"model":"ref-7b","prompt":"hi"}`); res.StatusCode != http.StatusOK {
+			t.Fatalf("ref-7b: %d %+v", res.StatusCode, e)
+		}
+	}
+	if a.served.Load() != 0 || b.served.Load() != 3 {
+		t.Errorf("served a %d, b %d; want 0 and 3", a.served.Load(), b.served.Load())
+	}
+	if res, _ := post(t, srv+"/v1/completions", `{"model":"other","prompt":"hi"}`); res.StatusCode != http.StatusNotFound {
+		t.Errorf("a model only the engine lists, under registered ones: %d; want 404", res.StatusCode)
+	}
+	wantError(t, ts.do(t, "POST", "/policies", `{"url": "http://127.0.0.1:9/x", "models": [""]}`), http.StatusUnprocessableEntity, api.CodeValidationFailed, "models[0]")
+}

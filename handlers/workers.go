@@ -145,8 +145,14 @@ func workerSpec(req api.WorkerSpecRequest) (registry.Spec, error) {
 	if req.Cost != nil && *req.Cost != smgCost {
 		return registry.Spec{}, fieldError("cost", "must be 1.0 (SMG's default) or absent: policyrouter does not weigh workers by cost")
 	}
+	var models []string
+	for _, m := range req.Models {
+		if m.ID != "" {
+			models = append(models, m.ID)
+		}
+	}
 	return registry.Spec{URL: req.URL, NodeID: req.NodeID, Capacity: req.Capacity, Labels: req.Labels,
-		Engine: name, APIKey: req.APIKey}, nil
+		Engine: name, APIKey: req.APIKey, Models: models}, nil
 }
 
 // engineCapacity is the capacity of a worker registered without one: its
@@ -297,8 +303,14 @@ func (s *Server) finishSession(w http.ResponseWriter, r *http.Request) {
 func workerInfo(p routing.Policy, st routing.PolicyStats, live bool) api.WorkerInfo {
 	out := api.WorkerInfo{ID: p.ID, URL: p.URL, WorkerType: "regular", ConnectionMode: "http", RuntimeType: p.EngineName(),
 		Labels: p.Labels, Priority: smgPriority, Cost: smgCost, Status: "pending", Index: p.Index, Capacity: p.Capacity, NodeID: p.NodeID}
+	if len(p.Models) > 0 {
+		out.ModelID = p.Models[0]
+	}
 	if !live {
 		return out
+	}
+	if len(st.Models) > 0 {
+		out.ModelID = st.Models[0]
 	}
 	out.NodeID, out.Load = st.Node, st.Occupancy
 	switch st.State {

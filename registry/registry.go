@@ -66,6 +66,9 @@ type Spec struct {
 	// it back loses none); "" removes it.
 	APIKey      *string
 	AdminAPIKey *string
+	// Models are the model ids the policy serves; nil: those its engine
+	// reports.
+	Models []string
 }
 
 // Registry serialises registration changes. It is safe for concurrent use.
@@ -237,6 +240,8 @@ func bodyDiff(p routing.Policy, spec Spec, engine string) string {
 		return "labels"
 	case p.EngineName() != engine:
 		return fmt.Sprintf("engine (registered %q, sent %q)", p.EngineName(), engine)
+	case !slices.Equal(p.Models, spec.Models):
+		return "models"
 	case spec.APIKey != nil && p.APIKey.Reveal() != *spec.APIKey:
 		return "api_key"
 	case spec.AdminAPIKey != nil && p.AdminAPIKey.Reveal() != *spec.AdminAPIKey:
@@ -260,6 +265,7 @@ func (r *Registry) fromSpec(spec Spec, freeIndex int) routing.Policy {
 		p.Version = *spec.Version
 	}
 	p.Engine = r.engineOfLocked(spec)
+	p.Models = slices.Clone(spec.Models)
 	if spec.APIKey != nil {
 		p.APIKey = routing.Secret(*spec.APIKey)
 	}

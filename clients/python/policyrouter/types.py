@@ -43,12 +43,7 @@ Sticky = Literal["home", "moved", "spilled"]
 Engine = Literal["policyrouter", "sglang", "vllm"]
 
 
-class Policy(TypedDict):
-    """A registered policy (``GET /policies``, ``POST /policies``, drain).
-    ``version`` is the weight version as an integer (ordering),
-    ``weight_version`` the engine's own string (``""`` before any report).
-    The write-only ``api_key`` and ``admin_api_key`` are never returned."""
-
+class _PolicyRequired(TypedDict):
     index: int
     id: str
     url: str
@@ -59,10 +54,19 @@ class Policy(TypedDict):
     state: str  # idle, busy, unhealthy, draining, unknown
     version: int
     engine: Engine
+    models: List[str]
     weight_version: str
     last_error: str
     unhealthy_since: Optional[str]
     last_ok: Optional[str]
+
+
+class Policy(_PolicyRequired):
+    """A registered policy (``GET /policies``, ``POST /policies``, drain).
+    ``version`` is the weight version as an integer (ordering),
+    ``weight_version`` the engine's own string (``""`` before any report).
+    The write-only ``api_key`` and ``admin_api_key`` are never returned.
+    ``models`` are the model ids it serves (``[]`` when not known)."""
 
 
 class _PolicyStatsRequired(TypedDict):
@@ -96,6 +100,7 @@ class _PolicyStatsRequired(TypedDict):
     tasks_expired_total: int
     version: int
     engine: Engine
+    models: List[str]
     weight_version: str
 
 
