@@ -275,7 +275,11 @@ func (s *Server) proxySelectRequest(r *http.Request) (routing.SelectRequest, str
 	if !ok || !row.Leases() {
 		return routing.SelectRequest{}, "", fieldError(HeaderRouter, "must be a router that leases: "+routing.NameList(routing.LeasingRouterNames())+", not "+strconv.Quote(name))
 	}
-	req := routing.SelectRequest{Router: row.Select, EnvID: h.Get(HeaderEnvID), Wait: s.DefaultSelectWait, Stop: s.stopping.Done()}
+	wait, err := s.proxySelectWait(h)
+	if err != nil {
+		return routing.SelectRequest{}, "", err
+	}
+	req := routing.SelectRequest{Router: row.Select, EnvID: h.Get(HeaderEnvID), Wait: wait, Stop: s.stopping.Done()}
 	if len(req.EnvID) > 256 {
 		return req, "", fieldError(HeaderEnvID, "must be at most 256 bytes")
 	}
