@@ -53,6 +53,9 @@ type ProxyConfig struct {
 	// Transport carries the requests to the policies; nil is
 	// NewProxyTransport(nil).
 	Transport http.RoundTripper
+	// Resume continues an aborted native /generate on another policy
+	// (--proxy-resume; proxy_resume.go).
+	Resume bool
 	// APIKey returns the key sent to a policy as its bearer token; nil is
 	// the policy's registered api_key (routing.Policy.BearerFor), "" sends
 	// none.
@@ -87,6 +90,7 @@ type attempt struct {
 	reason string
 	status int
 	ttfb   time.Duration
+	resume *resumeState // a resumable request's (proxy_resume.go), or nil
 }
 
 type attemptKey struct{}
@@ -134,6 +138,9 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 			h.Set(HeaderWeightVersion, strconv.FormatInt(a.d.Version, 10))
 			if a.d.EnvUnmapped {
 				h.Set(HeaderEnvUnmapped, "true")
+			}
+			if a.resume != nil && !isEventStream(h) {
+				return a.resume.resumeAnswer(res, a)
 			}
 			res.Body = &upstreamBody{ReadCloser: res.Body, a: a, stream: isEventStream(res.Header)}
 			return nil
@@ -203,12 +210,21 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	} else {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	}
+	rs, err := s.resumeFor(w, r, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if rs != nil {
+		s.proxyResumed(w, r, sreq, router, rs)
+		return
+	}
 	for try := 0; ; try++ {
 		d, ok := s.decide(w, r, "proxy", router, sreq)
 		if !ok {
 			return
 		}
-		a := s.forward(w, r, body, d)
+		a := s.forward(w, r, body, d, nil)
 		if !a.retry {
 			return
 		}
@@ -225,8 +241,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 // answer to the client, unless the attempt is to be retried. However it
 // ends (a client that left makes ReverseProxy abort the handler with a
 // panic), the lease is released and a failure counted.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte, d routing.Decision) *attempt {
-	a := &attempt{d: d, start: time.Now(), status: http.StatusBadGateway}
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte, d routing.Decision, rs *resumeState) *attempt {
+	a := &attempt{d: d, start: time.Now(), status: http.StatusBadGateway, resume: rs}
 	defer s.finish(a)
 	if s.Proxy.APIKey != nil {
 		a.apiKey = s.Proxy.APIKey(d.Policy)
