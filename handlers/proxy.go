@@ -151,7 +151,10 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 			case r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded):
 				// The client left: nobody to answer.
 			case errors.Is(err, errRetryable):
-				a.retry, a.reason = true, "answered "+strconv.Itoa(a.status)
+				a.retry = true
+				if a.reason == "" { // resumeAnswer may have said why
+					a.reason = "answered " + strconv.Itoa(a.status)
+				}
 			case isDialError(err):
 				a.retry, a.failed, a.reason = true, true, "connect: "+err.Error()
 			case errors.Is(err, context.DeadlineExceeded):

@@ -215,3 +215,35 @@ func firstDiff(a, b []int64) int {
 	}
 	return min(len(a), len(b))
 }
+
+// A policy that dies in the middle of a non-streamed answer loses what it
+// generated with it: the same request goes to another policy, and the
+// death counts against the first one's health.
+func TestProxyResumeAfterDeath(t *testing.T) {
+	dies := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "1000")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, `{"text":" tok1","output_ids":[1`)
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection drops
+	})
+	whole := `{"text":" tok1 tok2","output_ids":[1,2],"meta_info":{"id":"b","finish_reason":{"type":"length","length":2},"completion_tokens":2}}`
+	good := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, whole)
+	})
+	ts := newTestServer(t, Config{Proxy: ProxyConfig{Resume: true, Retries: 2}})
+	want(t, ts.do(t, "PUT", "/policies", `{"policies":[{"url":"`+dies.URL+`","index":0},{"url":"`+good.URL+`","index":1}]}`), http.StatusOK, nil)
+	req := ts.request("POST", "/generate", `{"input_ids":[5,6],"sampling_params":{"max_new_tokens":2}}`)
+	req.Header.Set(HeaderRouter, "simple")
+	rec := ts.doReq(t, req)
+	if rec.Code != http.StatusOK || rec.Body.String() != whole || rec.Header().Get(HeaderPolicyIndex) != "1" || dies.served.Load() != 1 {
+		t.Fatalf("answer %d from policy %q: %s (the dying policy served %d); want policy 1's whole answer after policy 0's death",
+			rec.Code, rec.Header().Get(HeaderPolicyIndex), rec.Body, dies.served.Load())
+	}
+	ps, _ := ts.State.PolicyStats(ts.State.Snapshot().Policies()[0].ID)
+	if ps.FailStreak != 1 || !strings.Contains(ps.LastError, "mid-answer") || ts.State.Stats().Leases != 0 {
+		t.Errorf("dying policy: fail streak %d, last error %q, leases out %d; want 1, a mid-answer failure, 0", ps.FailStreak, ps.LastError, ts.State.Stats().Leases)
+	}
+}
