@@ -151,6 +151,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 			Retries:   cfg.ProxyRetries,
 			Timeout:   cfg.ProxyTimeout,
 			MaxBody:   cfg.ProxyMaxBody,
+			Resume:    cfg.ProxyResume,
 			Transport: handlers.NewProxyTransport(ptls),
 		},
 	}

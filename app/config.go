@@ -93,6 +93,10 @@ type Config struct {
 	ProxyRetries int
 	ProxyTimeout time.Duration
 	ProxyMaxBody int64
+	// ProxyResume continues an aborted native /generate on another policy
+	// (--proxy-resume). On in DefaultConfig (so for the flags); a Config
+	// literal that leaves it false has it off.
+	ProxyResume bool
 	// Store is where the registration lives: StoreMemory, StoreBolt (in
 	// DataDir) or StoreEtcd (shared by router replicas, which elect one
 	// leader to route). Empty means StoreBolt when DataDir is set, else
@@ -191,6 +195,7 @@ func DefaultConfig() Config {
 		ProxyRetries:      handlers.DefaultProxyRetries,
 		ProxyTimeout:      handlers.DefaultProxyTimeout,
 		ProxyMaxBody:      handlers.DefaultProxyMaxBody,
+		ProxyResume:       true,
 		EtcdPrefix:        store.DefaultEtcdPrefix,
 		LeaderTTL:         DefaultLeaderTTL,
 		AssignTTL:         DefaultAssignTTL,
@@ -247,6 +252,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.FailThreshold, "fail-threshold", c.FailThreshold, "consecutive failed probes that make a policy unhealthy")
 	fs.IntVar(&c.PassThreshold, "pass-threshold", c.PassThreshold, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", c.MaxSelectWait, "cap on /select timeout_ms")
+	fs.BoolVar(&c.ProxyResume, "proxy-resume", c.ProxyResume, "proxy mode: continue a non-streaming /generate whose answer was aborted (or cut off) on another policy, from input_ids + the tokens so far; a request opts out with X-Resume-On-Abort: 0")
 	fs.IntVar(&c.ProxyRetries, "proxy-retries", c.ProxyRetries, "proxy mode: other policies a request is retried on after a connect error or a 502/503 answer, before any byte reached the client")
 	fs.DurationVar(&c.ProxyTimeout, "proxy-timeout", c.ProxyTimeout, "proxy mode: bound of each upstream request, streaming included; 0: none")
 	fs.Int64Var(&c.ProxyMaxBody, "proxy-max-body", c.ProxyMaxBody, "proxy mode: largest request body accepted, in bytes")

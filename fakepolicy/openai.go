@@ -44,6 +44,12 @@ type genRequest struct {
 	SamplingParams struct {
 		MaxNewTokens *int `json:"max_new_tokens"`
 	} `json:"sampling_params"`
+	// SGLang's GenerateReqInput (python/sglang/srt/managers/io_struct.py,
+	// commit 001067fffe33): the prompt as token ids or text, and whether
+	// to return logprobs.
+	InputIDs      json.RawMessage `json:"input_ids"`
+	Text          json.RawMessage `json:"text"`
+	ReturnLogprob bool            `json:"return_logprob"`
 }
 
 func (g genRequest) tokens() int {
@@ -100,6 +106,11 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 	end := p.startWork(d)
 	id := fmt.Sprintf("gen-%d-%d", p.index, p.works.Load())
 	g := &generation{p: p, k: k, id: id, n: n, busy: d, hit: hit}
+	if k == kindGenerate {
+		g.prompt = promptTokens(req.InputIDs, req.Text)
+		g.ids, g.logprobs = Continuation(g.prompt, n)
+		g.returnLogprob = req.ReturnLogprob
+	}
 	if !req.Stream {
 		start := time.Now()
 		switch p.waitEnd(r, end, abort) {
@@ -197,6 +208,12 @@ type generation struct {
 	hit  bool
 	// aborted: an abort pause ended it after n tokens.
 	aborted bool
+	// prompt, ids and logprobs are a native generation's prompt tokens and
+	// the tokens it generates (tokens.go); returnLogprob asks for them.
+	prompt        []int64
+	ids           []int64
+	logprobs      []float64
+	returnLogprob bool
 }
 
 // text is the first i tokens.
@@ -235,17 +252,41 @@ func (g *generation) event(i int) map[string]any {
 	return g.native(i)
 }
 
-// native is SGLang's /generate answer after token i: cumulative text.
+// native is SGLang's /generate answer after token i: cumulative text,
+// output_ids and logprobs, as SGLang streams them by default (without
+// --incremental-streaming-output; output_processor.py, commit
+// 7a464c40fc21) and as its final answer has them. An abort ends with
+// FINISH_ABORT's {"type": "abort", "message", "status_code",
+// "err_type"} (schedule_batch.py).
 func (g *generation) native(i int) map[string]any {
-	meta := map[string]any{"id": g.id, "completion_tokens": i, "weight_version": strconv.FormatInt(g.p.version.Load(), 10), "finish_reason": nil}
+	meta := map[string]any{"id": g.id, "prompt_tokens": len(g.prompt), "completion_tokens": i, "cached_tokens": 0,
+		"weight_version": g.p.nativeVersion(), "finish_reason": nil}
 	switch {
 	case i == g.n && g.aborted:
-		meta["finish_reason"] = map[string]any{"type": "abort"}
+		meta["finish_reason"] = map[string]any{"type": "abort", "message": "Abort in running batch.", "status_code": nil, "err_type": nil}
 	case i == g.n:
 		meta["finish_reason"] = map[string]any{"type": "length", "length": g.n}
 	}
-	return map[string]any{"text": g.text(0, i), "meta_info": meta, "index": g.p.index,
+	if g.returnLogprob {
+		lps := make([]any, i)
+		for j := range i {
+			lps[j] = []any{g.logprobs[j], g.ids[j], nil}
+		}
+		meta["output_token_logprobs"] = lps
+		meta["output_token_logprobs_length"] = i
+		meta["input_token_logprobs"] = []any{}
+	}
+	return map[string]any{"text": Detokenize(g.ids[:i]), "output_ids": g.ids[:i], "meta_info": meta, "index": g.p.index,
 		"busy_ms": ms(g.busy), "load": g.p.Load(), "prefix_hit": g.hit}
+}
+
+// nativeVersion is the weight_version of a native answer: the simulated
+// engine's version string, or the /idle version of a plain policy.
+func (p *Policy) nativeVersion() string {
+	if p.fleet.opts.Engine == EngineSGLang || p.fleet.opts.Engine == EngineVLLM {
+		return p.WeightVersion()
+	}
+	return strconv.FormatInt(p.version.Load(), 10)
 }
 
 // final is the whole answer of a request that did not stream.

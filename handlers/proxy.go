@@ -53,6 +53,9 @@ type ProxyConfig struct {
 	// Transport carries the requests to the policies; nil is
 	// NewProxyTransport(nil).
 	Transport http.RoundTripper
+	// Resume continues an aborted native /generate on another policy
+	// (--proxy-resume; proxy_resume.go).
+	Resume bool
 	// APIKey returns the key sent to a policy as its bearer token; nil is
 	// the policy's registered api_key (routing.Policy.BearerFor), "" sends
 	// none.
@@ -87,6 +90,7 @@ type attempt struct {
 	reason string
 	status int
 	ttfb   time.Duration
+	resume *resumeState // a resumable request's (proxy_resume.go), or nil
 }
 
 type attemptKey struct{}
@@ -135,6 +139,9 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 			if a.d.EnvUnmapped {
 				h.Set(HeaderEnvUnmapped, "true")
 			}
+			if a.resume != nil && !isEventStream(h) {
+				return a.resume.resumeAnswer(res, a)
+			}
 			res.Body = &upstreamBody{ReadCloser: res.Body, a: a, stream: isEventStream(res.Header)}
 			return nil
 		},
@@ -144,7 +151,10 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 			case r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded):
 				// The client left: nobody to answer.
 			case errors.Is(err, errRetryable):
-				a.retry, a.reason = true, "answered "+strconv.Itoa(a.status)
+				a.retry = true
+				if a.reason == "" { // resumeAnswer may have said why
+					a.reason = "answered " + strconv.Itoa(a.status)
+				}
 			case isDialError(err):
 				a.retry, a.failed, a.reason = true, true, "connect: "+err.Error()
 			case errors.Is(err, context.DeadlineExceeded):
@@ -207,12 +217,21 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	} else {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	}
+	rs, err := s.resumeFor(w, r, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if rs != nil {
+		s.proxyResumed(w, r, sreq, router, rs)
+		return
+	}
 	for try := 0; ; try++ {
 		d, ok := s.decide(w, r, "proxy", router, sreq)
 		if !ok {
 			return
 		}
-		a := s.forward(w, r, body, d)
+		a := s.forward(w, r, body, d, nil)
 		if !a.retry {
 			return
 		}
@@ -229,8 +248,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 // answer to the client, unless the attempt is to be retried. However it
 // ends (a client that left makes ReverseProxy abort the handler with a
 // panic), the lease is released and a failure counted.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte, d routing.Decision) *attempt {
-	a := &attempt{d: d, start: time.Now(), status: http.StatusBadGateway}
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte, d routing.Decision, rs *resumeState) *attempt {
+	a := &attempt{d: d, start: time.Now(), status: http.StatusBadGateway, resume: rs}
 	defer s.finish(a)
 	if s.Proxy.APIKey != nil {
 		a.apiKey = s.Proxy.APIKey(d.Policy)
@@ -279,7 +298,11 @@ func (s *Server) proxySelectRequest(r *http.Request) (routing.SelectRequest, str
 	if !ok || !row.Leases() {
 		return routing.SelectRequest{}, "", fieldError(HeaderRouter, "must be a router that leases: "+routing.NameList(routing.LeasingRouterNames())+", not "+strconv.Quote(name))
 	}
-	req := routing.SelectRequest{Router: row.Select, EnvID: h.Get(HeaderEnvID), Wait: s.DefaultSelectWait, Stop: s.stopping.Done()}
+	wait, err := s.proxySelectWait(h)
+	if err != nil {
+		return routing.SelectRequest{}, "", err
+	}
+	req := routing.SelectRequest{Router: row.Select, EnvID: h.Get(HeaderEnvID), Wait: wait, Stop: s.stopping.Done()}
 	if len(req.EnvID) > 256 {
 		return req, "", fieldError(HeaderEnvID, "must be at most 256 bytes")
 	}

@@ -1,0 +1,547 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// Resume on abort (--proxy-resume). A rolling update with pause_mode
+// abort, or an engine's POST /abort_request, ends SGLang generations in
+// flight with meta_info.finish_reason {"type": "abort", ...} and the
+// tokens generated so far. RL frameworks then do a chore by hand: slime
+// keeps the prefix, reduces max_new_tokens by the response length and
+// sends input_ids + the tokens so far again (THUDM/slime
+// slime/rollout/sglang_rollout.py, generate and _prepare_prompt_ids,
+// commit 624b824a898a; --partial-rollout, and
+// --mask-offpolicy-in-partial-rollout masks the prefix). The proxy does it
+// instead, for a non-streaming native POST /generate whose prompt is
+// input_ids: the continuation goes to another eligible policy (the
+// aborting one excluded), up to --proxy-retries, and the client gets one
+// answer, as if nothing had happened but for the segments it names.
+//
+// Wire formats, from sgl-project/sglang:
+//   - the request is GenerateReqInput (python/sglang/srt/managers/
+//     io_struct.py, commit 001067fffe33): text or input_ids (a list, or a
+//     list of lists for a batch), sampling_params (max_new_tokens, default
+//     128 in python/sglang/srt/sampling/sampling_params.py, commit
+//     00c17cafcb9e; min_new_tokens; n; json_schema, regex, ebnf,
+//     structural_tag), return_logprob, logprob_start_len, stream, rid;
+//   - the answer is built in tokenizer_manager_components/
+//     output_processor.py (commit 7a464c40fc21): {"text", "output_ids",
+//     "meta_info": {"id", "finish_reason", "prompt_tokens",
+//     "weight_version", "completion_tokens", "cached_tokens", ...}}, with
+//     return_logprob "output_token_logprobs" ([logprob, token_id, text]
+//     triples), "output_token_logprobs_length", "input_token_logprobs" and
+//     top/ids variants (logprob_ops.py, commit 229224a3f405);
+//   - an abort is FINISH_ABORT.to_json, {"type": "abort", "message",
+//     "status_code", "err_type"} (schedule_batch.py); one with status
+//     code 503 or 500 becomes an HTTP error of that status, one without
+//     a 200 answer (response_emitter.py, commit 5bf23cf6bf99);
+//   - SGLang's own weight-version spans, for updates in place, are
+//     meta_info.weight_versions [{"version", "start", "end"}] over the
+//     output tokens (python/sglang/srt/utils/weight_versions.py, commit
+//     19f93835d3f8): the merged answer extends them across segments.
+//
+// Streams are not resumed: SGLang streams cumulative output_ids and text
+// by default and deltas with --incremental-streaming-output
+// (output_processor.py), which the router cannot tell apart from the
+// chunks alone; a streamed abort passes through, marked so.
+
+// Headers of resumable requests and resumed answers.
+const (
+	// HeaderResumeOnAbort opts a request out (0) of resuming, or in (1,
+	// the default when --proxy-resume is on).
+	HeaderResumeOnAbort = "X-Resume-On-Abort"
+	// HeaderResume says what became of resuming: "resumed" (the answer
+	// joins segments from several policies), "incomplete (why)" (it was
+	// aborted and could not be resumed further: the tokens so far, with
+	// the abort) or "unavailable (why)" (it could not be resumed at all,
+	// and passed through as the policy answered).
+	HeaderResume = "X-Resume"
+	// HeaderWeightVersions names the weight versions of a resumed
+	// answer's output tokens: "version:start-end,...".
+	HeaderWeightVersions = "X-Weight-Versions"
+)
+
+// resumeMaxAnswer is the largest answer the proxy reads to resume; a
+// larger one passes through.
+const resumeMaxAnswer = 64 << 20
+
+// sglangDefaultMaxNewTokens is SamplingParams.max_new_tokens' default.
+const sglangDefaultMaxNewTokens = 128
+
+// errResume ends an attempt whose answer was aborted and is to be
+// continued on another policy. It wraps errRetryable, so ReverseProxy's
+// ErrorHandler marks the attempt for another try and writes nothing.
+var errResume = errors.Join(errRetryable, errors.New("resume an aborted answer"))
+
+// concatMeta are the meta_info lists of output positions, joined across
+// segments; the input_* lists are the first segment's.
+var concatMeta = []string{"output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs"}
+
+// resumeState is one resumable request: the client's request, the
+// segments answered so far and the continuation to send next.
+type resumeState struct {
+	req      map[string]json.RawMessage
+	sampling map[string]json.RawMessage
+	prompt   []int64
+	maxNew   *int // nil: no bound (max_new_tokens null)
+	minNew   int
+	body     []byte // what the next attempt sends
+	left     int    // further policies it may go to
+
+	segs   []resumeSegment
+	spans  []weightSpan
+	ids    []int64
+	text   strings.Builder
+	noText bool
+	lists  map[string][]json.RawMessage // concatMeta, while every segment has them
+	first  map[string]json.RawMessage   // the first segment's meta_info
+	last   map[string]json.RawMessage   // the last answer, and its meta_info
+	meta   map[string]json.RawMessage
+	cached int64
+}
+
+// resumeSegment is what one policy generated of a resumed answer, in
+// meta_info.segments.
+type resumeSegment struct {
+	PolicyID      string          `json:"policy_id"`
+	PolicyIndex   int             `json:"policy_index"`
+	WeightVersion string          `json:"weight_version"`
+	Start         int             `json:"start"`
+	End           int             `json:"end"`
+	FinishReason  json.RawMessage `json:"finish_reason"`
+	dispatched    int64           // the router's version of the policy
+}
+
+// weightSpan is SGLang's WeightVersionSpan.
+type weightSpan struct {
+	Version string `json:"version"`
+	Start   int    `json:"start"`
+	End     int    `json:"end"`
+}
+
+// resumeFor says whether a proxied request is resumed on abort: its state
+// when it is, nil when not. A /generate request that cannot be is marked
+// so (X-Resume: unavailable) on w; a malformed X-Resume-On-Abort is a 422.
+func (s *Server) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (*resumeState, error) {
+	if !s.Proxy.Resume || r.URL.Path != "/generate" {
+		return nil, nil
+	}
+	switch v := r.Header.Get(HeaderResumeOnAbort); v {
+	case "", "1":
+	case "0":
+		return nil, nil
+	default:
+		return nil, fieldError(HeaderResumeOnAbort, "must be 0 or 1, not "+strconv.Quote(v))
+	}
+	rs, why := parseResumable(body)
+	if why != "" {
+		w.Header().Set(HeaderResume, "unavailable ("+why+")")
+		return nil, nil
+	}
+	rs.body, rs.left = body, s.Proxy.Retries
+	return rs, nil
+}
+
+// parseResumable reads a GenerateReqInput; it returns why the request
+// cannot be resumed, or its state. A body the engine will refuse is not
+// resumable either: the engine's answer says why.
+func parseResumable(body []byte) (*resumeState, string) {
+	rs := &resumeState{}
+	if json.Unmarshal(body, &rs.req) != nil || rs.req == nil {
+		return nil, "not a JSON object"
+	}
+	var stream bool
+	if raw, ok := rs.req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream {
+		return nil, "streaming"
+	}
+	ids, ok := rs.req["input_ids"]
+	switch {
+	case !ok || isNull(ids):
+		if t, ok := rs.req["text"]; ok && !isNull(t) {
+			return nil, "text prompt"
+		}
+		return nil, "no input_ids"
+	case json.Unmarshal(ids, &rs.prompt) != nil:
+		return nil, "batch request"
+	}
+	if raw, ok := rs.req["sampling_params"]; ok && !isNull(raw) {
+		if json.Unmarshal(raw, &rs.sampling) != nil {
+			return nil, "batch request"
+		}
+	}
+	var p struct {
+		MaxNewTokens *int            `json:"max_new_tokens"`
+		MinNewTokens int             `json:"min_new_tokens"`
+		N            int             `json:"n"`
+		JSONSchema   json.RawMessage `json:"json_schema"`
+		Regex        json.RawMessage `json:"regex"`
+		EBNF         json.RawMessage `json:"ebnf"`
+		StructTag    json.RawMessage `json:"structural_tag"`
+	}
+	if raw, ok := rs.req["sampling_params"]; ok && !isNull(raw) && json.Unmarshal(raw, &p) != nil {
+		return nil, "sampling_params not understood"
+	}
+	if p.N > 1 {
+		return nil, "n > 1"
+	}
+	for _, g := range []json.RawMessage{p.JSONSchema, p.Regex, p.EBNF, p.StructTag} {
+		if len(g) > 0 && !isNull(g) {
+			return nil, "constrained decoding"
+		}
+	}
+	rs.minNew = p.MinNewTokens
+	if raw, ok := rs.sampling["max_new_tokens"]; !ok {
+		n := sglangDefaultMaxNewTokens
+		rs.maxNew = &n
+	} else if !isNull(raw) {
+		rs.maxNew = p.MaxNewTokens
+	}
+	return rs, ""
+}
+
+// proxyResumed is proxy's loop for a resumable request: each attempt
+// sends the state's current body; an aborted answer (or a policy that
+// died mid-answer) sends the continuation to another policy.
+func (s *Server) proxyResumed(w http.ResponseWriter, r *http.Request, sreq routing.SelectRequest, router string, rs *resumeState) {
+	for try := 0; ; try++ {
+		var d routing.Decision
+		if len(rs.segs) == 0 {
+			var ok bool
+			if d, ok = s.decide(w, r, "proxy", router, sreq); !ok {
+				return
+			}
+		} else {
+			var err error
+			if d, err = s.decideQuiet(r, router, sreq); err != nil {
+				if r.Context().Err() == nil {
+					rs.writePartial(w, "no policy to resume on: "+err.Error())
+				}
+				return
+			}
+		}
+		a := s.forward(w, r, rs.body, d, rs)
+		if !a.retry {
+			return
+		}
+		if try >= s.Proxy.Retries {
+			if len(rs.segs) > 0 {
+				rs.writePartial(w, "--proxy-retries "+strconv.Itoa(s.Proxy.Retries)+" exhausted")
+				return
+			}
+			s.writeError(w, r, errorf(api.CodeUpstreamFailed, "no policy answered: the last one ("+d.Policy.ID+") "+a.reason+
+				"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(s.Proxy.Retries)+")"))
+			return
+		}
+		rs.left--
+		sreq.Exclude = append(sreq.Exclude, d.Policy.ID)
+		if len(rs.segs) > 0 && !s.availableBeyond(sreq.Exclude) {
+			// Waiting for a policy this request has not been aborted on
+			// would only delay the tokens it has (all of them aborted it,
+			// as slime's abort_all on every engine does).
+			rs.writePartial(w, "no other policy available")
+			return
+		}
+	}
+}
+
+// decideQuiet is decide for a continuation: the error is returned, not
+// written, since the client is owed the tokens so far.
+func (s *Server) decideQuiet(r *http.Request, router string, req routing.SelectRequest) (routing.Decision, error) {
+	start := time.Now()
+	d, err := s.State.Select(r.Context(), req)
+	s.observeDecision("proxy", router, start)
+	if err == nil && r.Context().Err() != nil {
+		if d.Lease != 0 {
+			_, _ = s.State.Release(d.Lease)
+		}
+		return d, r.Context().Err()
+	}
+	return d, err
+}
+
+// availableBeyond reports whether a policy outside exclude can route.
+func (s *Server) availableBeyond(exclude []string) bool {
+	for _, ps := range s.State.Stats().Policies {
+		if ps.Available && !slices.Contains(exclude, ps.Policy.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// resumeAnswer is ModifyResponse for a resumable request: it reads the
+// policy's answer, and either lets it through (not aborted, the common
+// case, unchanged), or records its tokens and ends the attempt for a
+// continuation (errResume), or replaces it with the answer merged from
+// every segment.
+func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
+	if res.StatusCode != http.StatusOK || (res.Header.Get("Content-Encoding") != "" && res.Header.Get("Content-Encoding") != "identity") {
+		if len(rs.segs) > 0 {
+			res.Header.Set(HeaderResume, "incomplete (the continuation was answered "+strconv.Itoa(res.StatusCode)+"; the tokens before it are lost)")
+		}
+		return nil
+	}
+	raw, err := io.ReadAll(io.LimitReader(res.Body, resumeMaxAnswer+1))
+	if err != nil {
+		res.Body.Close()
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err // the client left, or --proxy-timeout: ErrorHandler answers
+		}
+		// The policy died mid-answer: what it generated is lost with the
+		// answer, so the same continuation goes to another policy.
+		a.failed, a.reason = true, "failed mid-answer: "+err.Error()
+		return errResume
+	}
+	if len(raw) > resumeMaxAnswer {
+		res.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(raw), res.Body), res.Body}
+		return nil
+	}
+	res.Body.Close()
+	pass := func() error {
+		res.Body = io.NopCloser(bytes.NewReader(raw))
+		return nil
+	}
+	if len(rs.segs) == 0 && !bytes.Contains(raw, []byte(`"abort"`)) {
+		return pass() // not aborted: no decoding, no copy
+	}
+	var ans map[string]json.RawMessage
+	var meta map[string]json.RawMessage
+	if json.Unmarshal(raw, &ans) != nil || json.Unmarshal(ans["meta_info"], &meta) != nil {
+		return pass()
+	}
+	var finish struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(meta["finish_reason"], &finish)
+	aborted := finish.Type == "abort"
+	if !aborted && len(rs.segs) == 0 {
+		return pass()
+	}
+	ids, ok := outputIDs(ans, meta)
+	if !ok {
+		why := "unavailable (answer without output_ids)"
+		if len(rs.segs) > 0 {
+			why = "incomplete (the continuation's answer has no output_ids; the tokens before it are lost)"
+		}
+		res.Header.Set(HeaderResume, why)
+		return pass()
+	}
+	rs.add(a.d, ans, meta, ids)
+	if aborted && rs.remaining() > 0 && rs.left > 0 {
+		rs.body = rs.continuation()
+		return errResume
+	}
+	why := ""
+	switch {
+	case aborted && rs.remaining() <= 0:
+		// Aborted with nothing left to generate: it ended by length.
+		rs.meta["finish_reason"], _ = json.Marshal(map[string]any{"type": "length", "length": len(rs.ids)})
+	case aborted:
+		why = "--proxy-retries exhausted"
+	}
+	out := rs.merged()
+	res.Body = io.NopCloser(bytes.NewReader(out))
+	res.ContentLength = int64(len(out))
+	res.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	rs.setHeaders(res.Header, why)
+	return nil
+}
+
+// outputIDs are an answer's output tokens: output_ids, or the token ids
+// of output_token_logprobs (what slime reads).
+func outputIDs(ans, meta map[string]json.RawMessage) ([]int64, bool) {
+	var ids []int64
+	if raw, ok := ans["output_ids"]; ok && json.Unmarshal(raw, &ids) == nil && ids != nil {
+		return ids, true
+	}
+	var lps [][]json.RawMessage
+	if raw, ok := meta["output_token_logprobs"]; !ok || json.Unmarshal(raw, &lps) != nil {
+		return nil, false
+	}
+	ids = make([]int64, len(lps))
+	for i, lp := range lps {
+		if len(lp) < 2 || json.Unmarshal(lp[1], &ids[i]) != nil {
+			return nil, false
+		}
+	}
+	return ids, true
+}
+
+// add records one segment's answer.
+func (rs *resumeState) add(d routing.Decision, ans, meta map[string]json.RawMessage, ids []int64) {
+	start := len(rs.ids)
+	version := strconv.FormatInt(d.Version, 10)
+	_ = json.Unmarshal(meta["weight_version"], &version)
+	rs.segs = append(rs.segs, resumeSegment{PolicyID: d.Policy.ID, PolicyIndex: d.Policy.Index, WeightVersion: version,
+		Start: start, End: start + len(ids), FinishReason: meta["finish_reason"], dispatched: d.Version})
+	var own []weightSpan
+	if json.Unmarshal(meta["weight_versions"], &own) != nil || len(own) == 0 {
+		own = []weightSpan{{Version: version, Start: 0, End: len(ids)}}
+	}
+	for _, sp := range own {
+		sp.Start, sp.End = sp.Start+start, sp.End+start
+		if n := len(rs.spans); n > 0 && rs.spans[n-1].Version == sp.Version && rs.spans[n-1].End == sp.Start {
+			rs.spans[n-1].End = sp.End
+			continue
+		}
+		if sp.End > sp.Start || len(rs.spans) == 0 {
+			rs.spans = append(rs.spans, sp)
+		}
+	}
+	rs.ids = append(rs.ids, ids...)
+	var text string
+	if json.Unmarshal(ans["text"], &text) != nil {
+		rs.noText = true
+	}
+	rs.text.WriteString(text)
+	if len(rs.segs) == 1 {
+		rs.first = meta
+		rs.lists = make(map[string][]json.RawMessage)
+		for _, k := range concatMeta {
+			if _, ok := meta[k]; ok {
+				rs.lists[k] = []json.RawMessage{}
+			}
+		}
+	}
+	for k, l := range rs.lists {
+		var items []json.RawMessage
+		if json.Unmarshal(meta[k], &items) != nil {
+			delete(rs.lists, k)
+			continue
+		}
+		rs.lists[k] = append(l, items...)
+	}
+	var cached int64
+	_ = json.Unmarshal(meta["cached_tokens"], &cached)
+	rs.cached += cached
+	rs.last, rs.meta = ans, meta
+}
+
+// remaining is how many tokens the request may still generate.
+func (rs *resumeState) remaining() int {
+	if rs.maxNew == nil {
+		return 1 << 30
+	}
+	return *rs.maxNew - len(rs.ids)
+}
+
+// continuation is the request that goes on from the tokens so far:
+// input_ids + them, max_new_tokens (and min_new_tokens) reduced by their
+// number, as slime's partial rollout sends it; the prompt's logprobs are
+// the first segment's, so logprob_start_len is dropped.
+func (rs *resumeState) continuation() []byte {
+	req := make(map[string]json.RawMessage, len(rs.req))
+	for k, v := range rs.req {
+		req[k] = v
+	}
+	req["input_ids"], _ = json.Marshal(append(slices.Clip(rs.prompt), rs.ids...))
+	sp := make(map[string]json.RawMessage, len(rs.sampling)+1)
+	for k, v := range rs.sampling {
+		sp[k] = v
+	}
+	if rs.maxNew != nil {
+		sp["max_new_tokens"], _ = json.Marshal(rs.remaining())
+	}
+	if rs.minNew > 0 {
+		sp["min_new_tokens"], _ = json.Marshal(max(rs.minNew-len(rs.ids), 0))
+	}
+	req["sampling_params"], _ = json.Marshal(sp)
+	delete(req, "logprob_start_len")
+	b, _ := json.Marshal(req)
+	return b
+}
+
+// merged is the one answer of every segment: the last answer's fields,
+// with the output tokens, text, output logprob lists and token counts of
+// all, the first's prompt figures, the last's finish_reason, and the
+// segments and weight-version spans in meta_info.
+func (rs *resumeState) merged() []byte {
+	out := make(map[string]json.RawMessage, len(rs.last))
+	for k, v := range rs.last {
+		out[k] = v
+	}
+	meta := make(map[string]json.RawMessage, len(rs.meta)+4)
+	for k, v := range rs.meta {
+		meta[k] = v
+	}
+	out["output_ids"], _ = json.Marshal(rs.ids)
+	if !rs.noText {
+		out["text"], _ = json.Marshal(rs.text.String())
+	}
+	for _, k := range []string{"prompt_tokens", "input_token_logprobs", "input_top_logprobs", "input_token_ids_logprobs"} {
+		if v, ok := rs.first[k]; ok {
+			meta[k] = v
+		} else {
+			delete(meta, k)
+		}
+	}
+	for _, k := range concatMeta {
+		if l, ok := rs.lists[k]; ok {
+			meta[k], _ = json.Marshal(l)
+		} else {
+			delete(meta, k)
+		}
+	}
+	if _, ok := meta["output_token_logprobs_length"]; ok {
+		meta["output_token_logprobs_length"], _ = json.Marshal(len(rs.lists["output_token_logprobs"]))
+	}
+	meta["completion_tokens"], _ = json.Marshal(len(rs.ids))
+	if _, ok := meta["cached_tokens"]; ok {
+		meta["cached_tokens"], _ = json.Marshal(rs.cached)
+	}
+	meta["weight_versions"], _ = json.Marshal(rs.spans)
+	meta["segments"], _ = json.Marshal(rs.segs)
+	out["meta_info"], _ = json.Marshal(meta)
+	b, _ := json.Marshal(out)
+	return b
+}
+
+// setHeaders names the segments' weight versions and what became of
+// resuming (why: why the answer ends aborted, if it does).
+func (rs *resumeState) setHeaders(h http.Header, why string) {
+	var b strings.Builder
+	for i, sp := range rs.spans {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(sp.Version + ":" + strconv.Itoa(sp.Start) + "-" + strconv.Itoa(sp.End))
+	}
+	h.Set(HeaderWeightVersions, b.String())
+	switch {
+	case why != "":
+		h.Set(HeaderResume, "incomplete ("+why+")")
+	case len(rs.segs) > 1:
+		h.Set(HeaderResume, "resumed")
+	}
+}
+
+// writePartial answers with the segments so far, ending aborted, when no
+// further policy could continue them.
+func (rs *resumeState) writePartial(w http.ResponseWriter, why string) {
+	last := rs.segs[len(rs.segs)-1]
+	out := rs.merged()
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set(HeaderPolicyIndex, strconv.Itoa(last.PolicyIndex))
+	h.Set(HeaderPolicyID, last.PolicyID)
+	h.Set(HeaderWeightVersion, strconv.FormatInt(last.dispatched, 10))
+	rs.setHeaders(h, why)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+}
