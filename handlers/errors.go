@@ -114,6 +114,8 @@ func asError(err error) *Error {
 		return errorf(api.CodeNoPolicies, "no policies registered: register them with PUT /registration (or PUT /policies)")
 	case errors.Is(err, routing.ErrNoFreshPolicy):
 		return errorf(api.CodeNoFreshPolicy, "no available policy has a fresh enough weight version (see GET /weights and the versions in GET /stats)")
+	case errors.Is(err, routing.ErrAllExcluded):
+		return errorf(api.CodeAllUnavailable, "no policy to route to: every available policy was tried already for this request")
 	case errors.Is(err, routing.ErrAllUnavailable):
 		return errorf(api.CodeAllUnavailable, "no policy to route to: every registered policy is unhealthy, draining or not yet heard from")
 	case errors.Is(err, routing.ErrOverloaded):

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 )
@@ -28,6 +29,11 @@ var ErrNoFreshPolicy = errors.New("no available policy has a fresh enough weight
 // heard from. Waiting for a busy policy cannot help then, so Select answers
 // at once.
 var ErrAllUnavailable = errors.New("every policy is unhealthy, draining or not yet heard from")
+
+// ErrAllExcluded is a Select whose exclusions (SelectRequest.Exclude: the
+// policies a proxied request already failed on) leave no policy that is,
+// or may soon be, available. It is an ErrAllUnavailable.
+var ErrAllExcluded = fmt.Errorf("%w, or excluded: every policy this request may use was tried already", ErrAllUnavailable)
 
 // loadBias shifts loads into the non-negative range so that packed keys
 // order like (load, index) tuples.

@@ -205,3 +205,19 @@ func TestFilterStage(t *testing.T) {
 type oddOnly struct{}
 
 func (oddOnly) Keep(_ Query, c Candidate) bool { return c.Policy().Index%2 == 1 }
+
+// A request whose exclusions leave no policy is answered at once, not
+// after its wait: nothing it may get can become idle.
+func TestExcludedEverywhereAnswersAtOnce(t *testing.T) {
+	st := newState(t, Options{}, densePolicies(2), Topology{})
+	_, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle, Wait: time.Hour, Exclude: []string{"p0", "p1"}})
+	if !errors.Is(err, ErrAllExcluded) || !errors.Is(err, ErrAllUnavailable) {
+		t.Fatalf("Select excluding every policy = %v; want ErrAllExcluded at once", err)
+	}
+	a := mustSelect(t, st, SelectIdle, "")
+	idle := []string{"p1", "p0"}[a.Policy.Index] // the other one
+	_, err = st.Select(cancelled(), SelectRequest{Router: SelectIdle, Exclude: []string{idle}})
+	if !errors.Is(err, ErrNoIdlePolicy) {
+		t.Fatalf("Select excluding the idle one of two, the other leased = %v; want it to wait", err)
+	}
+}

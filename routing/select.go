@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -124,7 +125,8 @@ func (e *WaitError) Unwrap() error { return e.Err }
 // nothing. Routers that do not lease never wait. The errors are the
 // decision's coded reasons: ErrNoPolicies (none registered),
 // ErrAllUnavailable (none passes the availability filter or is awaiting
-// its first probe; answered at once), ErrOverloaded (it would wait, and
+// its first probe; answered at once), ErrAllExcluded (the request's
+// exclusions leave none; at once), ErrOverloaded (it would wait, and
 // Options.MaxWaiters calls wait already), a *WaitError (nothing became
 // idle within req.Wait), ErrShuttingDown (req.Stop closed), ErrReset
 // (Reset ended the wait), or ctx.Err() when the caller left.
@@ -186,9 +188,13 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 		st.mu.Unlock()
 		return Decision{}, ErrNoPolicies
 	}
-	if !r.leases() || !st.anyAvailableLocked() {
+	if !r.leases() || !st.anyAvailableLocked(nil) {
 		st.mu.Unlock()
 		return Decision{}, ErrAllUnavailable
+	}
+	if len(q.Exclude()) > 0 && !st.anyAvailableLocked(&q) {
+		st.mu.Unlock()
+		return Decision{}, ErrAllExcluded
 	}
 	wait := time.Until(deadline)
 	if wait <= 0 {
@@ -333,12 +339,20 @@ func (st *State) giveBackLocked(w *waiter) {
 	}
 }
 
-// anyAvailableLocked reports whether a registered policy passes the
-// availability filter, or may pass it soon: it was just registered (or the
-// router just started) and its first probe has not been answered yet.
-// Caller must hold mu.
-func (st *State) anyAvailableLocked() bool {
+// anyAvailableLocked reports whether a registered policy that q does not
+// exclude passes the availability filter, or may pass it soon: it was just
+// registered (or the router just started) and its first probe has not been
+// answered yet. A request whose exclusions leave nothing is answered at
+// once rather than after its wait. Caller must hold mu.
+func (st *State) anyAvailableLocked(q *Query) bool {
+	var ex []string
+	if q != nil {
+		ex = q.Exclude()
+	}
 	for _, rt := range st.ledger.snap.rts {
+		if len(ex) > 0 && slices.Contains(ex, rt.policy.ID) {
+			continue
+		}
 		if rt.available() || (!rt.heard.Load() && rt.probes.Load() == 0 && rt.healthy.Load() && !rt.draining.Load()) {
 			return true
 		}

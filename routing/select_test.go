@@ -591,8 +591,8 @@ func TestSelectExclude(t *testing.T) {
 			}
 			mustRelease(t, st, d.Lease)
 		}
-		if _, err := st.Select(cancelled(), SelectRequest{Router: r, Exclude: []string{"p0", "p1"}}); !errors.Is(err, ErrNoIdlePolicy) {
-			t.Fatalf("%T excluding both: %v; want ErrNoIdlePolicy", r, err)
+		if _, err := st.Select(cancelled(), SelectRequest{Router: r, Exclude: []string{"p0", "p1"}, Wait: time.Hour}); !errors.Is(err, ErrAllExcluded) {
+			t.Fatalf("%T excluding both: %v; want ErrAllExcluded at once", r, err)
 		}
 		owner, _ := st.Snapshot().Owner("s")
 		d, err := st.Select(cancelled(), SelectRequest{Router: r, Session: "s", Exclude: []string{owner}})
