@@ -335,12 +335,14 @@ def _nothing(a: Answer) -> None:
 def register_policy(url: str, node_id: Optional[str], index: Optional[int], id: Optional[str],  # noqa: A002
                     capacity: Optional[int], labels: Optional[Mapping[str, str]], allow_shared_url: bool,
                     version: Optional[int], engine: Optional[str] = None, api_key: Optional[str] = None,
-                    admin_api_key: Optional[str] = None) -> Call[RegisteredPolicy]:
+                    admin_api_key: Optional[str] = None,
+                    models: Optional[Iterable[str]] = None) -> Call[RegisteredPolicy]:
     body = _omit_none(
         url=url, node_id=node_id, index=_opt_int(index), id=id, capacity=_opt_int(capacity),
         labels=None if labels is None else dict(labels),
         allow_shared_url=True if allow_shared_url else None, version=_opt_int(version),
         engine=engine, api_key=api_key, admin_api_key=admin_api_key,
+        models=None if models is None else list(models),
     )
     # With an index or id the call is idempotent (same body -> 200), so it
     # may be repeated; without either a repeat would register a second
@@ -360,6 +362,22 @@ def replace_registration(policies: Iterable[Mapping[str, Any]], topology: Mappin
 
 def get_registration() -> Call[Any]:
     return Call("GET", "/registration")
+
+
+def fleet_sleep(selector: Mapping[str, Any], level: Optional[int]) -> Call[Any]:
+    # Not idempotent: a second sleep is a second engine call.
+    return Call("POST", "/fleet/sleep", _omit_none(selector=dict(selector), level=_opt_int(level)))
+
+
+def fleet_wake(selector: Mapping[str, Any], tags: Optional[Iterable[str]]) -> Call[Any]:
+    return Call("POST", "/fleet/wake", _omit_none(selector=dict(selector), tags=None if tags is None else list(tags)))
+
+
+def fleet_engine(path: str, selector: Mapping[str, Any], method: Optional[str], query: Optional[str], body: Any,
+                 exclusive: bool) -> Call[Any]:
+    return Call("POST", "/fleet/engine/" + quote(path.lstrip("/"), safe="/"),
+                _omit_none(selector=dict(selector), method=method, query=query, body=body,
+                           exclusive=True if exclusive else None))
 
 
 def set_weights(version: int, max_staleness: Optional[int], force: bool = False) -> Call[Any]:

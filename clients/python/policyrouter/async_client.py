@@ -119,11 +119,12 @@ class AsyncClient(_core.ClientCore):
         engine: Optional[str] = None,
         api_key: Optional[str] = None,
         admin_api_key: Optional[str] = None,
+        models: Optional[Iterable[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> RegisteredPolicy:
         return await self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url,
-                                                      version, engine, api_key, admin_api_key), timeout)
+                                                      version, engine, api_key, admin_api_key, models), timeout)
 
     async def replace_policies(
         self,
@@ -139,6 +140,52 @@ class AsyncClient(_core.ClientCore):
 
     async def get_registration(self, *, timeout: Timeout = NOT_GIVEN) -> Registration:
         return await self._send(_core.get_registration(), timeout)
+
+    async def fleet_sleep(
+        self,
+        selector: Optional[Mapping[str, Any]] = None,
+        level: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Any:
+        """``POST /fleet/sleep``: put the selected engines to sleep (release
+        their accelerator memory, e.g. for a colocated training step); they
+        leave routing first and read ``asleep`` until woken. ``selector``
+        (``{"ids": [...], "indices": [...], "labels": {...}, "engine": ...}``,
+        all given ones must match) names the policies; none is every policy. Returns ``{"results", "failed"}``;
+        a partial failure is a 207 answer, not an error."""
+        return await self._send(_core.fleet_sleep(selector or {}, level), timeout)
+
+    async def fleet_wake(
+        self,
+        selector: Optional[Mapping[str, Any]] = None,
+        tags: Optional[Iterable[str]] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Any:
+        """``POST /fleet/wake``: wake the selected engines (``tags``, when
+        given, name the parts to restore first); they are routed again
+        within one probe."""
+        return await self._send(_core.fleet_wake(selector or {}, tags), timeout)
+
+    async def fleet_engine(
+        self,
+        path: str,
+        selector: Optional[Mapping[str, Any]] = None,
+        method: Optional[str] = None,
+        query: Optional[str] = None,
+        body: Any = None,
+        exclusive: bool = False,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Any:
+        """``POST /fleet/engine/{path}``: send one engine-native call (e.g.
+        ``update_weights_from_distributed``) to every selected policy with
+        its admin key. ``exclusive`` holds the refit lock: another exclusive
+        call, sleep, wake or update on those policies is refused (409)
+        meanwhile."""
+        return await self._send(_core.fleet_engine(path, selector or {}, method, query, body,
+                                                exclusive), timeout)
 
     async def set_weights(
         self,

@@ -160,6 +160,7 @@ class Client(_core.ClientCore):
         engine: Optional[str] = None,
         api_key: Optional[str] = None,
         admin_api_key: Optional[str] = None,
+        models: Optional[Iterable[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> RegisteredPolicy:
@@ -181,7 +182,7 @@ class Client(_core.ClientCore):
         (probes, and update calls); they are write-only, never returned.
         """
         return self._send(_core.register_policy(url, node_id, index, id, capacity, labels, allow_shared_url, version,
-                                                engine, api_key, admin_api_key), timeout)
+                                                engine, api_key, admin_api_key, models), timeout)
 
     def replace_policies(self, policies: Iterable[Mapping[str, Any]], *, timeout: Timeout = NOT_GIVEN) -> List[Policy]:
         """``PUT /policies``: replace the whole set at once (what a trainer
@@ -205,6 +206,52 @@ class Client(_core.ClientCore):
     def get_registration(self, *, timeout: Timeout = NOT_GIVEN) -> Registration:
         """``GET /registration``: every policy and the topology."""
         return self._send(_core.get_registration(), timeout)
+
+    def fleet_sleep(
+        self,
+        selector: Optional[Mapping[str, Any]] = None,
+        level: Optional[int] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Any:
+        """``POST /fleet/sleep``: put the selected engines to sleep (release
+        their accelerator memory, e.g. for a colocated training step); they
+        leave routing first and read ``asleep`` until woken. ``selector``
+        (``{"ids": [...], "indices": [...], "labels": {...}, "engine": ...}``,
+        all given ones must match) names the policies; none is every policy. Returns ``{"results", "failed"}``;
+        a partial failure is a 207 answer, not an error."""
+        return self._send(_core.fleet_sleep(selector or {}, level), timeout)
+
+    def fleet_wake(
+        self,
+        selector: Optional[Mapping[str, Any]] = None,
+        tags: Optional[Iterable[str]] = None,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Any:
+        """``POST /fleet/wake``: wake the selected engines (``tags``, when
+        given, name the parts to restore first); they are routed again
+        within one probe."""
+        return self._send(_core.fleet_wake(selector or {}, tags), timeout)
+
+    def fleet_engine(
+        self,
+        path: str,
+        selector: Optional[Mapping[str, Any]] = None,
+        method: Optional[str] = None,
+        query: Optional[str] = None,
+        body: Any = None,
+        exclusive: bool = False,
+        *,
+        timeout: Timeout = NOT_GIVEN,
+    ) -> Any:
+        """``POST /fleet/engine/{path}``: send one engine-native call (e.g.
+        ``update_weights_from_distributed``) to every selected policy with
+        its admin key. ``exclusive`` holds the refit lock: another exclusive
+        call, sleep, wake or update on those policies is refused (409)
+        meanwhile."""
+        return self._send(_core.fleet_engine(path, selector or {}, method, query, body,
+                                                exclusive), timeout)
 
     def set_weights(
         self,

@@ -27,7 +27,7 @@ class PackageTest(unittest.TestCase):
     def test_httpx_is_the_one_dependency(self):
         self.assertEqual(pyproject()["project"]["dependencies"], ["httpx>=0.23"])
         stdlib_or_own = {"__future__", "asyncio", "collections", "concurrent", "contextlib", "dataclasses", "email",
-                         "inspect", "json", "logging", "numbers", "random", "socket", "ssl", "sys", "threading",
+                         "inspect", "json", "logging", "numbers", "os", "random", "socket", "ssl", "sys", "threading",
                          "time", "typing", "urllib", "uuid", "warnings", "weakref"}
         for name in sorted(os.listdir(PACKAGE)):
             if not name.endswith(".py"):

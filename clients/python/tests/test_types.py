@@ -41,13 +41,15 @@ UNTYPED = {
     "Histogram": "figures of GET /stats: Dict[str, Any]",
     "PollerStats": "figures of GET /stats: Dict[str, Any]",
     "StickyStats": "figures of GET /stats: Dict[str, Any]",
-    "WorkerAccepted": "SGLang Model Gateway's worker API, for frameworks that speak it with their own client",
-    "WorkerInfo": "SGLang Model Gateway's worker API, for frameworks that speak it with their own client",
-    "WorkerList": "SGLang Model Gateway's worker API, for frameworks that speak it with their own client",
-    "WorkerURLList": "SGLang Model Gateway's worker API, for frameworks that speak it with their own client",
-    "FinishSessionResponse": "vllm-router's session release, for frameworks that speak it with their own client",
-    "FleetResponse": "the fleet verbs (POST /fleet/...) have no client method yet",
-    "FleetResult": "the fleet verbs (POST /fleet/...) have no client method yet",
+    # Answers of the compatibility routes the client does not call
+    # (test_openapi_params.NOT_COVERED says why).
+    "WorkerAccepted": "SGLang Model Gateway's worker API: not a client method",
+    "WorkerInfo": "SGLang Model Gateway's worker API: not a client method",
+    "WorkerList": "SGLang Model Gateway's worker API: not a client method",
+    "WorkerURLList": "SGLang Model Gateway's worker API: not a client method",
+    "FinishSessionResponse": "vllm-router's session release: not a client method",
+    "FleetResponse": "the fleet verbs (POST /fleet/...): not a client method yet",
+    "FleetResult": "the fleet verbs (POST /fleet/...): not a client method yet",
 }
 
 
