@@ -18,7 +18,6 @@ No server is needed: the requests go to an ``httpx.MockTransport``.
 import asyncio
 import inspect
 import json
-import os
 import unittest
 from typing import Any, Dict, List, Tuple
 
@@ -26,7 +25,7 @@ import httpx
 
 from policyrouter import AsyncClient, Client
 
-from tests._server import REPO_ROOT, missing
+from tests.test_types import load_spec
 
 # operationId -> (client method, {spec name: client parameter} where they
 # differ). The spec name of a request body that a method takes whole,
@@ -97,15 +96,6 @@ NOT_COVERED = {
     # from its key by consistent hashing; there is no table to clear).
     "finishSession": "vllm-router compatibility, a no-op on this router",
 }
-
-
-def load_spec():
-    try:
-        import yaml  # Debian's python3-yaml; .ci/run installs it
-    except ImportError:
-        raise missing("python3-yaml is not installed (apt-get install python3-yaml)")
-    with open(os.path.join(REPO_ROOT, "openapi.yaml")) as f:
-        return yaml.safe_load(f)
 
 
 class Spec:
