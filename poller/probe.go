@@ -13,10 +13,6 @@ import (
 	"github.com/policyrouter/policyrouter/routing"
 )
 
-// maxDrain is how much of an unread body is drained so that the connection
-// can be reused; a longer body costs the connection instead.
-const maxDrain = 64 << 10
-
 // probeAndReport probes m once and reports the result to the target, unless
 // the poller is stopping (ctx done: the failure is ours, not the policy's)
 // or m was unregistered meanwhile.

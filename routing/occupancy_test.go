@@ -221,3 +221,57 @@ func TestExcludedEverywhereAnswersAtOnce(t *testing.T) {
 		t.Fatalf("Select excluding the idle one of two, the other leased = %v; want it to wait", err)
 	}
 }
+
+// A freed slot goes to the longest waiter whose home it is, else to the
+// longest waiter not bound for a home, else to one waiting for a busy home
+// elsewhere (it spills) rather than stay idle.
+func TestFreedSlotGoesToALongestWaiter(t *testing.T) {
+	st := newState(t, Options{}, densePolicies(2), Topology{})
+	home, _ := st.Snapshot().Owner("s")
+	a := mustSelect(t, st, SelectIdle, "")
+	b := mustSelect(t, st, SelectIdle, "")
+	homeLease, other := a, b
+	if a.Policy.ID != home {
+		homeLease, other = b, a
+	}
+	got := make(chan Decision, 2)
+	sel := func(req SelectRequest) {
+		d, err := st.Select(context.Background(), req)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- d
+	}
+	go sel(SelectRequest{Router: SelectIdle, Session: "s", StickyWait: time.Hour, Wait: time.Hour})
+	poll.Until(t, "the session to wait for its home", func() bool { return st.Stats().Waiters == 1 })
+	go sel(SelectRequest{Router: SelectIdle, Wait: time.Hour})
+	poll.Until(t, "a second waiter", func() bool { return st.Stats().Waiters == 2 })
+
+	// The other policy frees: the waiter without a home takes it, though
+	// it came later.
+	mustRelease(t, st, other.Lease)
+	if d := <-got; d.Sticky != NotSticky || d.Policy.ID != other.Policy.ID {
+		t.Fatalf("first served %+v; want the waiter without a session, on %s", d, other.Policy.ID)
+	}
+	// It frees again with only the session waiting for its busy home: the
+	// session takes it, spilled, rather than leave it idle.
+	mustRelease(t, st, st.leaseOn(t, other.Policy.ID))
+	if d := <-got; d.Sticky != StickySpilled || d.Policy.ID != other.Policy.ID {
+		t.Fatalf("then served %+v; want the session, spilled to %s", d, other.Policy.ID)
+	}
+	mustRelease(t, st, homeLease.Lease)
+}
+
+// leaseOn returns the lease out on the policy with the given id.
+func (st *State) leaseOn(tb testing.TB, id string) uint64 {
+	tb.Helper()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for l, s := range st.leases {
+		if s.rt.policy.ID == id {
+			return l
+		}
+	}
+	tb.Fatalf("no lease on %s", id)
+	return 0
+}

@@ -529,20 +529,28 @@ func (st *State) offerLocked(s *slot, front bool) {
 
 // waiterForLocked returns the waiter a freed slot of rt goes to: the
 // longest waiter whose home rt is, else the longest waiter not waiting for
-// its home alone; each only if rt passes its filters. nil when none.
-// Caller must hold mu.
+// its home alone, else the longest waiter of all (one waiting for a busy
+// home elsewhere takes it rather than leave it idle: it spills); each only
+// if rt passes its filters. nil when none. Caller must hold mu.
 func (st *State) waiterForLocked(rt *policyRuntime) *waiter {
 	for w := rt.homeWaiters.head; w != nil; w = w.links[homeWaiters].next {
 		if w.q.ok(rt) {
 			return w
 		}
 	}
+	var homeBound *waiter
 	for w := st.waiters.head; w != nil; w = w.links[allWaiters].next {
-		if !w.homeOnly && w.q.ok(rt) {
+		if !w.q.ok(rt) {
+			continue
+		}
+		if !w.homeOnly {
 			return w
 		}
+		if homeBound == nil {
+			homeBound = w
+		}
 	}
-	return nil
+	return homeBound
 }
 
 // releaseLocked ends a slot's lease and offers it. Caller must hold mu.

@@ -6,7 +6,8 @@ policy, against the real router and simulated SGLang engines that report
 their load (``GET /v1/loads``): 4 policies x capacity 4. No engine may ever
 hold more than its capacity, nor any policy more lease holders; with
 session ids and the default settings most turns find their episode's
-policy, at about the wall time of the same run without sessions.
+policy, at about the wall time of the same run without sessions (the
+fastest of five runs of each, alternating).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
-import statistics
 import subprocess
 import time
 
@@ -92,9 +92,11 @@ class OccupancyTest(AsyncServerTestCase):
         await self.wait_stats(lambda st: all(p["state"] == "idle" for p in st["policies"]))
         async with httpx.AsyncClient(timeout=30.0, limits=httpx.Limits(max_connections=EPISODES)) as http:
             # Alternate the two kinds of run, so that a burst of load on a
-            # shared machine falls on both; compare their medians.
+            # shared machine falls on both, and compare the fastest of
+            # each: the run least disturbed by whatever else the machine
+            # does.
             walls = {True: [], False: []}
-            for seed in range(3):
+            for seed in range(5):
                 for sessions in (True, False):
                     got = await self._run(http, sessions, seed)
                     walls[sessions].append(got["wall"])
@@ -111,8 +113,8 @@ class OccupancyTest(AsyncServerTestCase):
                     st = await self.wait_stats(lambda st: st["leases"] == 0)
                     self.assertEqual(st["leases_ended"]["probe"], 0, "an explicit lease was ended by a probe")
             peak_load = await self._peak_engine_load(http)
-        with_s, without = statistics.median(walls[True]), statistics.median(walls[False])
-        print(f"\n  [measured] median wall {with_s:.2f} s with sessions, {without:.2f} s without "
+        with_s, without = min(walls[True]), min(walls[False])
+        print(f"\n  [measured] fastest of 5: {with_s:.2f} s with sessions, {without:.2f} s without "
               f"({with_s / without:.2f}x); peak engine load {peak_load} of {CAPACITY}")
         self.assertLessEqual(peak_load, CAPACITY)
         self.assertLessEqual(with_s, without * 1.10, walls)
