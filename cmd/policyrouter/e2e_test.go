@@ -392,7 +392,7 @@ func TestREADMEPythonExample(t *testing.T) {
 	root, _ := filepath.Abs("../..")
 	cmd := exec.Command(python, "example.py")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients/python"))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients/python"), "POLICYROUTER_URL=http://"+p.addr)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("example failed: %v\n%s", err, out)

@@ -1,6 +1,8 @@
+import os
+
 from policyrouter import Client, RemoteRouter, RemoteSyncRouter, UnavailableError
 
-client = Client("http://127.0.0.1:8080")  # token="..." when the server has a key
+client = Client(os.environ.get("POLICYROUTER_URL", "http://127.0.0.1:8080"))  # token="..." when the server has a key
 
 # Async batches: the seed's NodeAffinityRouter.assign(current_loads, num_tasks, env_ids).
 router = RemoteRouter(client, router="node_affinity")

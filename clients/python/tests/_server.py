@@ -93,11 +93,12 @@ def binary() -> str:
 
 
 class Server:
-    """A running ``policyrouter serve`` on a free loopback port."""
+    """A running ``policyrouter serve`` (or ``command``, e.g. ``demo``) on
+    a free loopback port."""
 
-    def __init__(self, *extra_args: str) -> None:
+    def __init__(self, *extra_args: str, command: str = "serve") -> None:
         self.args = [
-            binary(), "serve", "--addr", "127.0.0.1:0", "--log-format", "json",
+            binary(), command, "--addr", "127.0.0.1:0", "--log-format", "json",
             # No poller unless a test asks for one: the policies the tests
             # register do not answer /idle, and without a poller the server
             # trusts them idle.
