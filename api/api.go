@@ -606,6 +606,10 @@ type UpdateRequest struct {
 	// update, saying why; absent: only the confirmation of the version is
 	// bounded (30 s).
 	PhaseTimeoutMS *int `json:"phase_timeout_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
+	// Selector aims the update at part of the fleet (the fleet verbs'
+	// selector): the others keep their version and keep serving. Absent:
+	// every policy. One that picks no registered policy is refused.
+	Selector *FleetSelector `json:"selector,omitempty"`
 }
 
 // UpdateAction is the HTTP request that makes a policy load the weights.
@@ -689,6 +693,8 @@ type Update struct {
 	PauseMode           string `json:"pause_mode"`
 	SetFloor            bool   `json:"set_floor"`
 	PhaseTimeoutMS      int64  `json:"phase_timeout_ms"`
+	// Selector is the part of the fleet the update is for; absent: all.
+	Selector *FleetSelector `json:"selector,omitempty"`
 	// Floor is the /weights floor the update set on success (set_floor); 0
 	// when none.
 	Floor    int64      `json:"floor"`

@@ -24,6 +24,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/engine"
+	"github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/poller"
@@ -177,10 +178,13 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	} else {
 		a.ready.Store(true)
 	}
+	// One refit lock for the fleet verbs and the updates.
+	hcfg.FleetLocks = &fleet.Locks{}
 	a.Updates, err = updates.New(updates.Config{
 		Registry: a.Registry, State: a.State, Store: a.Store, Logger: cfg.Logger,
 		OnChange: a.Metrics.ObserveUpdate,
 		Ready:    func() bool { return a.Ready() == nil },
+		Locks:    hcfg.FleetLocks,
 	}, stored.Updates)
 	if err != nil {
 		return nil, err

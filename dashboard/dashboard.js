@@ -15,8 +15,10 @@
   const FETCH_TIMEOUT_MS = 4000;
   const RATE_WINDOW_MS = 5000; // throughput is averaged over this window
   const COMPACT_OVER = 128; // "auto" density switches to compact tiles above this many policies
-  const STATES = ["idle", "busy", "unhealthy", "draining", "unknown"];
-  const ABBR = { idle: "IDLE", busy: "BUSY", unhealthy: "DOWN", draining: "DRAIN", unknown: "NEW" };
+  // paused and asleep are the engine's own word (not failures): each has
+  // its colour, and counts apart from unhealthy.
+  const STATES = ["idle", "busy", "unhealthy", "draining", "unknown", "paused", "asleep"];
+  const ABBR = { idle: "IDLE", busy: "BUSY", unhealthy: "DOWN", draining: "DRAIN", unknown: "NEW", paused: "PAUSE", asleep: "SLEEP" };
   const NO_NODE = "";
 
   const $ = (id) => document.getElementById(id);
@@ -152,6 +154,10 @@
     t.ver.title = "weight version";
     head.append(t.idx, t.ver, t.state);
     t.id = el("div", "t-id");
+    t.eng = el("span", "t-eng");
+    t.eng.title = "engine";
+    t.id.append(t.eng, el("span", "t-idtext"));
+    t.idText = t.id.lastChild;
     const bar = el("div", "t-bar");
     t.fill = el("i");
     bar.append(t.fill);
@@ -190,7 +196,9 @@
     // update_failed is shown as unhealthy, in two words that fit a tile.
     setText(t.word, (p.state || "unknown").replace("_", " "));
     setText(t.abbr, ABBR[state]);
-    setText(t.id, shortID(p.id || ""));
+    setText(t.eng, p.engine || "policyrouter");
+    t.eng.dataset.engine = p.engine || "policyrouter";
+    setText(t.idText, shortID(p.id || ""));
     setText(t.load, fmtCount(p.load));
     setText(t.flight, p.inflight + "/" + p.capacity);
     const done = (p.selected_total || 0) + (p.assigned_total || 0);

@@ -17,35 +17,45 @@ import (
 )
 
 // Selector picks policies: those matching every criterion given (ids,
-// indices, labels, engine); an empty selector picks every policy.
+// indices, labels, engine); an empty selector picks every policy. The
+// fleet verbs and rolling updates (which store it in their spec) share
+// it.
 type Selector struct {
-	IDs     []string
-	Indices []int
-	Labels  map[string]string
-	Engine  string
+	IDs     []string          `json:"ids,omitempty"`
+	Indices []int             `json:"indices,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Engine  string            `json:"engine,omitempty"`
+}
+
+// Empty reports whether the selector picks every policy.
+func (s Selector) Empty() bool {
+	return len(s.IDs) == 0 && len(s.Indices) == 0 && len(s.Labels) == 0 && s.Engine == ""
+}
+
+// Matches reports whether the selector picks p.
+func (s Selector) Matches(p routing.Policy) bool {
+	if len(s.IDs) > 0 && !slices.Contains(s.IDs, p.ID) {
+		return false
+	}
+	if len(s.Indices) > 0 && !slices.Contains(s.Indices, p.Index) {
+		return false
+	}
+	if s.Engine != "" && p.EngineName() != s.Engine {
+		return false
+	}
+	for k, v := range s.Labels {
+		if p.Labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Select returns the policies of pols the selector picks, in index order.
 func (s Selector) Select(pols []routing.Policy) []routing.Policy {
 	var out []routing.Policy
 	for _, p := range pols {
-		if len(s.IDs) > 0 && !slices.Contains(s.IDs, p.ID) {
-			continue
-		}
-		if len(s.Indices) > 0 && !slices.Contains(s.Indices, p.Index) {
-			continue
-		}
-		if s.Engine != "" && p.EngineName() != s.Engine {
-			continue
-		}
-		match := true
-		for k, v := range s.Labels {
-			if p.Labels[k] != v {
-				match = false
-				break
-			}
-		}
-		if match {
+		if s.Matches(p) {
 			out = append(out, p)
 		}
 	}
@@ -54,8 +64,9 @@ func (s Selector) Select(pols []routing.Policy) []routing.Policy {
 }
 
 // Locks is the refit lock: while an operation that changes a policy's
-// engine (a sleep, a wake, an exclusive fan-out) runs on it, another one
-// is refused, naming the holder. Safe for concurrent use.
+// engine (a sleep, a wake, an exclusive fan-out, a rolling update working
+// on it) runs on it, another one is refused, naming the holder. Safe for
+// concurrent use; the zero value is ready.
 type Locks struct {
 	mu   sync.Mutex
 	held map[string]string // policy id -> holder

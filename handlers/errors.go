@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -77,9 +78,12 @@ func asError(err error) *Error {
 	var we *routing.WaitError
 	var ce *registry.ConflictError
 	var mnf *routing.ModelNotFoundError
+	var held *fleet.HeldError
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.As(err, &held):
+		return errorf(api.CodeConflict, "refit lock: "+held.Error()+"; retry when it ends")
 	case errors.As(err, &mnf):
 		served := mnf.Served
 		if served == nil {

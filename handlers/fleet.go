@@ -3,7 +3,6 @@ package handlers
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -45,15 +44,11 @@ func (s *Server) fleetSelect(sel api.FleetSelector) ([]routing.Policy, error) {
 	return pols, nil
 }
 
-// lockFleet takes the refit lock of pols for holder: a held one is 409
-// naming its holder.
+// lockFleet takes the refit lock of pols for holder: a held one (by
+// another verb, or an update working on the policy) is a *fleet.HeldError,
+// 409 naming its holder.
 func (s *Server) lockFleet(pols []routing.Policy, holder string) (func(), error) {
-	release, err := s.fleetLocks.Acquire(pols, holder)
-	var held *fleet.HeldError
-	if errors.As(err, &held) {
-		return nil, errorf(api.CodeConflict, "refit lock: "+held.Error()+"; retry when it ends")
-	}
-	return release, err
+	return s.fleetLocks.Acquire(pols, holder)
 }
 
 func (s *Server) fleetSleep(w http.ResponseWriter, r *http.Request) {

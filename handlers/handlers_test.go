@@ -12,6 +12,7 @@ import (
 
 	"github.com/policyrouter/policyrouter"
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
@@ -36,8 +37,11 @@ func newTestServer(tb testing.TB, cfg Config) *testServer {
 		tb.Fatal(err)
 	}
 	cfg.Registry = reg
+	if cfg.FleetLocks == nil {
+		cfg.FleetLocks = &fleet.Locks{}
+	}
 	if cfg.Updates == nil {
-		cfg.Updates, err = updates.New(updates.Config{Registry: reg, State: cfg.State, Store: st, Logger: discardLogger()}, nil)
+		cfg.Updates, err = updates.New(updates.Config{Registry: reg, State: cfg.State, Store: st, Logger: discardLogger(), Locks: cfg.FleetLocks}, nil)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/engine"
+	"github.com/policyrouter/policyrouter/fleet"
+	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/updates"
 )
 
@@ -47,8 +49,16 @@ func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request) {
 // updateSpec checks a POST /updates body and fills in the defaults.
 func (s *Server) updateSpec(req api.UpdateRequest) (updates.Spec, error) {
 	spec := updates.Spec{Version: *req.Version, MaxUnavailable: 1, DrainTimeout: defaultDrainTimeout}
+	pols := s.State.Snapshot().Policies()
+	if req.Selector != nil {
+		var err error
+		if pols, err = s.fleetSelect(*req.Selector); err != nil {
+			return spec, err
+		}
+		spec.Selector = fleet.Selector{IDs: req.Selector.IDs, Indices: req.Selector.Indices, Labels: req.Selector.Labels, Engine: req.Selector.Engine}
+	}
 	if raw := bytes.TrimSpace(req.MaxUnavailable); len(raw) > 0 && string(raw) != "null" {
-		n, err := maxUnavailable(raw, len(s.State.Snapshot().Policies()))
+		n, err := maxUnavailable(raw, len(pols))
 		if err != nil {
 			return spec, err
 		}
@@ -80,16 +90,17 @@ func (s *Server) updateSpec(req api.UpdateRequest) (updates.Spec, error) {
 	if req.PhaseTimeoutMS != nil {
 		spec.PhaseTimeout = time.Duration(*req.PhaseTimeoutMS) * time.Millisecond
 	}
-	if err := s.checkEngines(&spec, req.PauseMode); err != nil {
+	if err := checkEngines(&spec, req.PauseMode, pols); err != nil {
 		return spec, err
 	}
 	return spec, nil
 }
 
-// checkEngines sets the spec's pause mode and refuses what an engine of a
-// registered policy cannot do: a pause mode it has not got, or a
-// model_path it cannot load (without an action to fall back on).
-func (s *Server) checkEngines(spec *updates.Spec, mode string) error {
+// checkEngines sets the spec's pause mode and refuses what an engine of
+// one of pols (the policies the update is for) cannot do: a pause mode it
+// has not got, or a model_path it cannot load (without an action to fall
+// back on).
+func checkEngines(spec *updates.Spec, mode string, pols []routing.Policy) error {
 	if mode == "" {
 		mode = engine.PauseWait
 	}
@@ -98,7 +109,7 @@ func (s *Server) checkEngines(spec *updates.Spec, mode string) error {
 	}
 	spec.PauseMode = mode
 	seen := map[string]bool{}
-	for _, p := range s.State.Snapshot().Policies() {
+	for _, p := range pols {
 		name := p.EngineName()
 		if seen[name] {
 			continue
@@ -193,6 +204,9 @@ func updateToAPI(u updates.Update, now time.Time) api.Update {
 		PhaseTimeoutMS: u.Spec.PhaseTimeout.Milliseconds(), Floor: u.Floor,
 		Created: u.Created, Ended: utcOrNil(u.Ended), Waves: u.Waves, Failures: u.Failures, Error: u.Error,
 		Ready: []string{}, Policies: make([]api.UpdatePolicy, len(u.Policies)),
+	}
+	if sel := u.Spec.Selector; !sel.Empty() {
+		out.Selector = &api.FleetSelector{IDs: sel.IDs, Indices: sel.Indices, Labels: sel.Labels, Engine: sel.Engine}
 	}
 	if !u.Ended.IsZero() {
 		now = u.Ended

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	neturl "net/url"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/policyrouter/policyrouter/engine"
+	"github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -44,6 +46,12 @@ type Config struct {
 	// policies; until then (just after a restart every policy is unknown,
 	// its version not yet reported) the running update waits.
 	Ready func() bool
+	// Locks is the refit lock the fleet verbs take (the handlers'
+	// Config.FleetLocks): the update holds it on each policy from the
+	// wave that takes it until the policy is done or failed, so a fleet
+	// verb on that policy meanwhile is refused, and it does not take a
+	// policy a fleet verb holds. Nil: the manager's own.
+	Locks *fleet.Locks
 }
 
 // Manager runs rolling updates. All methods are safe for concurrent use;
@@ -55,7 +63,9 @@ type Manager struct {
 	updates  map[string]*Update
 	running  *Update
 	inflight map[string]bool // policy ids whose step's call is in flight
-	wake     chan struct{}
+	// locked releases the refit lock the running update holds, by policy id.
+	locked map[string]func()
+	wake   chan struct{}
 	// calls are the engine resumes sent outside Run (Abort); Run waits
 	// for them when it returns.
 	calls sync.WaitGroup
@@ -73,7 +83,10 @@ func New(cfg Config, docs map[string][]byte) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	m := &Manager{cfg: cfg, inflight: map[string]bool{}, wake: make(chan struct{}, 1)}
+	if cfg.Locks == nil {
+		cfg.Locks = &fleet.Locks{}
+	}
+	m := &Manager{cfg: cfg, inflight: map[string]bool{}, locked: map[string]func(){}, wake: make(chan struct{}, 1)}
 	if err := m.Restore(docs); err != nil {
 		return nil, err
 	}
@@ -101,7 +114,23 @@ func (m *Manager) Restore(docs map[string][]byte) error {
 	defer m.mu.Unlock()
 	m.updates, m.running = updates, running
 	clear(m.inflight)
+	for id, release := range m.locked {
+		release()
+		delete(m.locked, id)
+	}
 	if running != nil {
+		for _, p := range running.Policies {
+			if p.Phase == PhaseDraining || p.Phase == PhaseUpdating {
+				if err := m.lockLocked(running, p.ID, p.Index); err != nil {
+					m.cfg.Logger.Warn("rolling update: refit lock of a policy it works on", "update", running.ID, "err", err)
+				}
+			}
+		}
+		if !running.Spec.Selector.Empty() {
+			m.cfg.State.SetJoinFloor(0)
+			m.kick()
+			return nil
+		}
 		m.cfg.State.SetJoinFloor(running.Spec.Version)
 		for _, p := range running.Policies {
 			if p.Held && p.Phase == PhasePending {
@@ -116,25 +145,57 @@ func (m *Manager) Restore(docs map[string][]byte) error {
 }
 
 // Start begins an update of spec and returns it. It returns ErrRunning
-// while another update runs.
+// while another update runs, and a *fleet.HeldError when a fleet verb
+// holds the refit lock of a policy the update is to take.
 func (m *Manager) Start(ctx context.Context, spec Spec) (Update, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.running != nil {
 		return Update{}, fmt.Errorf("%w: %s", ErrRunning, m.running.ID)
 	}
+	spec.Selector = cloneSelector(spec.Selector)
 	u := &Update{ID: uuid.NewString(), Spec: spec, State: StateRunning, Created: m.cfg.Now().UTC(), Policies: []*Policy{}}
-	_, members := m.fleet()
+	_, members := m.fleet(spec.Selector)
+	for _, mb := range members {
+		if h, ok := m.cfg.Locks.Holder(mb.ID); ok && mb.Version < spec.Version {
+			return Update{}, &fleet.HeldError{PolicyID: mb.ID, Index: mb.Index, Holder: h}
+		}
+	}
 	m.listPendingLocked(u, members, u.Created) // the answer lists what the update is to do
 	if err := m.saveLocked(ctx, u); err != nil {
 		return Update{}, err
 	}
 	m.updates[u.ID] = u
 	m.running = u
-	// Policies registered from now on wait for this version.
-	m.cfg.State.SetJoinFloor(spec.Version)
+	// Policies registered from now on wait for this version, unless the
+	// update is for part of the fleet only.
+	if spec.Selector.Empty() {
+		m.cfg.State.SetJoinFloor(spec.Version)
+	}
 	m.kick()
 	return u.clone(), nil
+}
+
+// lockLocked takes the refit lock of the policy for u. Caller must hold mu.
+func (m *Manager) lockLocked(u *Update, id string, index int) error {
+	if _, ok := m.locked[id]; ok {
+		return nil
+	}
+	release, err := m.cfg.Locks.Acquire([]routing.Policy{{ID: id, Index: index}}, u.holder())
+	if err != nil {
+		return err
+	}
+	m.locked[id] = release
+	return nil
+}
+
+// unlockLocked releases the refit lock of the policy, if the update holds
+// it. Caller must hold mu.
+func (m *Manager) unlockLocked(id string) {
+	if release, ok := m.locked[id]; ok {
+		release()
+		delete(m.locked, id)
+	}
 }
 
 // Get returns the update with the given id.
@@ -322,7 +383,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 		return
 	}
 	now := m.cfg.Now().UTC()
-	stats, members := m.fleet()
+	stats, members := m.fleet(u.Spec.Selector)
 	changed := m.listPendingLocked(u, members, now)
 	for _, p := range u.Policies {
 		ps, ok := stats[p.ID]
@@ -374,9 +435,17 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 			m.endLocked(ctx, u, StateSucceeded, "")
 			return
 		}
-		wave := planWave(members, u.Spec.Version, u.Spec.MaxUnavailable-u.held(), u.Spec.MinAvailablePerNode, skip)
+		// A policy a fleet verb holds is not taken until the verb ends.
+		busy := maps.Clone(skip)
+		for _, mb := range members {
+			if _, ok := m.cfg.Locks.Holder(mb.ID); ok {
+				busy[mb.ID] = true
+			}
+		}
+		wave := planWave(members, u.Spec.Version, u.Spec.MaxUnavailable-u.held(), u.Spec.MinAvailablePerNode, busy)
+		wave = slices.DeleteFunc(wave, func(mb member) bool { return m.lockLocked(u, mb.ID, mb.Index) != nil })
 		if len(wave) == 0 {
-			break // blocked: unavailable policies, or the per-node floor; wait
+			break // blocked: unavailable or locked policies, or the per-node floor; wait
 		}
 		u.Waves++
 		for _, mb := range wave {
@@ -403,13 +472,16 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 	}
 }
 
-// fleet returns the registered policies' routing stats by id, and as the
-// members waves are planned over.
-func (m *Manager) fleet() (map[string]routing.PolicyStats, []member) {
+// fleet returns the registered policies' routing stats by id, and those
+// sel picks as the members waves are planned over.
+func (m *Manager) fleet(sel fleet.Selector) (map[string]routing.PolicyStats, []member) {
 	stats := map[string]routing.PolicyStats{}
 	var members []member
 	for _, ps := range m.cfg.State.Stats().Policies {
 		stats[ps.Policy.ID] = ps
+		if !sel.Matches(ps.Policy) {
+			continue
+		}
 		members = append(members, member{ID: ps.Policy.ID, Index: ps.Policy.Index, Node: ps.Node, Version: ps.Version,
 			Engine: ps.Policy.EngineName(), Available: ps.Available, Held: ps.Held})
 	}
@@ -561,6 +633,7 @@ func engineMessage(body []byte) string {
 // finishLocked marks p done and resumes it.
 func (m *Manager) finishLocked(ctx context.Context, p *Policy, now time.Time) {
 	m.resumeLocked(ctx, p)
+	m.unlockLocked(p.ID)
 	p.Phase, p.Since, p.Ended, p.Step = PhaseDone, now, now, ""
 }
 
@@ -568,6 +641,7 @@ func (m *Manager) finishLocked(ctx context.Context, p *Policy, now time.Time) {
 // it update_failed), and its engine stays paused if the update paused it.
 func (m *Manager) failLocked(u *Update, p *Policy, why string, now time.Time) {
 	p.Phase, p.Since, p.Ended, p.Error = PhaseFailed, now, now, why
+	m.unlockLocked(p.ID)
 	u.Failures++
 	m.cfg.Logger.Warn("rolling update: policy failed", "update", u.ID, "policy_id", p.ID, "index", p.Index, "error", why)
 }
@@ -592,6 +666,9 @@ func (m *Manager) endLocked(ctx context.Context, u *Update, state, why string) {
 		}
 	}
 	u.State, u.Ended, u.Error = state, now, why
+	for _, p := range u.Policies {
+		m.unlockLocked(p.ID)
+	}
 	if state == StateSucceeded && u.Spec.SetFloor {
 		m.setFloorLocked(ctx, u)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/policyrouter/policyrouter/fakepolicy"
+	pfleet "github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/registry"
@@ -98,13 +99,25 @@ func (fl *fleet) open(t *testing.T) {
 // function that stops both.
 func (fl *fleet) run(t *testing.T) (*updates.Manager, func()) {
 	t.Helper()
+	return fl.runWith(t, nil)
+}
+
+// runLocked is run with the manager taking the given refit locks.
+func (fl *fleet) runLocked(t *testing.T, locks *pfleet.Locks) *updates.Manager {
+	t.Helper()
+	m, _ := fl.runWith(t, locks)
+	return m
+}
+
+func (fl *fleet) runWith(t *testing.T, locks *pfleet.Locks) (*updates.Manager, func()) {
+	t.Helper()
 	stored, err := fl.st.Load(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	state := fl.state
 	ready := func() bool { n, _ := state.Unprobed(); return n == 0 }
-	m, err := updates.New(updates.Config{Registry: fl.reg, State: fl.state, Store: fl.st, Logger: slog.New(slog.DiscardHandler), OnChange: fl.check, Ready: ready}, stored.Updates)
+	m, err := updates.New(updates.Config{Registry: fl.reg, State: fl.state, Store: fl.st, Logger: slog.New(slog.DiscardHandler), OnChange: fl.check, Ready: ready, Locks: locks}, stored.Updates)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,11 @@ package updates
 import (
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"time"
+
+	"github.com/policyrouter/policyrouter/fleet"
 )
 
 // Update states.
@@ -99,6 +103,11 @@ type Spec struct {
 	// get the action's default timeout, and only the confirmation of the
 	// version is bounded (versionWait).
 	PhaseTimeout time.Duration `json:"phase_timeout,omitempty"`
+	// Selector picks the policies the update is for (the fleet verbs'
+	// selector); the others keep their version and keep serving. Empty:
+	// every policy, and policies registered during the update are held
+	// until they reach its version.
+	Selector fleet.Selector `json:"selector,omitzero"`
 }
 
 // External reports whether the trainer moves the weights itself: neither
@@ -195,6 +204,7 @@ func (u *Update) clone() Update {
 		a := *u.Spec.Action
 		out.Spec.Action = &a
 	}
+	out.Spec.Selector = cloneSelector(u.Spec.Selector)
 	return out
 }
 
@@ -230,3 +240,14 @@ func (u *Update) policy(id string) *Policy {
 	}
 	return nil
 }
+
+// cloneSelector returns a deep copy of s.
+func cloneSelector(s fleet.Selector) fleet.Selector {
+	s.IDs = slices.Clone(s.IDs)
+	s.Indices = slices.Clone(s.Indices)
+	s.Labels = maps.Clone(s.Labels)
+	return s
+}
+
+// holder names the update as the refit lock's holder of its policies.
+func (u *Update) holder() string { return "update " + u.ID }

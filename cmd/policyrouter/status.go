@@ -15,6 +15,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/client"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // errAttention is the status command's answer when the router needs a
@@ -75,16 +76,42 @@ func statusCommand(ctx context.Context, out io.Writer, args []string) error {
 // joined, or nil.
 func statusVerdict(s api.Stats) error {
 	var errs []error
-	if s.Totals.Unhealthy > 0 {
+	if max(s.Totals.Unhealthy, countState(s, routing.StateUnhealthy)) > 0 {
 		errs = append(errs, errUnhealthy)
 	}
-	if s.Totals.UpdateFailed > 0 {
+	if max(s.Totals.UpdateFailed, countState(s, api.StateUpdateFailed)) > 0 {
 		errs = append(errs, errUpdateFailed)
 	}
 	if s.Floor != nil && !s.Floor.Met {
 		errs = append(errs, errFloorUnmet)
 	}
 	return errors.Join(errs...)
+}
+
+// countState counts the policies of s in state: the totals of a router
+// that does not count a state are not trusted to.
+func countState(s api.Stats, state string) int {
+	n := 0
+	for _, p := range s.Policies {
+		if p.State == state {
+			n++
+		}
+	}
+	return n
+}
+
+// reason says why a policy does not route, or its last probe error: an
+// update_failed policy's update error, a paused or asleep engine's state.
+func reason(p api.PolicyStats) string {
+	switch p.State {
+	case api.StateUpdateFailed:
+		return "update failed: " + valueOr(p.UpdateError, "no error recorded")
+	case routing.StatePaused:
+		return "engine paused (generation paused outside an update); routed again once it resumes"
+	case routing.StateAsleep:
+		return "engine asleep (memory released); routed again once woken (POST /fleet/wake)"
+	}
+	return valueOr(p.LastError, "-")
 }
 
 // httpsClient returns a client that trusts the system's roots and the
@@ -144,22 +171,31 @@ func floorLine(s api.Stats) string {
 // weight-version floor.
 func printStatus(w io.Writer, s api.Stats) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tNODE\tSTATE\tVERSION\tLOAD\tIN FLIGHT\tLAST ERROR")
+	fmt.Fprintln(tw, "INDEX\tNODE\tENGINE\tSTATE\tVERSION\tLOAD\tIN FLIGHT\tREASON / LAST ERROR")
 	for _, p := range s.Policies {
 		node := p.NodeID
 		if node == "" {
 			node = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", p.Index, node, p.State, p.Version, p.Load, p.Inflight, p.Capacity,
-			valueOr(p.LastError, "-"))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", p.Index, node, valueOr(p.Engine, "-"), p.State, p.Version, p.Load,
+			p.Inflight, p.Capacity, reason(p))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	t := s.Totals
 	failed := ""
-	if t.UpdateFailed > 0 {
-		failed = fmt.Sprintf(", %d %s", t.UpdateFailed, api.StateUpdateFailed)
+	for _, c := range []struct {
+		state string
+		n     int
+	}{
+		{api.StateUpdateFailed, max(t.UpdateFailed, countState(s, api.StateUpdateFailed))},
+		{routing.StatePaused, max(t.Paused, countState(s, routing.StatePaused))},
+		{routing.StateAsleep, max(t.Asleep, countState(s, routing.StateAsleep))},
+	} {
+		if c.n > 0 {
+			failed += fmt.Sprintf(", %d %s", c.n, c.state)
+		}
 	}
 	_, err := fmt.Fprintf(w, "%d policies: %d idle, %d busy, %d unhealthy, %d draining, %d unknown%s; %d waiters, %d leases\n",
 		t.Policies, t.Idle, t.Busy, t.Unhealthy, t.Draining, t.Unknown, failed, s.Waiters, s.Leases)

@@ -393,12 +393,14 @@ def get_weights() -> Call[Any]:
 def rolling_update(version: int, action: Optional[Mapping[str, Any]], max_unavailable: Union[int, str, None],
                    min_available_per_node: Optional[int], drain_timeout_ms: Optional[int],
                    max_failures: Optional[int], model_path: Optional[str] = None, pause_mode: Optional[str] = None,
-                   set_floor: bool = False, phase_timeout_ms: Optional[int] = None) -> Call[Any]:
+                   set_floor: bool = False, phase_timeout_ms: Optional[int] = None,
+                   selector: Optional[Mapping[str, Any]] = None) -> Call[Any]:
     body = _omit_none(version=int(version), action=None if action is None else dict(action),
                       max_unavailable=max_unavailable, min_available_per_node=_opt_int(min_available_per_node),
                       drain_timeout_ms=_opt_int(drain_timeout_ms), max_failures=_opt_int(max_failures),
                       model_path=model_path, pause_mode=pause_mode, set_floor=True if set_floor else None,
-                      phase_timeout_ms=_opt_int(phase_timeout_ms))
+                      phase_timeout_ms=_opt_int(phase_timeout_ms),
+                      selector=None if selector is None else dict(selector))
     return Call("POST", "/updates", body)
 
 

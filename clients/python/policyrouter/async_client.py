@@ -212,12 +212,13 @@ class AsyncClient(_core.ClientCore):
         pause_mode: Optional[str] = None,
         set_floor: bool = False,
         phase_timeout_ms: Optional[int] = None,
+        selector: Optional[Mapping[str, Any]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> Update:
         return await self._send(_core.rolling_update(version, action, max_unavailable, min_available_per_node,
                                                      drain_timeout_ms, max_failures, model_path, pause_mode,
-                                                     set_floor, phase_timeout_ms), timeout)
+                                                     set_floor, phase_timeout_ms, selector=selector), timeout)
 
     async def get_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
         return await self._send(_core.get_update(update_id), timeout)

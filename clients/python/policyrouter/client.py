@@ -285,6 +285,7 @@ class Client(_core.ClientCore):
         pause_mode: Optional[str] = None,
         set_floor: bool = False,
         phase_timeout_ms: Optional[int] = None,
+        selector: Optional[Mapping[str, Any]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> Update:
@@ -300,11 +301,13 @@ class Client(_core.ClientCore):
         ``abort``, ``retract``, ``in_place`` or ``keep``, as the engine
         has them); ``set_floor`` moves the ``/weights`` floor to
         ``version`` once every policy is there; ``phase_timeout_ms`` bounds
-        each policy's phase. Returns the update (``state`` ``running``).
+        each policy's phase; ``selector`` (``{"ids", "indices", "labels",
+        "engine"}``, as the fleet verbs take it) aims the update at part of
+        the fleet, the others keeping their version. Returns the update (``state`` ``running``).
         Not retried once sent: a repeat would be a second update (409)."""
         return self._send(_core.rolling_update(version, action, max_unavailable, min_available_per_node,
                                                drain_timeout_ms, max_failures, model_path, pause_mode, set_floor,
-                                               phase_timeout_ms), timeout)
+                                               phase_timeout_ms, selector=selector), timeout)
 
     def get_update(self, update_id: str, *, timeout: Timeout = NOT_GIVEN) -> Update:
         """``GET /updates/{id}``: the update's state, waves and policies."""

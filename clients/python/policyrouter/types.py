@@ -272,6 +272,7 @@ class Update(_UpdateRequired, total=False):
 
     model_path: str
     error: str
+    selector: Dict[str, Any]
 
 
 class UpdateSummary(TypedDict):
