@@ -48,8 +48,9 @@ UNTYPED = {
     "WorkerList": "SGLang Model Gateway's worker API: not a client method",
     "WorkerURLList": "SGLang Model Gateway's worker API: not a client method",
     "FinishSessionResponse": "vllm-router's session release: not a client method",
-    "FleetResponse": "the fleet verbs (POST /fleet/...): not a client method yet",
-    "FleetResult": "the fleet verbs (POST /fleet/...): not a client method yet",
+    "FleetResponse": "the fleet verbs' answers: Dict[str, Any] (fleet_sleep, fleet_wake, fleet_engine)",
+    "FleetResult": "the fleet verbs' answers: Dict[str, Any] (fleet_sleep, fleet_wake, fleet_engine)",
+    "FleetSelector": "echoed by an update as it was sent: the caller's own mapping",
 }
 
 
