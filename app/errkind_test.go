@@ -24,11 +24,13 @@ func TestAllUnavailableGroupsByCause(t *testing.T) {
 	a, addr := serveApp(t, Config{PollInterval: 50 * time.Millisecond, PollTimeout: 2 * time.Second, FailThreshold: 1})
 	base := "http://" + addr
 
-	// n distinct ports, listening together a moment ago, closed now.
+	// n distinct ports, listening together a moment ago, closed now; on
+	// 127.0.0.2, where no other test's listener (on 127.0.0.1) answers a
+	// port given back.
 	lns := make([]net.Listener, n)
 	var reg api.RegistrationRequest
 	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", "127.0.0.2:0")
 		if err != nil {
 			t.Fatal(err)
 		}

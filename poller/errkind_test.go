@@ -24,7 +24,10 @@ func refusedURLs(tb testing.TB, n int) []string {
 	lns := make([]net.Listener, n)
 	urls := make([]string, n)
 	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		// 127.0.0.2, not 127.0.0.1: a port given back here is soon taken
+		// again by another package's test listening on 127.0.0.1, which
+		// would then answer; on 127.0.0.2 it refuses whatever others bind.
+		ln, err := net.Listen("tcp", "127.0.0.2:0")
 		if err != nil {
 			tb.Fatal(err)
 		}
