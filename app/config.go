@@ -156,7 +156,7 @@ type Config struct {
 	// but for faults: 5xx other than 503 are logged still.
 	NoAccessLog bool
 	// DefaultEngine is the engine of policies registered without one: a
-	// name of poller.EngineNames (routing.EnginePolicyrouter by default).
+	// name of engine.Names (routing.EnginePolicyrouter by default).
 	DefaultEngine string
 
 	// complete is set by DefaultConfig: every field holds what is meant,
