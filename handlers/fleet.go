@@ -44,11 +44,18 @@ func (s *Server) fleetSelect(sel api.FleetSelector) ([]routing.Policy, error) {
 	return pols, nil
 }
 
-// lockFleet takes the refit lock of pols for holder: a held one (by
-// another verb, or an update working on the policy) is a *fleet.HeldError,
-// 409 naming its holder.
-func (s *Server) lockFleet(pols []routing.Policy, holder string) (func(), error) {
-	return s.fleetLocks.Acquire(pols, holder)
+// fleetTake resolves sel (fleetSelect) and takes the refit lock of what
+// it picks for holder: a policy held already (by another verb, or an
+// update working on it) is a *fleet.HeldError, 409 naming its holder.
+// The caller calls release when done.
+func (s *Server) fleetTake(sel api.FleetSelector, holder string) (pols []routing.Policy, release func(), err error) {
+	if pols, err = s.fleetSelect(sel); err != nil {
+		return nil, nil, err
+	}
+	if release, err = s.fleetLocks.Acquire(pols, holder); err != nil {
+		return nil, nil, err
+	}
+	return pols, release, nil
 }
 
 func (s *Server) fleetSleep(w http.ResponseWriter, r *http.Request) {
@@ -57,12 +64,7 @@ func (s *Server) fleetSleep(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	pols, err := s.fleetSelect(req.Selector)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	release, err := s.lockFleet(pols, "POST /fleet/sleep")
+	pols, release, err := s.fleetTake(req.Selector, "POST /fleet/sleep")
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -93,12 +95,7 @@ func (s *Server) fleetWake(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	pols, err := s.fleetSelect(req.Selector)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	release, err := s.lockFleet(pols, "POST /fleet/wake")
+	pols, release, err := s.fleetTake(req.Selector, "POST /fleet/wake")
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -147,7 +144,7 @@ func (s *Server) fleetEngine(w http.ResponseWriter, r *http.Request) {
 		call.Body = req.Body
 	}
 	if req.Exclusive {
-		release, err := s.lockFleet(pols, "POST /fleet/engine"+call.Path+" (exclusive)")
+		release, err := s.fleetLocks.Acquire(pols, "POST /fleet/engine"+call.Path+" (exclusive)")
 		if err != nil {
 			s.writeError(w, r, err)
 			return
