@@ -116,12 +116,13 @@ func (c Candidate) Policy() *Policy { return &c.rt.policy }
 // Node is the policy's effective node.
 func (c Candidate) Node() string { return c.rt.node }
 
-// Version is the policy's weight version, and Hold its own floor (a
-// policy that joined during a rolling update; 0 for none).
+// Version is the policy's weight version.
 func (c Candidate) Version() int64 { return c.rt.version.Load() }
 
-// Hold is the version the policy must reach before it gets work (0: none).
-func (c Candidate) Hold() int64 { return c.rt.hold.Load() }
+// Fresh reports whether the policy's version meets floor and its own hold
+// (a policy that joined during a rolling update gets no work below the
+// update's version).
+func (c Candidate) Fresh(floor int64) bool { return c.rt.fresh(floor) }
 
 // Occupancy is max(engine load, outside load + leases) (occupancy.go).
 func (c Candidate) Occupancy() int64 { return c.rt.occupancy() }

@@ -7,6 +7,4 @@ type versionFilter struct{}
 
 var _ Filter = versionFilter{}
 
-func (versionFilter) Keep(q Query, c Candidate) bool {
-	return c.Version() >= max(q.Floor(), c.Hold())
-}
+func (versionFilter) Keep(q Query, c Candidate) bool { return c.Fresh(q.Floor()) }

@@ -234,7 +234,7 @@ func (st *State) failLocked(rt *policyRuntime, at time.Time, reason, kind string
 	if rt.failStreak >= st.opts.FailThreshold && rt.healthy.Load() {
 		rt.healthy.Store(false)
 		rt.unhealthySince = rt.failingSince
-		st.setAvailableLocked(rt)
+		st.fitLocked(rt)
 		return BecameUnhealthy
 	}
 	return NoTransition

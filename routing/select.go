@@ -188,13 +188,13 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 		st.mu.Unlock()
 		return Decision{}, ErrNoPolicies
 	}
-	if !r.leases() || !st.anyAvailableLocked(nil) {
+	if !r.leases() {
 		st.mu.Unlock()
 		return Decision{}, ErrAllUnavailable
 	}
-	if len(q.Exclude()) > 0 && !st.anyAvailableLocked(&q) {
+	if err := st.availabilityLocked(&q); err != nil {
 		st.mu.Unlock()
-		return Decision{}, ErrAllExcluded
+		return Decision{}, err
 	}
 	wait := time.Until(deadline)
 	if wait <= 0 {
@@ -339,25 +339,30 @@ func (st *State) giveBackLocked(w *waiter) {
 	}
 }
 
-// anyAvailableLocked reports whether a registered policy that q does not
-// exclude passes the availability filter, or may pass it soon: it was just
-// registered (or the router just started) and its first probe has not been
-// answered yet. A request whose exclusions leave nothing is answered at
-// once rather than after its wait. Caller must hold mu.
-func (st *State) anyAvailableLocked(q *Query) bool {
-	var ex []string
-	if q != nil {
-		ex = q.Exclude()
-	}
+// availabilityLocked says whether waiting may help a request with q: nil
+// when a registered policy that q does not exclude passes the
+// availability filter, or may pass it soon (just registered, or the router
+// just started, and its first probe not answered yet); else
+// ErrAllUnavailable, or ErrAllExcluded when only q's exclusions leave
+// none, so that such a request is answered at once rather than after its
+// wait. One pass over the policies. Caller must hold mu.
+func (st *State) availabilityLocked(q *Query) error {
+	ex := q.Exclude()
+	excluded := false
 	for _, rt := range st.ledger.snap.rts {
-		if len(ex) > 0 && slices.Contains(ex, rt.policy.ID) {
+		if !rt.available() && (rt.heard.Load() || rt.probes.Load() != 0 || !rt.healthy.Load() || rt.draining.Load()) {
 			continue
 		}
-		if rt.available() || (!rt.heard.Load() && rt.probes.Load() == 0 && rt.healthy.Load() && !rt.draining.Load()) {
-			return true
+		if len(ex) > 0 && slices.Contains(ex, rt.policy.ID) {
+			excluded = true
+			continue
 		}
+		return nil
 	}
-	return false
+	if excluded {
+		return ErrAllExcluded
+	}
+	return ErrAllUnavailable
 }
 
 // Release returns a leased slot to idle at once. It returns ErrLeaseEnded

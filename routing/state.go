@@ -396,7 +396,7 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 		st.offerLocked(s, false)
 	}
 	for _, rt := range redrained {
-		st.setAvailableLocked(rt)
+		st.fitLocked(rt)
 	}
 	// New capacity in rounds (every policy's first slot, then every second
 	// slot, ...) so that capacity spreads work before doubling up.
@@ -597,10 +597,6 @@ func (st *State) expire(s *slot, lease uint64) {
 	st.releaseLocked(s, EndTTL)
 }
 
-// setAvailableLocked parks or offers a policy's unleased slots after its
-// availability changed (health, drain, first answer). Caller must hold mu.
-func (st *State) setAvailableLocked(rt *policyRuntime) { st.fitLocked(rt) }
-
 // SetDraining stops (or resumes) new work to the policy with the given id
 // without removing it. Leases already out can still be released. It returns
 // ErrUnknownPolicy for an unknown id.
@@ -612,7 +608,7 @@ func (st *State) SetDraining(id string, draining bool) error {
 		return ErrUnknownPolicy
 	}
 	if rt.draining.Swap(draining) != draining {
-		st.setAvailableLocked(rt)
+		st.fitLocked(rt)
 	}
 	return nil
 }
