@@ -88,19 +88,29 @@ func (s *Server) policyToAPI(p routing.Policy) api.Policy {
 	return toAPI(p, ps, ok)
 }
 
-func (s *Server) toAPIList(ps []routing.Policy) api.PolicyList {
+// liveStats returns the live figures of the registered policies by id,
+// from one Stats pass: a lookup that reports false for a policy the
+// routing state has no figures for.
+func (s *Server) liveStats() func(id string) (routing.PolicyStats, bool) {
 	stats := s.State.Stats()
 	byID := make(map[string]int, len(stats.Policies))
 	for i, st := range stats.Policies {
 		byID[st.Policy.ID] = i
 	}
+	return func(id string) (routing.PolicyStats, bool) {
+		j, ok := byID[id]
+		if !ok {
+			return routing.PolicyStats{}, false
+		}
+		return stats.Policies[j], true
+	}
+}
+
+func (s *Server) toAPIList(ps []routing.Policy) api.PolicyList {
+	live := s.liveStats()
 	out := api.PolicyList{Policies: make([]api.Policy, len(ps))}
 	for i, p := range ps {
-		j, ok := byID[p.ID]
-		var st routing.PolicyStats
-		if ok {
-			st = stats.Policies[j]
-		}
+		st, ok := live(p.ID)
 		out.Policies[i] = toAPI(p, st, ok)
 	}
 	return out

@@ -174,22 +174,15 @@ func (s *Server) engineCapacity(r *http.Request, spec registry.Spec) int {
 }
 
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
-	// ?model= filters SMG's list by model; policies store none, and are
-	// listed as SMG lists its wildcard workers: under every model.
+	// ?model= filters SMG's list by model; it is not applied here: every
+	// policy is listed, as SMG lists its wildcard workers, under every
+	// model (its models are in model_id and GET /policies).
 	ps := s.Registry.Current().Policies
-	stats := s.State.Stats()
-	byID := make(map[string]int, len(stats.Policies))
-	for i, st := range stats.Policies {
-		byID[st.Policy.ID] = i
-	}
+	live := s.liveStats()
 	out := api.WorkerList{Workers: make([]api.WorkerInfo, len(ps)), Total: len(ps), Stats: api.WorkerCountStats{RegularCount: len(ps)}}
 	for i, p := range ps {
-		j, live := byID[p.ID]
-		var st routing.PolicyStats
-		if live {
-			st = stats.Policies[j]
-		}
-		out.Workers[i] = workerInfo(p, st, live)
+		st, ok := live(p.ID)
+		out.Workers[i] = workerInfo(p, st, ok)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
