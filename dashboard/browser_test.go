@@ -227,6 +227,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	if got := eval[string](t, b, `document.getElementById("conn").dataset.status`); got != "live" {
 		t.Errorf("connection status = %q, want live", got)
 	}
+	// Each tile names the capacity its policy has taken (occupancy) and
+	// where that figure comes from.
+	waitFor(t, b, "every tile names its occupancy", `Array.from(document.querySelectorAll(".tile")).every(t => /occupancy \d+ of \d+ \(engine load (\d+|not reported), outside \d+\)/.test(t.title))`, 5*time.Second)
 
 	// After a few seconds of the demo every chart has points, and the
 	// decision and wait charts show the demo's selects.

@@ -204,7 +204,10 @@
     const done = (p.selected_total || 0) + (p.assigned_total || 0);
     t.r = t.meter.add(now, done);
     setText(t.rate, fmtRate(t.r));
-    const w = p.capacity > 0 ? Math.min(100, (100 * p.inflight) / p.capacity).toFixed(1) + "%" : "0%";
+    // The bar is the capacity taken: occupancy, max(engine load, outside
+    // load + leases); an older router reports leases only.
+    const taken = p.occupancy != null ? p.occupancy : p.inflight;
+    const w = p.capacity > 0 ? Math.min(100, (100 * taken) / p.capacity).toFixed(1) + "%" : "0%";
     if (t.width !== w) {
       t.fill.style.width = w; // CSSOM, allowed by the CSP
       t.width = w;
@@ -239,6 +242,8 @@
       "engine: " + (p.engine || "policyrouter"),
       "weight version: " + (p.version || 0) + (p.weight_version && p.weight_version !== String(p.version || 0) ? " (" + p.weight_version + ")" : ""),
       "load " + p.load + ", in flight " + p.inflight + " of " + p.capacity,
+      p.occupancy != null ? "occupancy " + p.occupancy + " of " + p.capacity + " (engine load " +
+        (p.engine_load == null ? "not reported" : p.engine_load) + ", outside " + p.outside_load + ")" : "",
       "selected " + p.selected_total + ", assigned " + p.assigned_total + ", completed " + p.completed_total,
       "throughput " + fmtRate(t.r) + "/s over the last " + RATE_WINDOW_MS / 1000 + " s",
       p.last_poll ? "last poll " + fmtMS(age) + " ago, latency " + fmtMS(p.latency_ms) : "not polled yet",
