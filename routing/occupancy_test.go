@@ -223,8 +223,9 @@ func TestExcludedEverywhereAnswersAtOnce(t *testing.T) {
 }
 
 // A freed slot goes to the longest waiter whose home it is, else to the
-// longest waiter not bound for a home, else to one waiting for a busy home
-// elsewhere (it spills) rather than stay idle.
+// longest waiter not bound for a home; a session within its sticky wait
+// keeps waiting for its home rather than take another policy's slot, and
+// takes its home when that frees.
 func TestFreedSlotGoesToALongestWaiter(t *testing.T) {
 	st := newState(t, Options{}, densePolicies(2), Topology{})
 	home, _ := st.Snapshot().Owner("s")
@@ -254,12 +255,16 @@ func TestFreedSlotGoesToALongestWaiter(t *testing.T) {
 		t.Fatalf("first served %+v; want the waiter without a session, on %s", d, other.Policy.ID)
 	}
 	// It frees again with only the session waiting for its busy home: the
-	// session takes it, spilled, rather than leave it idle.
+	// session keeps waiting, and the slot stays idle.
 	mustRelease(t, st, st.leaseOn(t, other.Policy.ID))
-	if d := <-got; d.Sticky != StickySpilled || d.Policy.ID != other.Policy.ID {
-		t.Fatalf("then served %+v; want the session, spilled to %s", d, other.Policy.ID)
+	if ps := st.Stats(); ps.Waiters != 1 || ps.Leases != 1 {
+		t.Fatalf("%d waiters, %d leases; want the session still waiting for its home", ps.Waiters, ps.Leases)
 	}
+	// Its home frees: the session gets it.
 	mustRelease(t, st, homeLease.Lease)
+	if d := <-got; d.Sticky != StickyHome || d.Policy.ID != home {
+		t.Fatalf("then served %+v; want the session at its home %s", d, home)
+	}
 }
 
 // leaseOn returns the lease out on the policy with the given id.

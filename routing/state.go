@@ -529,28 +529,21 @@ func (st *State) offerLocked(s *slot, front bool) {
 
 // waiterForLocked returns the waiter a freed slot of rt goes to: the
 // longest waiter whose home rt is, else the longest waiter not waiting for
-// its home alone, else the longest waiter of all (one waiting for a busy
-// home elsewhere takes it rather than leave it idle: it spills); each only
-// if rt passes its filters. nil when none. Caller must hold mu.
+// its home alone (a session within its sticky wait waits for its home, as
+// it would for an idle slot elsewhere when it arrived); each only if rt
+// passes its filters. nil when none. Caller must hold mu.
 func (st *State) waiterForLocked(rt *policyRuntime) *waiter {
 	for w := rt.homeWaiters.head; w != nil; w = w.links[homeWaiters].next {
 		if w.q.ok(rt) {
 			return w
 		}
 	}
-	var homeBound *waiter
 	for w := st.waiters.head; w != nil; w = w.links[allWaiters].next {
-		if !w.q.ok(rt) {
-			continue
-		}
-		if !w.homeOnly {
+		if !w.homeOnly && w.q.ok(rt) {
 			return w
 		}
-		if homeBound == nil {
-			homeBound = w
-		}
 	}
-	return homeBound
+	return nil
 }
 
 // releaseLocked ends a slot's lease and offers it. Caller must hold mu.

@@ -25,8 +25,8 @@ const (
 	// BENCHMARKS.md): long enough that a multi-turn episode finds its home
 	// free again (a turn's generation takes about as long), short enough
 	// that a home gone slow costs little. A freed slot goes to its home's
-	// waiters first, else to the longest waiter (waiterForLocked), so the
-	// wait leaves no freed capacity idle.
+	// waiters first, else to the longest waiter not bound for its home
+	// (waiterForLocked).
 	DefaultStickyWait = 2 * time.Second
 	// MaxSessionBytes is the longest session key accepted.
 	MaxSessionBytes = 256
