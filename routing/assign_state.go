@@ -168,7 +168,7 @@ func stateless(snap *Snapshot, loads []int64, floor int64) (in AffinityInput, st
 	in = AffinityInput{Indices: make([]int, 0, len(loads)), Loads: make([]int64, 0, len(loads)), Nodes: make([]string, 0, len(loads))}
 	for i, l := range loads {
 		node := ""
-		if pos, ok := snap.posOf[i]; ok {
+		if pos, ok := snap.ByIndex(i); ok {
 			rt := snap.rts[pos]
 			if !rt.available() {
 				continue

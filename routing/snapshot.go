@@ -119,7 +119,11 @@ type Snapshot struct {
 	policies []Policy // in index order
 	nodes    []string // effective node per position, "" for none
 	rts      []*policyRuntime
-	posOf    map[int]int    // index -> position
+	posOf    map[int]int // index -> position
+	// dense is posOf as a slice (-1: no policy) when the indices are
+	// compact enough, as they are when a fleet numbers its policies from 0:
+	// /assign resolves an index per task.
+	dense    []int32
 	byID     map[string]int // id -> position
 	topology Topology
 	envNode  map[int]string // env worker -> node
@@ -189,6 +193,15 @@ func newSnapshot(policies []Policy, topo Topology) (*Snapshot, error) {
 			s.evalPos[node] = append(s.evalPos[node], pos)
 		}
 	}
+	if n := len(s.policies); n > 0 && s.policies[n-1].Index < 2*n+64 {
+		s.dense = make([]int32, s.policies[n-1].Index+1)
+		for i := range s.dense {
+			s.dense[i] = -1
+		}
+		for pos, p := range s.policies {
+			s.dense[p.Index] = int32(pos)
+		}
+	}
 	s.nodes = make([]string, len(s.policies))
 	for pos, p := range s.policies {
 		node := p.NodeID
@@ -213,6 +226,12 @@ func (s *Snapshot) Node(pos int) string { return s.nodes[pos] }
 
 // ByIndex returns the position of the policy with the given index.
 func (s *Snapshot) ByIndex(index int) (pos int, ok bool) {
+	if s.dense != nil {
+		if uint(index) >= uint(len(s.dense)) || s.dense[index] < 0 {
+			return 0, false
+		}
+		return int(s.dense[index]), true
+	}
 	pos, ok = s.posOf[index]
 	return pos, ok
 }
