@@ -54,6 +54,10 @@ type Server struct {
 	// idleURL and errURL are the native GET /idle, with and without the
 	// password (the native probe is the hot path: built once).
 	idleURL, errURL string
+	// idleReq is the native probe's request, headers and all: each probe
+	// sends a copy bound to its context (no URL to parse, no headers to
+	// build on the hot path).
+	idleReq *http.Request
 	// What the engine learnt of the server: SGLang without /v1/loads (use
 	// the older /get_load) or without /model_info (the older
 	// /get_model_info); vLLM without /is_paused, /weight_info or
@@ -78,6 +82,15 @@ func NewServer(p routing.Policy) (*Server, error) {
 	s.base = u
 	idle := u.JoinPath("idle")
 	s.idleURL, s.errURL = idle.String(), idle.Redacted()
+	s.idleReq, err = http.NewRequest(http.MethodGet, s.idleURL, nil)
+	if err != nil {
+		return s, fmt.Errorf("parse url: %w", RedactURLError(err))
+	}
+	s.idleReq.Header.Set("Accept", "application/json")
+	s.idleReq.Header.Set("User-Agent", userAgent)
+	if key := p.BearerFor(false); key != "" {
+		s.idleReq.Header.Set("Authorization", "Bearer "+key)
+	}
 	return s, nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"sync"
 )
@@ -46,16 +45,7 @@ func (native) SleepReported() bool                      { return true }
 const MaxIdleBytes = 4 << 10
 
 func (native) Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.idleURL, nil)
-	if err != nil {
-		return Answer{}, fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", userAgent)
-	if key := s.Policy.BearerFor(false); key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.HTTP.Do(s.idleReq.WithContext(ctx))
 	if err != nil {
 		return Answer{}, err
 	}
