@@ -28,6 +28,7 @@ import (
 	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/proxy"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -148,12 +149,12 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		OpenAPI:           policyrouter.OpenAPI,
 		PeerTLS:           peers,
 		Marks:             a.Marks,
-		Proxy: handlers.ProxyConfig{
+		Proxy: proxy.Options{
 			Retries:   cfg.ProxyRetries,
 			Timeout:   cfg.ProxyTimeout,
 			MaxBody:   cfg.ProxyMaxBody,
 			Resume:    cfg.ProxyResume,
-			Transport: handlers.NewProxyTransport(ptls),
+			Transport: proxy.NewTransport(ptls),
 		},
 	}
 	if a.etcd != nil {

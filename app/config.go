@@ -17,6 +17,7 @@ import (
 	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/proxy"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
 )
@@ -192,9 +193,9 @@ func DefaultConfig() Config {
 		StickyLoadFactor:  routing.DefaultLoadFactor,
 		StickyWait:        routing.DefaultStickyWait,
 		MaxSelectWait:     handlers.DefaultMaxSelectWait,
-		ProxyRetries:      handlers.DefaultProxyRetries,
-		ProxyTimeout:      handlers.DefaultProxyTimeout,
-		ProxyMaxBody:      handlers.DefaultProxyMaxBody,
+		ProxyRetries:      proxy.DefaultRetries,
+		ProxyTimeout:      proxy.DefaultTimeout,
+		ProxyMaxBody:      proxy.DefaultMaxBody,
 		ProxyResume:       true,
 		EtcdPrefix:        store.DefaultEtcdPrefix,
 		LeaderTTL:         DefaultLeaderTTL,

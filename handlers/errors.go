@@ -12,6 +12,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/fleet"
+	"github.com/policyrouter/policyrouter/proxy"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -79,9 +80,12 @@ func asError(err error) *Error {
 	var ce *registry.ConflictError
 	var mnf *routing.ModelNotFoundError
 	var held *fleet.HeldError
+	var pe *proxy.Error
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.As(err, &pe):
+		return errorf(pe.Code, pe.Message)
 	case errors.As(err, &held):
 		return errorf(api.CodeConflict, "refit lock: "+held.Error()+"; retry when it ends")
 	case errors.As(err, &mnf):

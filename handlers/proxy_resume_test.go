@@ -16,6 +16,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/fakepolicy"
 	"github.com/policyrouter/policyrouter/internal/poll"
+	"github.com/policyrouter/policyrouter/proxy"
 )
 
 // generateAnswer is what these tests read of a /generate answer.
@@ -28,9 +29,26 @@ type generateAnswer struct {
 		FinishReason     struct{ Type string } `json:"finish_reason"`
 		Logprobs         [][3]any              `json:"output_token_logprobs"`
 		LogprobsLength   int                   `json:"output_token_logprobs_length"`
-		Segments         []resumeSegment       `json:"segments"`
+		Segments         []segment             `json:"segments"`
 		WeightVersions   []weightSpan          `json:"weight_versions"`
 	} `json:"meta_info"`
+}
+
+// segment is an entry of a resumed answer's meta_info.segments.
+type segment struct {
+	PolicyID      string `json:"policy_id"`
+	PolicyIndex   int    `json:"policy_index"`
+	WeightVersion string `json:"weight_version"`
+	Start         int    `json:"start"`
+	End           int    `json:"end"`
+}
+
+// weightSpan is an entry of meta_info.weight_versions (SGLang's
+// WeightVersionSpan).
+type weightSpan struct {
+	Version string `json:"version"`
+	Start   int    `json:"start"`
+	End     int    `json:"end"`
 }
 
 type generateResult struct {
@@ -56,7 +74,7 @@ func abortedFleet(t *testing.T, n, tokens int, hdr map[string]string) ([]generat
 	f.Policy(0).SetWeightVersion("step-3")
 	f.Policy(1).SetWeightVersion("step-4")
 	// Policy 1 joins once every request runs on policy 0.
-	srv := proxyServer(t, Config{Proxy: ProxyConfig{Resume: true, Retries: 2}}, n, f.URL(0))
+	srv := proxyServer(t, Config{Proxy: proxy.Options{Resume: true, Retries: 2}}, n, f.URL(0))
 
 	results := make([]generateResult, n)
 	prompts := make([][]int64, n)
@@ -152,11 +170,11 @@ func TestProxyResumesAbortedGenerations(t *testing.T) {
 		}
 		k := strconv.Itoa(segs[0].End)
 		wantSpans := []weightSpan{{"step-3", 0, segs[0].End}, {"step-4", segs[0].End, tokens}}
-		if got := r.header.Get(HeaderWeightVersions); got != "step-3:0-"+k+",step-4:"+k+"-"+strconv.Itoa(tokens) ||
-			!slices.Equal(a.Meta.WeightVersions, wantSpans) || r.header.Get(HeaderResume) != "resumed" || r.header.Get(HeaderPolicyIndex) != "1" {
+		if got := r.header.Get(proxy.HeaderWeightVersions); got != "step-3:0-"+k+",step-4:"+k+"-"+strconv.Itoa(tokens) ||
+			!slices.Equal(a.Meta.WeightVersions, wantSpans) || r.header.Get(proxy.HeaderResume) != "resumed" || r.header.Get(proxy.HeaderPolicyIndex) != "1" {
 			t.Errorf("request %d: %s %q, weight_versions %+v, %s %q, %s %q; want step-3:0-%s,step-4:%s-%d, resumed, 1",
-				i, HeaderWeightVersions, got, a.Meta.WeightVersions, HeaderResume, r.header.Get(HeaderResume),
-				HeaderPolicyIndex, r.header.Get(HeaderPolicyIndex), k, k, tokens)
+				i, proxy.HeaderWeightVersions, got, a.Meta.WeightVersions, proxy.HeaderResume, r.header.Get(proxy.HeaderResume),
+				proxy.HeaderPolicyIndex, r.header.Get(proxy.HeaderPolicyIndex), k, k, tokens)
 		}
 	}
 }
@@ -165,7 +183,7 @@ func TestProxyResumesAbortedGenerations(t *testing.T) {
 // them.
 func TestProxyResumeOptOut(t *testing.T) {
 	const n, tokens = 4, 200
-	results, prompts := abortedFleet(t, n, tokens, map[string]string{HeaderResumeOnAbort: "0"})
+	results, prompts := abortedFleet(t, n, tokens, map[string]string{proxy.HeaderResumeOnAbort: "0"})
 	for i, r := range results {
 		if r.err != nil || r.status != http.StatusOK {
 			t.Fatalf("request %d: %d %v", i, r.status, r.err)
@@ -173,7 +191,7 @@ func TestProxyResumeOptOut(t *testing.T) {
 		a := r.ans
 		wantIDs, _ := fakepolicy.Continuation(prompts[i], tokens)
 		if a.Meta.FinishReason.Type != "abort" || len(a.OutputIDs) >= tokens || !slices.Equal(a.OutputIDs, wantIDs[:len(a.OutputIDs)]) ||
-			a.Meta.Segments != nil || r.header.Get(HeaderResume) != "" || r.header.Get(HeaderWeightVersions) != "" || r.header.Get(HeaderPolicyIndex) != "0" {
+			a.Meta.Segments != nil || r.header.Get(proxy.HeaderResume) != "" || r.header.Get(proxy.HeaderWeightVersions) != "" || r.header.Get(proxy.HeaderPolicyIndex) != "0" {
 			t.Errorf("request %d: finish %q, %d output_ids, segments %v, headers %v; want policy 0's abort as it is",
 				i, a.Meta.FinishReason.Type, len(a.OutputIDs), a.Meta.Segments, r.header)
 		}
@@ -189,7 +207,7 @@ func TestProxyResumeUnavailable(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, aborted)
 	})
-	ts := newTestServer(t, Config{Proxy: ProxyConfig{Resume: true, Retries: 2}})
+	ts := newTestServer(t, Config{Proxy: proxy.Options{Resume: true, Retries: 2}})
 	want(t, ts.do(t, "PUT", "/policies", `{"policies":[{"url":"`+b.URL+`","index":0}]}`), http.StatusOK, nil)
 	for body, why := range map[string]string{
 		`{"text":"hi"}`: "unavailable (text prompt)",
@@ -198,13 +216,13 @@ func TestProxyResumeUnavailable(t *testing.T) {
 		`{"input_ids":[1,2],"sampling_params":{"n":2}}`: "unavailable (n > 1)",
 	} {
 		rec := ts.do(t, "POST", "/generate", body)
-		if rec.Code != http.StatusOK || rec.Body.String() != aborted || rec.Header().Get(HeaderResume) != why {
-			t.Errorf("%s: %d %s, %s %q; want the abort as it is, %q", body, rec.Code, rec.Body, HeaderResume, rec.Header().Get(HeaderResume), why)
+		if rec.Code != http.StatusOK || rec.Body.String() != aborted || rec.Header().Get(proxy.HeaderResume) != why {
+			t.Errorf("%s: %d %s, %s %q; want the abort as it is, %q", body, rec.Code, rec.Body, proxy.HeaderResume, rec.Header().Get(proxy.HeaderResume), why)
 		}
 	}
 	req := ts.request("POST", "/generate", `{"input_ids":[1]}`)
-	req.Header.Set(HeaderResumeOnAbort, "yes")
-	wantError(t, ts.doReq(t, req), http.StatusUnprocessableEntity, "validation_failed", HeaderResumeOnAbort)
+	req.Header.Set(proxy.HeaderResumeOnAbort, "yes")
+	wantError(t, ts.doReq(t, req), http.StatusUnprocessableEntity, "validation_failed", proxy.HeaderResumeOnAbort)
 }
 
 func firstDiff(a, b []int64) int {
@@ -233,14 +251,14 @@ func TestProxyResumeAfterDeath(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, whole)
 	})
-	ts := newTestServer(t, Config{Proxy: ProxyConfig{Resume: true, Retries: 2}})
+	ts := newTestServer(t, Config{Proxy: proxy.Options{Resume: true, Retries: 2}})
 	want(t, ts.do(t, "PUT", "/policies", `{"policies":[{"url":"`+dies.URL+`","index":0},{"url":"`+good.URL+`","index":1}]}`), http.StatusOK, nil)
 	req := ts.request("POST", "/generate", `{"input_ids":[5,6],"sampling_params":{"max_new_tokens":2}}`)
-	req.Header.Set(HeaderRouter, "simple")
+	req.Header.Set(proxy.HeaderRouter, "simple")
 	rec := ts.doReq(t, req)
-	if rec.Code != http.StatusOK || rec.Body.String() != whole || rec.Header().Get(HeaderPolicyIndex) != "1" || dies.served.Load() != 1 {
+	if rec.Code != http.StatusOK || rec.Body.String() != whole || rec.Header().Get(proxy.HeaderPolicyIndex) != "1" || dies.served.Load() != 1 {
 		t.Fatalf("answer %d from policy %q: %s (the dying policy served %d); want policy 1's whole answer after policy 0's death",
-			rec.Code, rec.Header().Get(HeaderPolicyIndex), rec.Body, dies.served.Load())
+			rec.Code, rec.Header().Get(proxy.HeaderPolicyIndex), rec.Body, dies.served.Load())
 	}
 	ps, _ := ts.State.PolicyStats(ts.State.Snapshot().Policies()[0].ID)
 	if ps.FailStreak != 1 || !strings.Contains(ps.LastError, "mid-answer") || ts.State.Stats().Leases != 0 {

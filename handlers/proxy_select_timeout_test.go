@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/proxy"
 )
 
 // X-Select-Timeout-MS shortens a proxied request's wait for a policy: a
@@ -18,8 +19,8 @@ func TestProxySelectTimeout(t *testing.T) {
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() {
 		req := ts.request("POST", "/generate", `{"input_ids":[1,2,3]}`)
-		req.Header.Set(HeaderMinWeightVersion, "5")
-		req.Header.Set(HeaderSelectTimeoutMS, "200")
+		req.Header.Set(proxy.HeaderMinWeightVersion, "5")
+		req.Header.Set(proxy.HeaderSelectTimeoutMS, "200")
 		done <- ts.doReq(t, req)
 	}()
 	select {
@@ -30,34 +31,14 @@ func TestProxySelectTimeout(t *testing.T) {
 	}
 }
 
-// The header is capped by --max-select-wait; a malformed one is a 422
-// naming it.
-func TestProxySelectWait(t *testing.T) {
-	s := New(Config{MaxSelectWait: 5 * time.Second, DefaultSelectWait: 2 * time.Second, Logger: discardLogger()})
-	for _, tt := range []struct {
-		value string
-		want  time.Duration
-	}{
-		{"", 2 * time.Second},
-		{"200", 200 * time.Millisecond},
-		{"0", 0},
-		{"3600000", 5 * time.Second},
-	} {
-		h := http.Header{}
-		if tt.value != "" {
-			h.Set(HeaderSelectTimeoutMS, tt.value)
-		}
-		got, err := s.proxySelectWait(h)
-		if err != nil || got != tt.want {
-			t.Errorf("%s %q: %v, %v; want %v", HeaderSelectTimeoutMS, tt.value, got, err, tt.want)
-		}
-	}
-
+// A malformed X-Select-Timeout-MS is a 422 naming it (the cap by
+// --max-select-wait is proxy's TestSelectWait).
+func TestProxySelectWaitMalformed(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	ts.register(t, 1)
 	for _, v := range []string{"soon", "-1", "3600001", "1.5"} {
 		req := ts.request("POST", "/generate", `{}`)
-		req.Header.Set(HeaderSelectTimeoutMS, v)
-		wantError(t, ts.doReq(t, req), http.StatusUnprocessableEntity, api.CodeValidationFailed, HeaderSelectTimeoutMS)
+		req.Header.Set(proxy.HeaderSelectTimeoutMS, v)
+		wantError(t, ts.doReq(t, req), http.StatusUnprocessableEntity, api.CodeValidationFailed, proxy.HeaderSelectTimeoutMS)
 	}
 }

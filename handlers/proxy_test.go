@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/proxy"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -129,7 +130,7 @@ func TestProxyStreamsIncrementally(t *testing.T) {
 	var done sync.WaitGroup
 	for i := range streams {
 		done.Go(func() {
-			res, err := postChat(context.Background(), t, srv.URL, map[string]string{HeaderSessionID: "s" + strconv.Itoa(i)})
+			res, err := postChat(context.Background(), t, srv.URL, map[string]string{proxy.HeaderSessionID: "s" + strconv.Itoa(i)})
 			if err != nil {
 				errs <- err
 				firsts.Done()
@@ -147,7 +148,7 @@ func TestProxyStreamsIncrementally(t *testing.T) {
 			if !strings.Contains(string(rest), `"second"`) || !strings.Contains(string(rest), "[DONE]") {
 				errs <- fmt.Errorf("rest of the stream: %q", rest)
 			}
-			if res.Header.Get(HeaderPolicyIndex) == "" || res.Header.Get(HeaderWeightVersion) != "0" {
+			if res.Header.Get(proxy.HeaderPolicyIndex) == "" || res.Header.Get(proxy.HeaderWeightVersion) != "0" {
 				errs <- fmt.Errorf("answer headers %v", res.Header)
 			}
 		})
@@ -257,7 +258,7 @@ func TestProxySessionsStick(t *testing.T) {
 		urls = append(urls, b.URL)
 	}
 	srv := proxyServer(t, Config{}, 4, urls...)
-	for _, hdr := range []string{HeaderSessionID, HeaderSMGRoutingKey} {
+	for _, hdr := range []string{proxy.HeaderSessionID, proxy.HeaderSMGRoutingKey} {
 		seen := map[string]bool{}
 		for range 10 {
 			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/generate", strings.NewReader(`{"text":"hi","sampling_params":{"max_new_tokens":4}}`))
@@ -271,7 +272,7 @@ func TestProxySessionsStick(t *testing.T) {
 			if res.StatusCode != http.StatusOK {
 				t.Fatalf("status %d", res.StatusCode)
 			}
-			seen[res.Header.Get(HeaderPolicyIndex)] = true
+			seen[res.Header.Get(proxy.HeaderPolicyIndex)] = true
 		}
 		if len(seen) != 1 {
 			t.Errorf("%s: one session went to policies %v; want one", hdr, seen)
@@ -296,7 +297,7 @@ func TestProxyRetriesOnAnotherPolicy(t *testing.T) {
 	refused := "http://" + ln.Addr().String()
 	ln.Close()
 
-	ts := newTestServer(t, Config{Proxy: ProxyConfig{Retries: 2}})
+	ts := newTestServer(t, Config{Proxy: proxy.Options{Retries: 2}})
 	var reg api.ReplacePoliciesRequest
 	for i, u := range []string{refused, busy.URL, good.URL} {
 		idx := i
@@ -313,8 +314,8 @@ func TestProxyRetriesOnAnotherPolicy(t *testing.T) {
 	}
 	got, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if res.StatusCode != http.StatusOK || res.Header.Get(HeaderPolicyIndex) != "2" || string(got) != `{"ok":true}` {
-		t.Fatalf("answer %d from policy %q: %s; want 200 from 2", res.StatusCode, res.Header.Get(HeaderPolicyIndex), got)
+	if res.StatusCode != http.StatusOK || res.Header.Get(proxy.HeaderPolicyIndex) != "2" || string(got) != `{"ok":true}` {
+		t.Fatalf("answer %d from policy %q: %s; want 200 from 2", res.StatusCode, res.Header.Get(proxy.HeaderPolicyIndex), got)
 	}
 	ps, _ := ts.State.PolicyStats(ts.State.Snapshot().Policies()[0].ID)
 	if ps.FailStreak != 1 || !strings.Contains(ps.LastError, "connect") {
@@ -378,7 +379,7 @@ func TestProxyAuthorization(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{}`)
 	})
-	ts := newTestServer(t, Config{Proxy: ProxyConfig{APIKey: func(p routing.Policy) string { return "engine-key-" + strconv.Itoa(p.Index) }}})
+	ts := newTestServer(t, Config{Proxy: proxy.Options{APIKey: func(p routing.Policy) string { return "engine-key-" + strconv.Itoa(p.Index) }}})
 	idx := 0
 	body, _ := json.Marshal(api.ReplacePoliciesRequest{Policies: []api.PolicyRequest{{URL: b.URL, Index: &idx}}})
 	want(t, ts.do(t, "PUT", "/policies", string(body)), http.StatusOK, nil)
@@ -415,15 +416,15 @@ func TestProxyAuthorization(t *testing.T) {
 
 // Bad routing headers are a 422 naming the header; an oversized body 413.
 func TestProxyBadInput(t *testing.T) {
-	ts := newTestServer(t, Config{Proxy: ProxyConfig{MaxBody: 16}})
+	ts := newTestServer(t, Config{Proxy: proxy.Options{MaxBody: 16}})
 	ts.register(t, 1)
 	for _, tt := range []struct{ header, value string }{
-		{HeaderMinWeightVersion, "soon"},
-		{HeaderMinWeightVersion, "-1"},
-		{HeaderRouter, "node_affinity"}, // round robin issues no lease
-		{HeaderRouter, "fifo"},
-		{HeaderSessionID, strings.Repeat("s", 300)},
-		{HeaderStickyWaitMS, "-5"},
+		{proxy.HeaderMinWeightVersion, "soon"},
+		{proxy.HeaderMinWeightVersion, "-1"},
+		{proxy.HeaderRouter, "node_affinity"}, // round robin issues no lease
+		{proxy.HeaderRouter, "fifo"},
+		{proxy.HeaderSessionID, strings.Repeat("s", 300)},
+		{proxy.HeaderStickyWaitMS, "-5"},
 	} {
 		req := ts.request("POST", "/generate", `{}`)
 		req.Header.Set(tt.header, tt.value)
@@ -488,7 +489,7 @@ func TestProxyEnvUnmapped(t *testing.T) {
 	for env, want := range map[string]string{"env-0": "", "worker-9": "true", "": ""} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/generate", strings.NewReader(`{"text":"hi"}`))
 		if env != "" {
-			req.Header.Set(HeaderEnvID, env)
+			req.Header.Set(proxy.HeaderEnvID, env)
 		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -496,7 +497,7 @@ func TestProxyEnvUnmapped(t *testing.T) {
 		}
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
-		if got := res.Header.Get(HeaderEnvUnmapped); res.StatusCode != http.StatusOK || got != want {
+		if got := res.Header.Get(proxy.HeaderEnvUnmapped); res.StatusCode != http.StatusOK || got != want {
 			t.Errorf("X-Env-ID %q: status %d, X-Env-Unmapped %q; want 200, %q", env, res.StatusCode, got, want)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/proxy"
 	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/updates"
@@ -95,8 +95,8 @@ type Config struct {
 	// capacity even with an error, which says why it is the engine's
 	// default. Nil: the engine's default (poller.DefaultCapacity).
 	EngineCapacity func(ctx context.Context, p routing.Policy) (int, error)
-	// Proxy configures proxy mode (proxy.go).
-	Proxy ProxyConfig
+	// Proxy configures proxy mode (package proxy; proxy_leaser.go).
+	Proxy proxy.Options
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Marks records what the fleet verbs did to engines (asleep), read by
@@ -126,9 +126,8 @@ type Server struct {
 	stop      context.CancelFunc
 	refs      atomic.Pointer[policyRefs] // of the last snapshot /assign answered on
 	decisions decisionCounts
-	// reverseProxy forwards proxied requests (proxy.go).
-	reverseProxy *httputil.ReverseProxy
-	models       modelsCache
+	// proxy forwards proxied requests (proxy_leaser.go).
+	proxy *proxy.Proxy
 	// peers asks the leader for its stats on a follower.
 	peers *http.Client
 	// unmapped counts env ids that map to no node (envmap.go).
@@ -160,15 +159,6 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Proxy.Retries < 0 {
-		cfg.Proxy.Retries = 0
-	}
-	if cfg.Proxy.MaxBody <= 0 {
-		cfg.Proxy.MaxBody = DefaultProxyMaxBody
-	}
-	if cfg.Proxy.APIKey == nil {
-		cfg.Proxy.APIKey = func(p routing.Policy) string { return p.BearerFor(false) }
-	}
 	s := &Server{
 		Config:    cfg,
 		logger:    cfg.Logger,
@@ -180,7 +170,7 @@ func New(cfg Config) *Server {
 		s.observe = cfg.Metrics.ObserveRequest
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
-	s.reverseProxy = s.newReverseProxy()
+	s.proxy = s.newProxy()
 	s.marks, s.fleetLocks = cfg.Marks, cfg.FleetLocks
 	if s.marks == nil {
 		s.marks = &engine.Marks{}
@@ -188,7 +178,7 @@ func New(cfg Config) *Server {
 	if s.fleetLocks == nil {
 		s.fleetLocks = &fleet.Locks{}
 	}
-	s.engines = &engine.Client{HTTP: &http.Client{Transport: s.reverseProxy.Transport, CheckRedirect: noRedirect}, Marks: s.marks}
+	s.engines = &engine.Client{HTTP: &http.Client{Transport: s.proxy.RoundTripper(), CheckRedirect: noRedirect}, Marks: s.marks}
 	peers := http.DefaultTransport.(*http.Transport).Clone()
 	peers.TLSClientConfig = cfg.PeerTLS
 	s.peers = &http.Client{Transport: peers}
@@ -258,10 +248,10 @@ func (s *Server) Handler() http.Handler {
 	route.Post("/select", s.selectPolicy)
 	route.Post("/release", s.release)
 	route.Post("/complete", s.complete)
-	route.Post("/v1/completions", s.proxy)
-	route.Post("/v1/chat/completions", s.proxy)
-	route.Post("/generate", s.proxy)
-	route.Get("/v1/models", s.listModels)
+	route.Post("/v1/completions", s.proxy.Forward)
+	route.Post("/v1/chat/completions", s.proxy.Forward)
+	route.Post("/generate", s.proxy.Forward)
+	route.Get("/v1/models", s.proxy.Models)
 
 	s.mountWorkers(r)
 
@@ -353,9 +343,7 @@ func (s *Server) Stop() { s.stop() }
 // open to policies (proxy mode) and to other replicas. Call it once the
 // server has stopped serving.
 func (s *Server) CloseIdleConnections() {
-	if t, ok := s.reverseProxy.Transport.(interface{ CloseIdleConnections() }); ok {
-		t.CloseIdleConnections()
-	}
+	s.proxy.CloseIdleConnections()
 	s.peers.CloseIdleConnections()
 }
 

@@ -1,4 +1,4 @@
-package handlers
+package proxy
 
 import (
 	"bytes"
@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/routing"
@@ -135,8 +134,8 @@ type weightSpan struct {
 // resumeFor says whether a proxied request is resumed on abort: its state
 // when it is, nil when not. A /generate request that cannot be is marked
 // so (X-Resume: unavailable) on w; a malformed X-Resume-On-Abort is a 422.
-func (s *Server) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (*resumeState, error) {
-	if !s.Proxy.Resume || r.URL.Path != "/generate" {
+func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (*resumeState, error) {
+	if !p.Resume || r.URL.Path != "/generate" {
 		return nil, nil
 	}
 	switch v := r.Header.Get(HeaderResumeOnAbort); v {
@@ -151,7 +150,7 @@ func (s *Server) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) 
 		w.Header().Set(HeaderResume, "unavailable ("+why+")")
 		return nil, nil
 	}
-	rs.body, rs.left = body, s.Proxy.Retries
+	rs.body, rs.left = body, p.Retries
 	return rs, nil
 }
 
@@ -212,42 +211,47 @@ func parseResumable(body []byte) (*resumeState, string) {
 	return rs, ""
 }
 
-// proxyResumed is proxy's loop for a resumable request: each attempt
+// isNull reports whether raw is absent or JSON null.
+func isNull(raw json.RawMessage) bool {
+	return len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null"
+}
+
+// forwardResumed is Forward's loop for a resumable request: each attempt
 // sends the state's current body; an aborted answer (or a policy that
 // died mid-answer) sends the continuation to another policy.
-func (s *Server) proxyResumed(w http.ResponseWriter, r *http.Request, sreq routing.SelectRequest, router string, rs *resumeState) {
+func (p *Proxy) forwardResumed(w http.ResponseWriter, r *http.Request, sreq Request, rs *resumeState) {
 	for try := 0; ; try++ {
 		var d routing.Decision
 		if len(rs.segs) == 0 {
 			var ok bool
-			if d, ok = s.decide(w, r, "proxy", router, sreq); !ok {
+			if d, ok = p.decide(w, r, sreq); !ok {
 				return
 			}
 		} else {
 			var err error
-			if d, err = s.decideQuiet(r, router, sreq); err != nil {
+			if d, err = p.decideQuiet(r, sreq); err != nil {
 				if r.Context().Err() == nil {
 					rs.writePartial(w, "no policy to resume on: "+err.Error())
 				}
 				return
 			}
 		}
-		a := s.forward(w, r, rs.body, d, rs)
+		a := p.forward(w, r, rs.body, d, rs)
 		if !a.retry {
 			return
 		}
-		if try >= s.Proxy.Retries {
+		if try >= p.Retries {
 			if len(rs.segs) > 0 {
-				rs.writePartial(w, "--proxy-retries "+strconv.Itoa(s.Proxy.Retries)+" exhausted")
+				rs.writePartial(w, "--proxy-retries "+strconv.Itoa(p.Retries)+" exhausted")
 				return
 			}
-			s.writeError(w, r, errorf(api.CodeUpstreamFailed, "no policy answered: the last one ("+d.Policy.ID+") "+a.reason+
-				"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(s.Proxy.Retries)+")"))
+			p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "no policy answered: the last one ("+d.Policy.ID+") "+a.reason+
+				"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(p.Retries)+")"))
 			return
 		}
 		rs.left--
 		sreq.Exclude = append(sreq.Exclude, d.Policy.ID)
-		if len(rs.segs) > 0 && !s.availableBeyond(sreq.Exclude) {
+		if len(rs.segs) > 0 && !p.availableBeyond(r.Context(), sreq.Exclude) {
 			// Waiting for a policy this request has not been aborted on
 			// would only delay the tokens it has (all of them aborted it,
 			// as slime's abort_all on every engine does).
@@ -259,23 +263,24 @@ func (s *Server) proxyResumed(w http.ResponseWriter, r *http.Request, sreq routi
 
 // decideQuiet is decide for a continuation: the error is returned, not
 // written, since the client is owed the tokens so far.
-func (s *Server) decideQuiet(r *http.Request, router string, req routing.SelectRequest) (routing.Decision, error) {
-	start := time.Now()
-	d, err := s.State.Select(r.Context(), req)
-	s.observeDecision("proxy", router, start)
+func (p *Proxy) decideQuiet(r *http.Request, req Request) (routing.Decision, error) {
+	d, err := p.Leaser.Select(r.Context(), req)
 	if err == nil && r.Context().Err() != nil {
-		if d.Lease != 0 {
-			_, _ = s.State.Release(d.Lease)
-		}
+		_ = p.Leaser.Release(context.WithoutCancel(r.Context()), d, nil)
 		return d, r.Context().Err()
 	}
 	return d, err
 }
 
-// availableBeyond reports whether a policy outside exclude can route.
-func (s *Server) availableBeyond(exclude []string) bool {
-	for _, ps := range s.State.Stats().Policies {
-		if ps.Available && !slices.Contains(exclude, ps.Policy.ID) {
+// availableBeyond reports whether a policy outside exclude can route; not
+// when the Leaser cannot say.
+func (p *Proxy) availableBeyond(ctx context.Context, exclude []string) bool {
+	available, err := p.Leaser.Available(ctx)
+	if err != nil {
+		return false
+	}
+	for _, pol := range available {
+		if !slices.Contains(exclude, pol.ID) {
 			return true
 		}
 	}

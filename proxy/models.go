@@ -1,6 +1,7 @@
-package handlers
+package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -14,7 +15,7 @@ import (
 
 // GET /v1/models answers the models of the routable policies, then the
 // other models some policy serves (registered, or read by the probes:
-// routing.State.ServedModels), deduplicated by id, in the OpenAI list format
+// Leaser.ServedModels), deduplicated by id, in the OpenAI list format
 // ({"object": "list", "data": [{"id", "object": "model", ...}]}). Each
 // policy's own GET /v1/models is asked at most once per modelsTTL; a
 // policy that does not answer adds nothing.
@@ -42,19 +43,24 @@ type modelList struct {
 	Data   []json.RawMessage `json:"data"`
 }
 
-func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
-	var routable []routing.Policy
-	for _, ps := range s.State.Stats().Policies {
-		if ps.Available {
-			routable = append(routable, ps.Policy)
-		}
+// Models serves GET /v1/models.
+func (p *Proxy) Models(w http.ResponseWriter, r *http.Request) {
+	routable, err := p.Leaser.Available(r.Context())
+	if err != nil {
+		p.WriteError(w, r, err)
+		return
 	}
 	lists := make([][]json.RawMessage, len(routable))
 	var wg sync.WaitGroup
-	for i, p := range routable {
-		wg.Go(func() { lists[i] = s.policyModels(r.Context(), p) })
+	for i, pol := range routable {
+		wg.Go(func() { lists[i] = p.policyModels(r.Context(), pol) })
 	}
 	wg.Wait()
+	served, err := p.Leaser.ServedModels(r.Context())
+	if err != nil {
+		p.WriteError(w, r, err)
+		return
+	}
 	out := modelList{Object: "list", Data: []json.RawMessage{}}
 	seen := make(map[string]bool)
 	for _, l := range lists {
@@ -71,14 +77,20 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	}
 	// The models the policies were registered with, or that the probes
 	// read, that no routable policy listed just now.
-	for _, id := range s.State.ServedModels() {
+	for _, id := range served {
 		if !seen[id] {
 			seen[id] = true
 			m, _ := json.Marshal(modelCard{ID: id, Object: "model", OwnedBy: "policyrouter"})
 			out.Data = append(out.Data, m)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as the handlers' answers
+	_ = enc.Encode(out)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b.Bytes())
 }
 
 // modelCard is an entry of the OpenAI model list.
@@ -90,26 +102,26 @@ type modelCard struct {
 
 // policyModels returns the entries of p's GET /v1/models, from the cache
 // when fresh.
-func (s *Server) policyModels(ctx context.Context, p routing.Policy) []json.RawMessage {
+func (p *Proxy) policyModels(ctx context.Context, pol routing.Policy) []json.RawMessage {
 	now := time.Now()
-	s.models.mu.Lock()
-	e, ok := s.models.entries[p.URL]
-	s.models.mu.Unlock()
+	p.models.mu.Lock()
+	e, ok := p.models.entries[pol.URL]
+	p.models.mu.Unlock()
 	if ok && now.Sub(e.at) < modelsTTL {
 		return e.models
 	}
 	ctx, cancel := context.WithTimeout(ctx, modelsTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(p.URL, "/")+"/v1/models", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(pol.URL, "/")+"/v1/models", nil)
 	if err != nil {
 		return nil
 	}
-	if s.Proxy.APIKey != nil {
-		if key := s.Proxy.APIKey(p); key != "" {
+	if p.APIKey != nil {
+		if key := p.APIKey(pol); key != "" {
 			req.Header.Set("Authorization", "Bearer "+key)
 		}
 	}
-	res, err := s.reverseProxy.Transport.RoundTrip(req)
+	res, err := p.reverseProxy.Transport.RoundTrip(req)
 	if err != nil {
 		return nil
 	}
@@ -118,11 +130,11 @@ func (s *Server) policyModels(ctx context.Context, p routing.Policy) []json.RawM
 	if res.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(res.Body, modelsMaxBody)).Decode(&list) != nil {
 		return nil
 	}
-	s.models.mu.Lock()
-	if s.models.entries == nil {
-		s.models.entries = make(map[string]modelsEntry)
+	p.models.mu.Lock()
+	if p.models.entries == nil {
+		p.models.entries = make(map[string]modelsEntry)
 	}
-	s.models.entries[p.URL] = modelsEntry{at: now, models: list.Data}
-	s.models.mu.Unlock()
+	p.models.entries[pol.URL] = modelsEntry{at: now, models: list.Data}
+	p.models.mu.Unlock()
 	return list.Data
 }

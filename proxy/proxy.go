@@ -1,4 +1,7 @@
-package handlers
+// Package proxy forwards generate traffic (SGLang-native /generate, the
+// OpenAI-compatible /v1/...) to the policy a Leaser selects for each
+// request, under a lease that lasts as long as the request.
+package proxy
 
 import (
 	"bytes"
@@ -7,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -16,6 +20,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -35,13 +40,13 @@ import (
 
 // Proxy defaults.
 const (
-	DefaultProxyRetries = 2
-	DefaultProxyTimeout = 10 * time.Minute
-	DefaultProxyMaxBody = 32 << 20
+	DefaultRetries = 2
+	DefaultTimeout = 10 * time.Minute
+	DefaultMaxBody = 32 << 20
 )
 
-// ProxyConfig configures proxy mode.
-type ProxyConfig struct {
+// Options are the operator's settings of proxy mode.
+type Options struct {
 	// Retries is how many other policies a request is retried on after a
 	// connect error or a 502/503 answer (--proxy-retries).
 	Retries int
@@ -51,15 +56,102 @@ type ProxyConfig struct {
 	// MaxBody is the largest request body accepted (--proxy-max-body).
 	MaxBody int64
 	// Transport carries the requests to the policies; nil is
-	// NewProxyTransport(nil).
+	// NewTransport(nil).
 	Transport http.RoundTripper
 	// Resume continues an aborted native /generate on another policy
-	// (--proxy-resume; proxy_resume.go).
+	// (--proxy-resume; resume.go).
 	Resume bool
 	// APIKey returns the key sent to a policy as its bearer token; nil is
 	// the policy's registered api_key (routing.Policy.BearerFor), "" sends
 	// none.
 	APIKey func(routing.Policy) string
+}
+
+// Config is a Proxy's settings and dependencies.
+type Config struct {
+	Options
+	// Leaser selects and leases the policy of each attempt.
+	Leaser Leaser
+	// WriteError answers a request the proxy cannot forward: the
+	// Leaser's errors, the proxy's own (*Error) and invalid input
+	// (*routing.InputError, naming the header or field).
+	WriteError func(w http.ResponseWriter, r *http.Request, err error)
+	// DefaultRouter is the router of a request without X-Router; one
+	// that does not lease stands for idle_affinity.
+	DefaultRouter string
+	// DefaultSelectWait is the wait of a request without
+	// X-Select-Timeout-MS (default 30 s); MaxSelectWait caps the header
+	// (default a minute).
+	DefaultSelectWait time.Duration
+	MaxSelectWait     time.Duration
+	// DefaultStickyWait is the sticky wait of a request with a session
+	// and without X-Sticky-Wait-MS.
+	DefaultStickyWait time.Duration
+	// Metrics, when set, records each attempt (ObserveProxy).
+	Metrics *metrics.Metrics
+	// Logger logs what the proxy cannot answer for; nil is slog.Default.
+	Logger *slog.Logger
+}
+
+// Error is an answer of the proxy's own: a code of the error envelope
+// (api.Code*) and a message for the caller.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(code, msg string) *Error { return &Error{Code: code, Message: msg} }
+
+// fieldError is invalid input: field names the header or body field.
+func fieldError(field, msg string) *routing.InputError {
+	return &routing.InputError{Field: field, Msg: msg}
+}
+
+// Proxy serves the proxied endpoints. Create it with New.
+type Proxy struct {
+	Config
+	reverseProxy *httputil.ReverseProxy
+	models       modelsCache
+}
+
+// New returns a Proxy for cfg.
+func New(cfg Config) *Proxy {
+	if cfg.Retries < 0 {
+		cfg.Retries = 0
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.APIKey == nil {
+		cfg.APIKey = func(p routing.Policy) string { return p.BearerFor(false) }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxSelectWait <= 0 {
+		cfg.MaxSelectWait = time.Minute
+	}
+	if cfg.DefaultSelectWait <= 0 {
+		cfg.DefaultSelectWait = 30 * time.Second
+	}
+	cfg.DefaultSelectWait = min(cfg.DefaultSelectWait, cfg.MaxSelectWait)
+	p := &Proxy{Config: cfg}
+	p.reverseProxy = p.newReverseProxy()
+	return p
+}
+
+// RoundTripper is the transport the proxy reaches the policies with:
+// Options.Transport, or the one New made.
+func (p *Proxy) RoundTripper() http.RoundTripper { return p.reverseProxy.Transport }
+
+// CloseIdleConnections closes the keep-alive connections the proxy holds
+// open to policies. Call it once the server has stopped serving.
+func (p *Proxy) CloseIdleConnections() {
+	if t, ok := p.reverseProxy.Transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
 }
 
 // Routing inputs and answer headers of proxied requests.
@@ -90,19 +182,19 @@ type attempt struct {
 	reason string
 	status int
 	ttfb   time.Duration
-	resume *resumeState // a resumable request's (proxy_resume.go), or nil
+	resume *resumeState // a resumable request's (resume.go), or nil
 }
 
 type attemptKey struct{}
 
 func attemptFrom(ctx context.Context) *attempt { a, _ := ctx.Value(attemptKey{}).(*attempt); return a }
 
-// newReverseProxy returns the one ReverseProxy of the server; each
+// newReverseProxy returns the one ReverseProxy of the proxy; each
 // request's attempt rides in its context.
-func (s *Server) newReverseProxy() *httputil.ReverseProxy {
-	tr := s.Proxy.Transport
+func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
+	tr := p.Options.Transport
 	if tr == nil {
-		tr = NewProxyTransport(nil)
+		tr = NewTransport(nil)
 	}
 	return &httputil.ReverseProxy{
 		Transport: tr,
@@ -159,10 +251,10 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 				a.retry, a.failed, a.reason = true, true, "connect: "+err.Error()
 			case errors.Is(err, context.DeadlineExceeded):
 				a.failed = true
-				s.writeError(w, r, errorf(api.CodeUpstreamTimeout, "the policy did not answer within --proxy-timeout ("+s.Proxy.Timeout.String()+")"))
+				p.WriteError(w, r, errorf(api.CodeUpstreamTimeout, "the policy did not answer within --proxy-timeout ("+p.Timeout.String()+")"))
 			default:
 				a.failed = true
-				s.writeError(w, r, errorf(api.CodeUpstreamFailed, "the policy failed before answering: "+err.Error()))
+				p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "the policy failed before answering: "+err.Error()))
 			}
 		},
 	}
@@ -178,12 +270,12 @@ type bufferPool struct{ pool sync.Pool }
 func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
 func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
-// NewProxyTransport is the transport of proxy mode: keep-alive connections
+// NewTransport is the transport of proxy mode: keep-alive connections
 // to the policies, up to 256 idle per policy (a batching engine takes tens
 // of requests at once; http.DefaultTransport keeps 2, and every other
 // request would pay a new connection), with tc's TLS towards https://
 // policies (nil: the system's roots).
-func NewProxyTransport(tc *tls.Config) *http.Transport {
+func NewTransport(tc *tls.Config) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 0
 	t.MaxIdleConnsPerHost = 256
@@ -191,150 +283,173 @@ func NewProxyTransport(tc *tls.Config) *http.Transport {
 	return t
 }
 
-// proxy serves POST /v1/completions, /v1/chat/completions and /generate.
-func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.Proxy.MaxBody))
+// Forward serves POST /v1/completions, /v1/chat/completions and /generate.
+func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.MaxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			s.writeError(w, r, errorf(api.CodeTooLarge, "request body larger than --proxy-max-body ("+strconv.FormatInt(s.Proxy.MaxBody, 10)+" bytes)"))
+			p.WriteError(w, r, errorf(api.CodeTooLarge, "request body larger than --proxy-max-body ("+strconv.FormatInt(p.MaxBody, 10)+" bytes)"))
 			return
 		}
 		return // the client left while sending
 	}
-	sreq, router, err := s.proxySelectRequest(r)
+	sreq, err := p.selectRequest(r)
 	if err == nil {
 		sreq.Route = r.URL.Path
 		sreq.Model, err = requestModel(body)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		p.WriteError(w, r, err)
 		return
 	}
-	if s.Proxy.Timeout > 0 {
+	if p.Timeout > 0 {
 		// Past the server's write timeout, which is sized for /select.
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(sreq.Wait + s.Proxy.Timeout + 30*time.Second))
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(sreq.Wait + p.Timeout + 30*time.Second))
 	} else {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	}
-	rs, err := s.resumeFor(w, r, body)
+	rs, err := p.resumeFor(w, r, body)
 	if err != nil {
-		s.writeError(w, r, err)
+		p.WriteError(w, r, err)
 		return
 	}
 	if rs != nil {
-		s.proxyResumed(w, r, sreq, router, rs)
+		p.forwardResumed(w, r, sreq, rs)
 		return
 	}
 	for try := 0; ; try++ {
-		d, ok := s.decide(w, r, "proxy", router, sreq)
+		d, ok := p.decide(w, r, sreq)
 		if !ok {
 			return
 		}
-		a := s.forward(w, r, body, d, nil)
+		a := p.forward(w, r, body, d, nil)
 		if !a.retry {
 			return
 		}
-		if try >= s.Proxy.Retries {
-			s.writeError(w, r, errorf(api.CodeUpstreamFailed, "no policy answered: the last one ("+d.Policy.ID+") "+a.reason+
-				"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(s.Proxy.Retries)+")"))
+		if try >= p.Retries {
+			p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "no policy answered: the last one ("+d.Policy.ID+") "+a.reason+
+				"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(p.Retries)+")"))
 			return
 		}
 		sreq.Exclude = append(sreq.Exclude, d.Policy.ID)
 	}
 }
 
+// decide makes the routing decision of one attempt, and answers the
+// caller itself when there is none (ok false): the Leaser's coded reason
+// (through WriteError), or nothing when the caller left. A caller that
+// left just as a policy was granted gets nothing either: the lease goes
+// back at once instead of waiting for the poller or its TTL.
+func (p *Proxy) decide(w http.ResponseWriter, r *http.Request, req Request) (d routing.Decision, ok bool) {
+	d, err := p.Leaser.Select(r.Context(), req)
+	switch {
+	case err == nil && r.Context().Err() != nil:
+		_ = p.Leaser.Release(context.WithoutCancel(r.Context()), d, nil)
+		return d, false
+	case err == nil:
+		return d, true
+	case r.Context().Err() != nil:
+		// Select consumed nothing and there is nobody to answer.
+	default:
+		p.WriteError(w, r, err)
+	}
+	return d, false
+}
+
 // forward sends the request to the decision's policy and copies its
 // answer to the client, unless the attempt is to be retried. However it
 // ends (a client that left makes ReverseProxy abort the handler with a
 // panic), the lease is released and a failure counted.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte, d routing.Decision, rs *resumeState) *attempt {
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d routing.Decision, rs *resumeState) *attempt {
 	a := &attempt{d: d, start: time.Now(), status: http.StatusBadGateway, resume: rs}
-	defer s.finish(a)
-	if s.Proxy.APIKey != nil {
-		a.apiKey = s.Proxy.APIKey(d.Policy)
+	defer p.finish(r.Context(), a)
+	if p.APIKey != nil {
+		a.apiKey = p.APIKey(d.Policy)
 	}
 	ctx := context.WithValue(r.Context(), attemptKey{}, a)
-	if s.Proxy.Timeout > 0 {
+	if p.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.Proxy.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
 		defer cancel()
 	}
 	out := r.WithContext(ctx)
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
-	s.reverseProxy.ServeHTTP(w, out)
+	p.reverseProxy.ServeHTTP(w, out)
 	return a
 }
 
-// finish ends an attempt: its lease, its failure, its figures.
-func (s *Server) finish(a *attempt) {
+// finish ends an attempt: its lease, its failure, its figures. The lease
+// goes back even when the client left (ctx is done).
+func (p *Proxy) finish(ctx context.Context, a *attempt) {
 	d := a.d
-	if _, err := s.State.Release(d.Lease); err != nil && !errors.Is(err, routing.ErrLeaseEnded) {
-		s.logger.Warn("proxy: release", "policy_id", d.Policy.ID, "err", err)
-	}
+	var failure *Failure
 	if a.failed {
-		s.State.ObserveFailure(d.Policy.ID, a.start, "proxy: "+a.reason)
+		failure = &Failure{At: a.start, Reason: "proxy: " + a.reason}
 	}
-	if s.Metrics != nil {
-		s.Metrics.ObserveProxy(d.Policy.Index, a.status, a.ttfb, time.Since(a.start))
+	if err := p.Leaser.Release(context.WithoutCancel(ctx), d, failure); err != nil {
+		p.Logger.Warn("proxy: release", "policy_id", d.Policy.ID, "err", err)
+	}
+	if p.Metrics != nil {
+		p.Metrics.ObserveProxy(d.Policy.Index, a.status, a.ttfb, time.Since(a.start))
 	}
 }
 
-// proxySelectRequest reads a proxied request's routing headers. The
-// router must lease (the proxy counts each policy's requests against its
+// selectRequest reads a proxied request's routing headers. The router
+// must lease (the proxy counts each policy's requests against its
 // capacity): the server's default router when it does, else
 // idle_affinity.
-func (s *Server) proxySelectRequest(r *http.Request) (routing.SelectRequest, string, error) {
+func (p *Proxy) selectRequest(r *http.Request) (Request, error) {
 	h := r.Header
 	name := h.Get(HeaderRouter)
 	if name == "" {
-		name = s.DefaultRouter
+		name = p.DefaultRouter
 		if row, ok := routing.LookupRouter(name); !ok || !row.Leases() {
 			name = "idle_affinity"
 		}
 	}
 	row, ok := routing.LookupRouter(name)
 	if !ok || !row.Leases() {
-		return routing.SelectRequest{}, "", fieldError(HeaderRouter, "must be a router that leases: "+routing.NameList(routing.LeasingRouterNames())+", not "+strconv.Quote(name))
+		return Request{}, fieldError(HeaderRouter, "must be a router that leases: "+routing.NameList(routing.LeasingRouterNames())+", not "+strconv.Quote(name))
 	}
-	wait, err := s.proxySelectWait(h)
+	wait, err := p.selectWait(h)
 	if err != nil {
-		return routing.SelectRequest{}, "", err
+		return Request{}, err
 	}
-	req := routing.SelectRequest{Router: row.Select, EnvID: h.Get(HeaderEnvID), Wait: wait, Stop: s.stopping.Done()}
+	req := Request{Router: row.Name, EnvID: h.Get(HeaderEnvID), Wait: wait}
 	if len(req.EnvID) > 256 {
-		return req, "", fieldError(HeaderEnvID, "must be at most 256 bytes")
+		return req, fieldError(HeaderEnvID, "must be at most 256 bytes")
 	}
 	req.Session = h.Get(HeaderSessionID)
 	if req.Session == "" {
 		req.Session = h.Get(HeaderSMGRoutingKey)
 	}
 	if err := routing.CheckSession(HeaderSessionID, req.Session); err != nil {
-		return req, "", err
+		return req, err
 	}
 	// X-Sticky-Wait-MS: how long a session waits for its busy home (its
 	// cache), as /select's sticky_wait_ms; none means the server's default.
-	req.StickyWait = min(s.DefaultStickyWait, req.Wait)
+	req.StickyWait = min(p.DefaultStickyWait, req.Wait)
 	if v := h.Get(HeaderStickyWaitMS); v != "" {
 		ms, err := strconv.Atoi(v)
 		if err != nil || ms < 0 || ms > 3600000 {
-			return req, "", fieldError(HeaderStickyWaitMS, "must be an integer between 0 and 3600000, not "+strconv.Quote(v))
+			return req, fieldError(HeaderStickyWaitMS, "must be an integer between 0 and 3600000, not "+strconv.Quote(v))
 		}
 		req.StickyWait = min(time.Duration(ms)*time.Millisecond, req.Wait)
 	}
 	if v := h.Get(HeaderMinWeightVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return req, "", fieldError(HeaderMinWeightVersion, "must be an integer >= 0, not "+strconv.Quote(v))
+			return req, fieldError(HeaderMinWeightVersion, "must be an integer >= 0, not "+strconv.Quote(v))
 		}
 		req.MinVersion = &n
 	}
 	// The lease ends with the request; a TTL only guards against a bug.
-	if s.Proxy.Timeout > 0 {
-		req.LeaseTTL = req.Wait + s.Proxy.Timeout + time.Minute
+	if p.Timeout > 0 {
+		req.LeaseTTL = req.Wait + p.Timeout + time.Minute
 	}
-	return req, name, nil
+	return req, nil
 }
 
 // requestModel is the "model" of a JSON request body: what the OpenAI

@@ -1,4 +1,4 @@
-package handlers
+package proxy
 
 import (
 	"net/http"
@@ -16,17 +16,17 @@ const HeaderSelectTimeoutMS = "X-Select-Timeout-MS"
 // /select's timeout_ms; larger waits are then capped by --max-select-wait.
 const maxSelectTimeoutMS = 3600000
 
-// proxySelectWait is how long a proxied request waits for a policy: its
+// selectWait is how long a proxied request waits for a policy: its
 // X-Select-Timeout-MS capped by --max-select-wait, else the server's
 // default wait. A malformed header is a 422 naming it.
-func (s *Server) proxySelectWait(h http.Header) (time.Duration, error) {
+func (p *Proxy) selectWait(h http.Header) (time.Duration, error) {
 	v := h.Get(HeaderSelectTimeoutMS)
 	if v == "" {
-		return s.DefaultSelectWait, nil
+		return p.DefaultSelectWait, nil
 	}
 	ms, err := strconv.Atoi(v)
 	if err != nil || ms < 0 || ms > maxSelectTimeoutMS {
 		return 0, fieldError(HeaderSelectTimeoutMS, "must be an integer between 0 and "+strconv.Itoa(maxSelectTimeoutMS)+", not "+strconv.Quote(v))
 	}
-	return min(time.Duration(ms)*time.Millisecond, s.MaxSelectWait), nil
+	return min(time.Duration(ms)*time.Millisecond, p.MaxSelectWait), nil
 }

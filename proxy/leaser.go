@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// Leaser is what the proxy asks of the routing state: a policy for each
+// attempt, under a lease held as long as the attempt lasts, and the lease
+// back when it ends. The leader implements it over its own routing.State
+// (handlers); a follower may implement it by asking the leader over HTTP,
+// so every call takes a context and passes values, and the errors are
+// values the proxy hands to Config.WriteError. Implementations must be
+// safe for concurrent use.
+type Leaser interface {
+	// Select decides the policy of one attempt of a proxied request and
+	// leases it, waiting up to req.Wait for one to be idle. The Decision
+	// carries the policy (its URL and key), its weight version at
+	// dispatch and the lease Release ends. The errors are the decision's
+	// coded reasons, as routing.State.Select returns them
+	// (routing.ErrNoPolicies, a *routing.WaitError, a
+	// *routing.ModelNotFoundError, routing.ErrReset, ...), or ctx.Err()
+	// when the caller left; the proxy writes them with Config.WriteError.
+	Select(ctx context.Context, req Request) (routing.Decision, error)
+	// Release ends d's lease: the attempt is over, however it ended. A
+	// failure, when not nil, counts against the policy's health, as a
+	// failed probe does. A lease that ended already (its TTL, its
+	// policy's removal, an abort) is not an error; the error is for a
+	// release that could not be made, and the proxy only logs it.
+	Release(ctx context.Context, d routing.Decision, failure *Failure) error
+	// Available returns the policies that can be routed to now, in index
+	// order.
+	Available(ctx context.Context) ([]routing.Policy, error)
+	// ServedModels returns every model id some registered policy serves,
+	// sorted (routing.State.ServedModels).
+	ServedModels(ctx context.Context) ([]string, error)
+}
+
+// Request is the routing input of one attempt of a proxied request, read
+// from its headers and body: what /select takes, with the router by name.
+type Request struct {
+	// Router names a router that leases (routing.Router.Leases).
+	Router string
+	// EnvID names the env worker (X-Env-ID).
+	EnvID string
+	// Session is the session key (X-Session-ID or X-SMG-Routing-Key).
+	Session string
+	// Wait bounds the wait for an idle policy (X-Select-Timeout-MS).
+	Wait time.Duration
+	// StickyWait is how long a session waits for its busy home, part of
+	// Wait (X-Sticky-Wait-MS).
+	StickyWait time.Duration
+	// MinVersion, when set, is the request's weight-version floor
+	// (X-Min-Weight-Version).
+	MinVersion *int64
+	// LeaseTTL guards the lease against a bug; 0 is the state's default.
+	LeaseTTL time.Duration
+	// Model is the model the body names, "" for none.
+	Model string
+	// Route is the engine endpoint the request is for ("/generate", ...).
+	Route string
+	// Exclude names the policies (by id) this request failed on already.
+	Exclude []string
+}
+
+// Failure is why an attempt counts against its policy's health.
+type Failure struct {
+	// At is when the attempt began.
+	At time.Time
+	// Reason is what happened, for the policy's last_error.
+	Reason string
+}
