@@ -252,6 +252,7 @@ func (s *Server) Handler() http.Handler {
 	route.Post("/v1/chat/completions", s.proxy.Forward)
 	route.Post("/generate", s.proxy.Forward)
 	route.Get("/v1/models", s.proxy.Models)
+	s.mountInternal(route)
 
 	s.mountWorkers(r)
 
