@@ -159,6 +159,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	}
 	if a.etcd != nil {
 		hcfg.Leader = a.Leader
+		hcfg.Replica = a.replicaConfig()
 	} else {
 		a.Metrics.SetLeader(true)
 	}

@@ -28,6 +28,7 @@ import (
 type replica struct {
 	app    *App
 	url    string
+	srv    *httptest.Server
 	cancel context.CancelFunc
 	done   chan struct{}
 	logs   *syncbuf.Buffer
@@ -56,7 +57,7 @@ func startReplica(t *testing.T, endpoint, prefix string, configure ...func(*Conf
 	}
 	h := a.Handler()
 	handler.Store(&h)
-	r := &replica{app: a, url: srv.URL, cancel: cancel, done: make(chan struct{}), logs: logs}
+	r := &replica{app: a, url: srv.URL, srv: srv, cancel: cancel, done: make(chan struct{}), logs: logs}
 	go func() {
 		defer close(r.done)
 		_ = a.Run(ctx)

@@ -41,6 +41,8 @@ func (a *App) runReplica(ctx context.Context) error {
 		a.Registry.Follow(ctx, func(err error) { a.Config.Logger.Error("registration from etcd not applied", "err", err) })
 	})
 	wg.Go(func() { a.watchLeader(ctx) })
+	// The leases of this replica's proxied requests go to each new leader.
+	wg.Go(func() { a.Server.RunLeases(ctx) })
 	ttl := int(math.Ceil(a.Config.LeaderTTL.Seconds()))
 	for ctx.Err() == nil {
 		lease, err := a.campaign(ctx, ttl)
@@ -155,11 +157,13 @@ func (a *App) lead(ctx context.Context) {
 	}
 	a.leading.Store(true)
 	a.Metrics.SetLeader(true)
+	a.Server.LeaderChanged()
 	a.Config.Logger.Info("leading: this replica routes and polls", "advertise_url", a.Config.AdvertiseURL)
 	a.runTerm(ctx)
 	a.leading.Store(false)
 	a.Metrics.SetLeader(false)
 	a.State.Reset()
+	a.Server.LeaderChanged()
 	a.Config.Logger.Info("no longer leading", "term", time.Since(start).Round(time.Millisecond))
 }
 
@@ -183,6 +187,7 @@ func (a *App) watchLeader(ctx context.Context) {
 		a.leader.Store(&leader)
 		if leader != last {
 			last = leader
+			a.Server.LeaderChanged()
 			switch {
 			case leader == "":
 				a.Config.Logger.Info("leader election: no leader elected")

@@ -119,6 +119,8 @@ func asError(err error) *Error {
 		return errorf(api.CodeConflict, err.Error())
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, routing.ErrUnknownPolicy):
 		return errorf(api.CodeNotFound, "policy not found")
+	case errors.Is(err, routing.ErrAdoptConflict):
+		return errorf(api.CodeConflict, err.Error())
 	case errors.Is(err, routing.ErrUnknownLease):
 		return errorf(api.CodeNotFound, "lease not found: not issued by this server, or no lease out for that policy")
 	case errors.Is(err, routing.ErrNoPolicies):

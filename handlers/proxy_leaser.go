@@ -12,8 +12,10 @@ import (
 )
 
 // Proxy mode (package proxy) serves POST /v1/completions,
-// /v1/chat/completions, /generate and GET /v1/models on the leader: its
-// Leaser is stateLeaser, over the routing state the server routes with.
+// /v1/chat/completions, /generate and GET /v1/models: its Leaser is
+// stateLeaser, over the routing state the server routes with, or, on a
+// replica of several that proxies as a follower too, replicaLeaser
+// (leaser_remote.go).
 
 // stateLeaser leases the policies of proxied requests from the server's
 // routing.State: each attempt is one decision of the /select kind, counted
@@ -70,11 +72,16 @@ func (l stateLeaser) ServedModels(context.Context) ([]string, error) {
 	return l.s.State.ServedModels(), nil
 }
 
-// newProxy builds the proxy of the server's proxy mode.
+// newProxy builds the proxy of the server's proxy mode: on a replica
+// that proxies whether it leads or not, over the replicaLeaser.
 func (s *Server) newProxy() *proxy.Proxy {
+	var leaser proxy.Leaser = stateLeaser{s}
+	if s.leases != nil {
+		leaser = s.leases
+	}
 	return proxy.New(proxy.Config{
 		Options:           s.Proxy,
-		Leaser:            stateLeaser{s},
+		Leaser:            leaser,
 		WriteError:        s.writeProxyError,
 		DefaultRouter:     s.DefaultRouter,
 		DefaultSelectWait: s.DefaultSelectWait,

@@ -81,7 +81,8 @@ type Config struct {
 	// Leader, when set, says whether this replica leads (routes) and the
 	// leader's advertised URL, if known. A follower answers the routing
 	// endpoints (/select, /assign, /release, /complete, /updates and
-	// /readyz) 503 not_leader, naming the leader. Nil: a single router,
+	// /readyz), and the proxied ones unless Replica is set, 503
+	// not_leader, naming the leader. Nil: a single router,
 	// always the leader.
 	Leader func() (leading bool, leader string)
 	// OpenAPI is the contract served at /openapi.yaml.
@@ -106,6 +107,10 @@ type Config struct {
 	// FleetLocks is the refit lock of the fleet verbs; nil: the server's
 	// own.
 	FleetLocks *fleet.Locks
+	// Replica, with Leader, makes a follower proxy generate traffic
+	// itself, leasing each attempt from the leader (leaser_remote.go);
+	// nil: a follower answers it not_leader. Run RunLeases beside it.
+	Replica *ReplicaConfig
 }
 
 // PollerReporter reports the idle poller's figures; *poller.Poller is one.
@@ -128,6 +133,9 @@ type Server struct {
 	decisions decisionCounts
 	// proxy forwards proxied requests (proxy_leaser.go).
 	proxy *proxy.Proxy
+	// leases is the proxy's Leaser on a replica that proxies whether it
+	// leads or not; nil otherwise.
+	leases *replicaLeaser
 	// peers asks the leader for its stats on a follower.
 	peers *http.Client
 	// unmapped counts env ids that map to no node (envmap.go).
@@ -170,6 +178,9 @@ func New(cfg Config) *Server {
 		s.observe = cfg.Metrics.ObserveRequest
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	if cfg.Leader != nil && cfg.Replica != nil {
+		s.leases = newReplicaLeaser(s, *cfg.Replica)
+	}
 	s.proxy = s.newProxy()
 	s.marks, s.fleetLocks = cfg.Marks, cfg.FleetLocks
 	if s.marks == nil {
@@ -248,10 +259,16 @@ func (s *Server) Handler() http.Handler {
 	route.Post("/select", s.selectPolicy)
 	route.Post("/release", s.release)
 	route.Post("/complete", s.complete)
-	route.Post("/v1/completions", s.proxy.Forward)
-	route.Post("/v1/chat/completions", s.proxy.Forward)
-	route.Post("/generate", s.proxy.Forward)
-	route.Get("/v1/models", s.proxy.Models)
+	proxied := route
+	if s.leases != nil {
+		// Every replica proxies (leaser_remote.go).
+		proxied = r.With(s.require(auth.ScopeRoute))
+	}
+	proxied.Post("/v1/completions", s.proxy.Forward)
+	proxied.Post("/v1/chat/completions", s.proxy.Forward)
+	proxied.Post("/generate", s.proxy.Forward)
+	proxied.Get("/v1/models", s.proxy.Models)
+	s.mountInternal(route)
 
 	s.mountWorkers(r)
 
@@ -264,8 +281,10 @@ func (s *Server) Handler() http.Handler {
 
 // leaderOnly answers 503 not_leader on a follower replica, naming the
 // leader in the body and in the X-Policyrouter-Leader header. Followers
-// do not proxy: a client that knows every replica goes to the leader
-// itself, and a dead leader's clients fail over without a second hop.
+// do not forward routing calls: a client that knows every replica goes to
+// the leader itself, and a dead leader's clients fail over without a
+// second hop. (Generate traffic is the exception: with Config.Replica
+// every replica proxies it, leasing from the leader.)
 func (s *Server) leaderOnly(next http.Handler) http.Handler {
 	if s.Leader == nil {
 		return next

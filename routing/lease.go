@@ -32,9 +32,19 @@ func (c leaseCodec) uuid(lease uint64) uuid.UUID {
 // LeaseID renders a lease of this State as a UUID string.
 func (st *State) LeaseID(lease uint64) string { return st.codec.uuid(lease).String() }
 
-// ParseLeaseID returns the lease an id from LeaseID names, and false for
-// an id this State did not issue.
+// ParseLeaseID returns the lease an id names: one from LeaseID, or an
+// adopted lease's (Adopt) while it is out; false for any other id.
 func (st *State) ParseLeaseID(id string) (uint64, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.parseLeaseIDLocked(id)
+}
+
+// parseLeaseIDLocked is ParseLeaseID. Caller must hold mu.
+func (st *State) parseLeaseIDLocked(id string) (uint64, bool) {
+	if lease, ok := st.adopted[id]; ok {
+		return lease, true
+	}
 	u, err := uuid.Parse(id)
 	if err != nil {
 		return 0, false

@@ -30,6 +30,9 @@ type slot struct {
 	expiry      *time.Timer // ends the lease at its TTL; nil without one
 	// ended describes the slot's last lease that ended (occupancy.go).
 	ended lastEnd
+	// adoptedID and holder are an adopted lease's id and holder (Adopt);
+	// "" for a lease of this router's.
+	adoptedID, holder string
 }
 
 type link struct{ prev, next *slot }

@@ -222,6 +222,9 @@ type ledger struct {
 	// ended (lease_end.go).
 	joinFloor int64
 	ended     endedLeases
+	// adopted maps the ids of the adopted leases out to their leases
+	// (adopt.go).
+	adopted map[string]uint64
 }
 
 // fresh reports whether the policy's version meets floor and its own hold.
@@ -383,6 +386,13 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 		rt.slots = nil
 		st.stickyLoadLocked(rt)
 	}
+	// Leases out on retired slots (a capacity that shrank, an adoption
+	// beyond capacity) are in no policy's slots.
+	for _, s := range st.leases {
+		if s.rt.removed {
+			st.endLeaseLocked(s, EndRemoved)
+		}
+	}
 	for _, rt := range snap.rts {
 		st.stickyLoadLocked(rt)
 	}
@@ -481,6 +491,7 @@ func (st *State) unlistLocked(s *slot) {
 // must hold mu.
 func (st *State) endLeaseLocked(s *slot, how EndHow) {
 	delete(st.leases, s.lease)
+	st.forgetAdoptedLocked(s)
 	if how != EndRelease {
 		st.ended.add(s.lease, how)
 	}

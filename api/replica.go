@@ -1,0 +1,66 @@
+package api
+
+import "time"
+
+// The internal endpoints (/internal/...) are what a replica that proxies
+// generate traffic asks of the leader: a lease for each attempt, its
+// release, and the adoption of a lease another leader handed out. They
+// take a token with the route scope, as the proxied endpoints do.
+
+// LeaseRequest is the body of POST /internal/leases: the routing input of
+// one attempt of a proxied request (proxy.Request), for a lease that ends
+// with the attempt.
+type LeaseRequest struct {
+	Router string `json:"router" validate:"required,max=64"`
+	EnvID  string `json:"env_id,omitempty" validate:"max=256"`
+	// SessionID is the session key (X-Session-ID).
+	SessionID string `json:"session_id,omitempty"`
+	// TimeoutMS bounds the wait for an idle policy, StickyWaitMS a
+	// session's wait for its busy home, part of it.
+	TimeoutMS    int `json:"timeout_ms" validate:"min=0,max=3600000"`
+	StickyWaitMS int `json:"sticky_wait_ms,omitempty" validate:"min=0,max=3600000"`
+	// MinVersion, when present, is the request's weight-version floor.
+	MinVersion *int64 `json:"min_version,omitempty" validate:"omitempty,min=0"`
+	// LeaseTTLMS guards the lease against a holder that never returns it;
+	// 0 is the server's --lease-ttl.
+	LeaseTTLMS int64 `json:"lease_ttl_ms,omitempty" validate:"min=0,max=86400000"`
+	// Model is the model the request's body names; Route the engine
+	// endpoint it is for (/generate, /v1/completions, ...).
+	Model string `json:"model,omitempty" validate:"max=1024"`
+	Route string `json:"route,omitempty" validate:"max=256"`
+	// Exclude names the policies (by id) the request failed on already.
+	Exclude []string `json:"exclude,omitempty" validate:"max=64,dive,max=256"`
+}
+
+// AdoptRequest is the body of PUT /internal/leases/{id}: a lease another
+// leader handed out, whose request still runs, for this leader to count.
+type AdoptRequest struct {
+	PolicyID string `json:"policy_id" validate:"required,max=256"`
+	// Holder names the replica that holds the lease (its advertise URL).
+	Holder string `json:"holder" validate:"required,max=2048"`
+	// LeaseTTLMS as in LeaseRequest.
+	LeaseTTLMS int64 `json:"lease_ttl_ms,omitempty" validate:"min=0,max=86400000"`
+}
+
+// LeaseReleaseRequest is the body of POST /internal/leases/{id}/release.
+type LeaseReleaseRequest struct {
+	// PolicyID is the lease's policy, which a failure counts against.
+	PolicyID string `json:"policy_id" validate:"required,max=256"`
+	// Failure, when present, says why the attempt counts against the
+	// policy's health.
+	Failure *LeaseFailure `json:"failure,omitempty"`
+}
+
+// LeaseFailure is a failed attempt: when it began, and what happened.
+type LeaseFailure struct {
+	At     time.Time `json:"at" validate:"required"`
+	Reason string    `json:"reason" validate:"max=4096"`
+}
+
+// Routable is the answer to GET /internal/routable: the ids of the
+// policies that can be routed to now, in index order, and every model a
+// registered policy serves, sorted.
+type Routable struct {
+	Available []string `json:"available"`
+	Models    []string `json:"models"`
+}

@@ -1,0 +1,394 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/proxy"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// Proxying on every replica. Of several replicas on one store, only the
+// leader routes; but every replica proxies the generate traffic that
+// reaches it, so that the bytes flow through whichever replica the client
+// reached. A follower takes each attempt's lease from the leader with one
+// call (POST /internal/leases) and returns it with another, so that each
+// policy's capacity is counted in one place; the leader leases from its
+// own state. Every lease a replica's requests hold is remembered with the
+// leader that counts it: when the leader changes, the requests still
+// streaming hand their leases to the new one (PUT /internal/leases/{id},
+// or routing.State.Adopt when the new leader is this replica), or, if it
+// refuses them (their policy is gone), let them go.
+
+// ReplicaConfig lets a follower proxy: how it names itself to the leader,
+// and how it authenticates.
+type ReplicaConfig struct {
+	// Holder returns this replica's advertise URL: the holder of the
+	// leases it hands to a new leader.
+	Holder func() string
+	// Token returns the bearer token (scope route) this replica presents
+	// to the leader; nil sends none (routers without auth).
+	Token func() (string, error)
+}
+
+// replicaCallTimeout bounds a call to the leader other than a lease's
+// wait for an idle policy.
+const replicaCallTimeout = 5 * time.Second
+
+// replicaRetry is the pause before handing leases to a leader that could
+// not take them yet (not leading yet, or not reachable).
+const replicaRetry = 200 * time.Millisecond
+
+// replicaLeaser is proxy mode's Leaser on one replica of several.
+type replicaLeaser struct {
+	s   *Server
+	cfg ReplicaConfig
+	// wake is signalled (LeaderChanged) when the leader may have changed.
+	wake chan struct{}
+
+	mu   sync.Mutex
+	held map[string]*heldLease // by lease id; guarded by mu
+}
+
+// heldLease is a lease one of this replica's proxied requests holds.
+type heldLease struct {
+	policyID string
+	ttl      time.Duration
+	// with is the advertise URL of the leader that counts the lease: this
+	// replica's own while it leads.
+	with string
+}
+
+var _ proxy.Leaser = (*replicaLeaser)(nil)
+
+func newReplicaLeaser(s *Server, cfg ReplicaConfig) *replicaLeaser {
+	return &replicaLeaser{s: s, cfg: cfg, wake: make(chan struct{}, 1), held: make(map[string]*heldLease)}
+}
+
+// Select leases the attempt's policy from this replica's state while it
+// leads, else from the leader.
+func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.Decision, error) {
+	leading, leader := l.s.Leader()
+	if leading {
+		d, err := stateLeaser{l.s}.Select(ctx, req)
+		if err == nil && d.LeaseID != "" {
+			l.hold(d, req.LeaseTTL, l.cfg.Holder())
+		}
+		return d, err
+	}
+	if leader == "" {
+		return routing.Decision{}, routing.ErrReset // answered not_leader
+	}
+	body := api.LeaseRequest{
+		Router: req.Router, EnvID: req.EnvID, SessionID: req.Session,
+		TimeoutMS: int(req.Wait.Milliseconds()), StickyWaitMS: int(req.StickyWait.Milliseconds()),
+		MinVersion: req.MinVersion, LeaseTTLMS: req.LeaseTTL.Milliseconds(),
+		Model: req.Model, Route: req.Route, Exclude: req.Exclude,
+	}
+	cctx, cancel := context.WithTimeout(ctx, req.Wait+replicaCallTimeout)
+	defer cancel()
+	var sel api.SelectResponse
+	if err := l.call(cctx, http.MethodPost, leader, "/internal/leases", body, &sel); err != nil {
+		if ctx.Err() != nil {
+			return routing.Decision{}, ctx.Err()
+		}
+		return routing.Decision{}, err
+	}
+	d := routing.Decision{
+		Policy: l.policy(sel), Node: sel.NodeID, EnvUnmapped: sel.EnvUnmapped,
+		LeaseID: sel.LeaseID, Version: sel.Version, Sticky: routing.Sticky(sel.Sticky),
+	}
+	if d.LeaseID != "" {
+		l.hold(d, req.LeaseTTL, leader)
+	}
+	return d, nil
+}
+
+// policy is the leased policy as this replica's registration has it (its
+// key included, which the leader does not send), or as the leader named
+// it when this replica has not heard of it yet.
+func (l *replicaLeaser) policy(sel api.SelectResponse) routing.Policy {
+	snap := l.s.State.Snapshot()
+	if pos, ok := snap.ByID(sel.ID); ok {
+		return snap.Policies()[pos]
+	}
+	return routing.Policy{Index: sel.Index, ID: sel.ID, URL: sel.URL}
+}
+
+func (l *replicaLeaser) hold(d routing.Decision, ttl time.Duration, with string) {
+	l.mu.Lock()
+	l.held[d.LeaseID] = &heldLease{policyID: d.Policy.ID, ttl: ttl, with: with}
+	l.mu.Unlock()
+}
+
+// Release returns d's lease to the leader that counts it.
+func (l *replicaLeaser) Release(ctx context.Context, d routing.Decision, failure *proxy.Failure) error {
+	l.mu.Lock()
+	h := l.held[d.LeaseID]
+	delete(l.held, d.LeaseID)
+	l.mu.Unlock()
+	if h == nil || h.with == l.cfg.Holder() {
+		// Counted here: this replica's own state.
+		if lease, ok := l.s.State.ParseLeaseID(d.LeaseID); ok {
+			d.Lease = lease
+		}
+		return stateLeaser{l.s}.Release(ctx, d, failure)
+	}
+	return l.returnTo(ctx, h.with, d.LeaseID, h.policyID, failure)
+}
+
+// returnTo returns a lease to leader.
+func (l *replicaLeaser) returnTo(ctx context.Context, leader, id, policyID string, failure *proxy.Failure) error {
+	body := api.LeaseReleaseRequest{PolicyID: policyID}
+	if failure != nil {
+		body.Failure = &api.LeaseFailure{At: failure.At, Reason: failure.Reason}
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replicaCallTimeout)
+	defer cancel()
+	return l.call(cctx, http.MethodPost, leader, "/internal/leases/"+id+"/release", body, nil)
+}
+
+// Available returns the policies the leader can route to now.
+func (l *replicaLeaser) Available(ctx context.Context) ([]routing.Policy, error) {
+	if leading, _ := l.s.Leader(); leading {
+		return stateLeaser{l.s}.Available(ctx)
+	}
+	r, err := l.routable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	snap := l.s.State.Snapshot()
+	out := make([]routing.Policy, 0, len(r.Available))
+	for _, id := range r.Available {
+		if pos, ok := snap.ByID(id); ok {
+			out = append(out, snap.Policies()[pos])
+		}
+	}
+	return out, nil
+}
+
+// ServedModels returns the models the leader knows the policies serve.
+func (l *replicaLeaser) ServedModels(ctx context.Context) ([]string, error) {
+	if leading, _ := l.s.Leader(); leading {
+		return stateLeaser{l.s}.ServedModels(ctx)
+	}
+	r, err := l.routable(ctx)
+	return r.Models, err
+}
+
+func (l *replicaLeaser) routable(ctx context.Context) (api.Routable, error) {
+	_, leader := l.s.Leader()
+	if leader == "" {
+		return api.Routable{}, routing.ErrReset
+	}
+	cctx, cancel := context.WithTimeout(ctx, replicaCallTimeout)
+	defer cancel()
+	var r api.Routable
+	err := l.call(cctx, http.MethodGet, leader, "/internal/routable", nil, &r)
+	return r, err
+}
+
+// call sends one request to the leader and decodes its answer into out
+// (when not nil). An error answer is returned as the leader's *Error, to
+// be passed on to the client as it is; a leader that does not answer is
+// not_leader (retry, the next leader may be elected by then).
+func (l *replicaLeaser) call(ctx context.Context, method, leader, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(leader, "/")+path, body)
+	if err != nil {
+		return fmt.Errorf("replica: request to the leader %s: %w", leader, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set(api.FromFollowerHeader, "1")
+	if l.cfg.Token != nil {
+		token, err := l.cfg.Token()
+		if err != nil {
+			return fmt.Errorf("replica: token: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := l.s.peers.Do(req)
+	if err != nil {
+		return errorf(api.CodeNotLeader, "the leader "+leader+" did not answer; retry: "+err.Error())
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return errorf(api.CodeNotLeader, "the leader "+leader+" did not answer in full; retry: "+err.Error())
+	}
+	if res.StatusCode != http.StatusOK {
+		var env api.ErrorResponse
+		if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
+			return errorf(api.CodeUpstreamFailed, fmt.Sprintf("the leader %s answered %d", leader, res.StatusCode))
+		}
+		e := env.Error
+		return &Error{Code: e.Code, Message: e.Message, Fields: e.Fields, Leader: e.Leader, Details: e.Details}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return errorf(api.CodeUpstreamFailed, "the leader "+leader+" answered an unreadable body: "+err.Error())
+	}
+	return nil
+}
+
+// LeaderChanged tells the replica that the leader may have changed (a
+// new one elected, or this replica's term began or ended): the leases of
+// its requests in flight go to the leader now. Safe to call at any time.
+func (s *Server) LeaderChanged() {
+	if s.leases == nil {
+		return
+	}
+	select {
+	case s.leases.wake <- struct{}{}:
+	default:
+	}
+}
+
+// RunLeases hands the leases of this replica's requests in flight to
+// each new leader until ctx is done. A replica with proxying on every
+// replica (Config.Replica) runs it beside its leader election; without
+// it, it returns at once.
+func (s *Server) RunLeases(ctx context.Context) {
+	l := s.leases
+	if l == nil {
+		return
+	}
+	retry := time.NewTimer(replicaRetry)
+	defer retry.Stop()
+	for {
+		if l.rehome(ctx) {
+			retry.Stop()
+		} else {
+			retry.Reset(replicaRetry)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.wake:
+		case <-retry.C:
+		}
+	}
+}
+
+// rehome hands every held lease that the leader does not count to the
+// leader, and reports whether none is left to hand (false: try again).
+func (l *replicaLeaser) rehome(ctx context.Context) bool {
+	leading, leader := l.s.Leader()
+	self := l.cfg.Holder()
+	if leading {
+		leader = self
+	}
+	type pending struct {
+		id string
+		h  heldLease
+	}
+	var todo []pending
+	l.mu.Lock()
+	for id, h := range l.held {
+		switch {
+		case h.with != leader:
+		case leading && !l.s.State.LeaseValid(l.leaseOf(id)):
+			// Counted here before, and this replica's state was reset
+			// since (a term ended): count it again.
+		default:
+			continue
+		}
+		todo = append(todo, pending{id, *h})
+	}
+	l.mu.Unlock()
+	if len(todo) == 0 {
+		return true
+	}
+	if leader == "" {
+		return false
+	}
+	done := true
+	for _, p := range todo {
+		err := l.adopt(ctx, leading, leader, p.id, p.h)
+		var e *Error
+		switch {
+		case err == nil:
+		case errors.As(err, &e) && (e.Code == api.CodeNotFound || e.Code == api.CodeConflict || e.Code == api.CodeValidationFailed):
+			// Refused for good (the policy is gone): the request goes on,
+			// uncounted, and its lease is let go.
+			l.s.logger.Warn("replica: the leader does not take a lease of a request in flight; it is let go",
+				"leader", leader, "lease_id", p.id, "policy_id", p.h.policyID, "err", err)
+			l.mu.Lock()
+			delete(l.held, p.id)
+			l.mu.Unlock()
+			continue
+		default:
+			l.s.logger.Debug("replica: lease not handed to the leader yet", "leader", leader, "lease_id", p.id, "err", err)
+			done = false
+			continue
+		}
+		l.mu.Lock()
+		h, ok := l.held[p.id]
+		if ok {
+			h.with = leader
+		}
+		l.mu.Unlock()
+		if !ok {
+			// Its request ended meanwhile, and returned it to the old
+			// leader: return it to this one too.
+			l.releaseAdopted(ctx, leading, leader, p.id, p.h.policyID)
+		}
+	}
+	return done
+}
+
+// leaseOf is the lease of id in this replica's state, 0 for none.
+func (l *replicaLeaser) leaseOf(id string) uint64 {
+	lease, _ := l.s.State.ParseLeaseID(id)
+	return lease
+}
+
+// adopt hands one lease to leader: this replica's state while it leads.
+func (l *replicaLeaser) adopt(ctx context.Context, leading bool, leader, id string, h heldLease) error {
+	ttl := h.ttl
+	if ttl == 0 {
+		ttl = l.s.State.LeaseTTL()
+	}
+	if leading {
+		_, err := l.s.State.Adopt(routing.AdoptRequest{ID: id, Holder: leader, PolicyID: h.policyID, TTL: ttl})
+		if err != nil {
+			return asError(err)
+		}
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, replicaCallTimeout)
+	defer cancel()
+	body := api.AdoptRequest{PolicyID: h.policyID, Holder: l.cfg.Holder(), LeaseTTLMS: ttl.Milliseconds()}
+	return l.call(cctx, http.MethodPut, leader, "/internal/leases/"+id, body, nil)
+}
+
+// releaseAdopted returns a lease adopted after its request ended.
+func (l *replicaLeaser) releaseAdopted(ctx context.Context, leading bool, leader, id, policyID string) {
+	if leading {
+		if lease, ok := l.s.State.ParseLeaseID(id); ok {
+			_, _ = l.s.State.Release(lease)
+		}
+		return
+	}
+	_ = l.returnTo(ctx, leader, id, policyID, nil)
+}
