@@ -112,8 +112,9 @@ type resumeState struct {
 	// abortedOn is the policy whose abort the next attempt continues: it
 	// is left out of that attempt only (it may be paused for an update,
 	// and serve again after it), unlike a policy that failed.
-	abortedOn string
-	stream    *streamState // a streamed request's (resume_stream.go), or nil
+	abortedOn  string
+	stream     *streamState     // a streamed request's (resume_stream.go), or nil
+	completion *completionState // a /v1/completions request's (resume_completions.go), or nil
 }
 
 // resumeSegment is what one policy generated of a resumed answer, in
@@ -139,7 +140,7 @@ type weightSpan struct {
 // when it is, nil when not. A /generate request that cannot be is marked
 // so (X-Resume: unavailable) on w; a malformed X-Resume-On-Abort is a 422.
 func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (*resumeState, error) {
-	if !p.Resume || r.URL.Path != "/generate" {
+	if !p.Resume || (r.URL.Path != "/generate" && r.URL.Path != "/v1/completions") {
 		return nil, nil
 	}
 	switch v := r.Header.Get(HeaderResumeOnAbort); v {
@@ -149,13 +150,22 @@ func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (
 	default:
 		return nil, fieldError(HeaderResumeOnAbort, "must be 0 or 1, not "+strconv.Quote(v))
 	}
-	rs, why := parseResumable(body)
+	rs, why := parseFor(r.URL.Path, body)
 	if why != "" {
 		w.Header().Set(HeaderResume, "unavailable ("+why+")")
 		return nil, nil
 	}
 	rs.body, rs.left = body, p.Retries
 	return rs, nil
+}
+
+// parseFor reads a resumable request of the proxied path; it returns why
+// the request cannot be resumed, or its state.
+func parseFor(path string, body []byte) (*resumeState, string) {
+	if path == "/v1/completions" {
+		return parseResumableCompletion(body)
+	}
+	return parseResumable(body)
 }
 
 // parseResumable reads a GenerateReqInput; it returns why the request
@@ -344,6 +354,9 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 	}
 	if len(rs.segs) == 0 && !bytes.Contains(raw, []byte(`"abort"`)) {
 		return pass() // not aborted: no decoding, no copy
+	}
+	if rs.completion != nil {
+		return rs.completionAnswer(res, a, raw, pass)
 	}
 	var ans map[string]json.RawMessage
 	var meta map[string]json.RawMessage
@@ -567,6 +580,9 @@ func (rs *resumeState) setHeaders(h http.Header, why string) {
 func (rs *resumeState) writePartial(w http.ResponseWriter, why string) {
 	last := rs.segs[len(rs.segs)-1]
 	out := rs.merged()
+	if rs.completion != nil {
+		out = rs.mergedCompletion()
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderPolicyIndex, strconv.Itoa(last.PolicyIndex))
