@@ -236,3 +236,46 @@ func getJSON(tb testing.TB, url string, v any) {
 		tb.Fatalf("GET %s: %v", url, err)
 	}
 }
+
+// /v1/completions with a prompt of token ids and return_token_ids answers
+// as vLLM does: the deterministic tokens in token_ids, the prompt's in
+// prompt_token_ids, their text, and with logprobs the OpenAI lists.
+func TestCompletionTokenIDs(t *testing.T) {
+	f, err := New(1, rand.NewPCG(1, 2), Options{Engine: EngineVLLM, TokensPerSecond: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	res, err := http.Post(f.URL(0)+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"m","prompt":[4,5],"max_tokens":3,"return_token_ids":true,"logprobs":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var ans struct {
+		Choices []struct {
+			Text           string  `json:"text"`
+			TokenIDs       []int64 `json:"token_ids"`
+			PromptTokenIDs []int64 `json:"prompt_token_ids"`
+			Logprobs       struct {
+				Tokens        []string  `json:"tokens"`
+				TokenLogprobs []float64 `json:"token_logprobs"`
+				TextOffset    []int     `json:"text_offset"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&ans); err != nil || len(ans.Choices) != 1 {
+		t.Fatalf("answer %+v, %v", ans, err)
+	}
+	c := ans.Choices[0]
+	ids, lps := Continuation([]int64{4, 5}, 3)
+	first := Detokenize(ids[:1])
+	if !slices.Equal(c.TokenIDs, ids) || !slices.Equal(c.PromptTokenIDs, []int64{4, 5}) || c.Text != Detokenize(ids) || ans.Usage.PromptTokens != 2 ||
+		!slices.Equal(c.Logprobs.TokenLogprobs, lps) || !slices.Equal(c.Logprobs.Tokens, []string{first, Detokenize(ids[1:2]), Detokenize(ids[2:])}) ||
+		!slices.Equal(c.Logprobs.TextOffset, []int{0, len(first), len(first) + len(Detokenize(ids[1:2]))}) {
+		t.Errorf("choice %+v, usage %+v; want token_ids %v, prompt_token_ids [4 5], text %q, logprobs %v", c, ans.Usage, ids, Detokenize(ids), lps)
+	}
+}

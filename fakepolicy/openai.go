@@ -50,6 +50,12 @@ type genRequest struct {
 	InputIDs      json.RawMessage `json:"input_ids"`
 	Text          json.RawMessage `json:"text"`
 	ReturnLogprob bool            `json:"return_logprob"`
+	// vLLM's CompletionRequest (vllm/entrypoints/openai/completion/
+	// protocol.py): the prompt as text or token ids, logprobs (how many
+	// top logprobs; any asks for them) and return_token_ids.
+	Prompt         json.RawMessage `json:"prompt"`
+	Logprobs       *int            `json:"logprobs"`
+	ReturnTokenIDs bool            `json:"return_token_ids"`
 }
 
 func (g genRequest) tokens() int {
@@ -117,11 +123,16 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 	}
 	id := fmt.Sprintf("gen-%d-%d", p.index, p.works.Load())
 	g := &generation{p: p, k: k, id: id, n: n, busy: d, hit: hit}
-	if k == kindGenerate {
+	switch k {
+	case kindGenerate:
 		g.prompt = promptTokens(req.InputIDs, req.Text)
 		g.ids, g.logprobs = Continuation(g.prompt, n)
 		g.returnLogprob = req.ReturnLogprob
 		g.incremental = req.Stream && p.engine.incremental.Load()
+	case kindCompletion:
+		g.prompt = promptTokens(req.Prompt, req.Prompt)
+		g.ids, g.logprobs = Continuation(g.prompt, n)
+		g.returnLogprob, g.returnTokenIDs = req.Logprobs != nil, req.ReturnTokenIDs
 	}
 	if !req.Stream {
 		start := time.Now()
@@ -228,18 +239,23 @@ type generation struct {
 	aborted bool
 	// prompt, ids and logprobs are a native generation's prompt tokens and
 	// the tokens it generates (tokens.go); returnLogprob asks for them.
-	prompt        []int64
-	ids           []int64
-	logprobs      []float64
-	returnLogprob bool
+	prompt         []int64
+	ids            []int64
+	logprobs       []float64
+	returnLogprob  bool
+	returnTokenIDs bool
 	// incremental streams each chunk's new tokens only
 	// (SetIncrementalStreaming); sent is how many went out before.
 	incremental bool
 	sent        int
 }
 
-// text is the first i tokens.
+// text is the text of tokens from to to: of the tokens generated
+// (Detokenize), or " tok<i>" for each position when there are none (chat).
 func (g *generation) text(from, to int) string {
+	if g.ids != nil {
+		return Detokenize(g.ids[from:to])
+	}
 	var b strings.Builder
 	for t := from; t < to; t++ {
 		b.WriteString(" tok")
@@ -327,8 +343,33 @@ func (g *generation) final() map[string]any {
 		return map[string]any{"id": g.id, "object": "chat.completion", "created": time.Now().Unix(), "model": ModelName, "usage": usage,
 			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": g.text(0, g.n)}, "finish_reason": g.finish(g.n)}}}
 	case kindCompletion:
+		usage["prompt_tokens"], usage["total_tokens"] = len(g.prompt), len(g.prompt)+g.n
 		return map[string]any{"id": g.id, "object": "text_completion", "created": time.Now().Unix(), "model": ModelName, "usage": usage,
-			"choices": []any{map[string]any{"index": 0, "text": g.text(0, g.n), "finish_reason": g.finish(g.n)}}}
+			"choices": []any{g.completionChoice()}}
 	}
 	return g.native(g.n)
+}
+
+// completionChoice is the choice of a /v1/completions answer, as vLLM
+// builds it (vllm/entrypoints/openai/completion/serving.py
+// request_output_to_completion_response and _create_completion_logprobs,
+// commit 030ea52effcb): with return_token_ids, prompt_token_ids and the
+// output's token_ids; with logprobs, tokens, token_logprobs, top_logprobs
+// and text_offset (in characters, from 0).
+func (g *generation) completionChoice() map[string]any {
+	choice := map[string]any{"index": 0, "text": g.text(0, g.n), "finish_reason": g.finish(g.n), "stop_reason": nil}
+	if g.returnTokenIDs {
+		choice["prompt_token_ids"], choice["token_ids"] = g.prompt, g.ids[:g.n]
+	}
+	if g.returnLogprob {
+		tokens, offsets, top := make([]string, g.n), make([]int, g.n), make([]map[string]float64, g.n)
+		at := 0
+		for i := range g.n {
+			tokens[i], offsets[i] = Detokenize(g.ids[i:i+1]), at
+			top[i] = map[string]float64{tokens[i]: g.logprobs[i]}
+			at += len(tokens[i]) // ASCII: characters are bytes
+		}
+		choice["logprobs"] = map[string]any{"tokens": tokens, "token_logprobs": g.logprobs[:g.n], "top_logprobs": top, "text_offset": offsets}
+	}
+	return choice
 }

@@ -231,6 +231,9 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 			if a.d.EnvUnmapped {
 				h.Set(HeaderEnvUnmapped, "true")
 			}
+			if a.resume != nil && a.resume.stream != nil {
+				return a.resume.resumeStream(res, a)
+			}
 			if a.resume != nil && !isEventStream(h) {
 				return a.resume.resumeAnswer(res, a)
 			}
