@@ -234,6 +234,12 @@ func (l *replicaLeaser) call(ctx context.Context, method, leader, path string, i
 	if err != nil {
 		return errorf(api.CodeNotLeader, "the leader "+leader+" did not answer in full; retry: "+err.Error())
 	}
+	if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
+		// This replica's own credentials, not the client's: the replicas
+		// do not share their token key.
+		l.s.logger.Error("replica: the leader refused this replica's token; do the replicas share --jwt-secret?", "leader", leader, "status", res.StatusCode)
+		return errorf(api.CodeUpstreamFailed, fmt.Sprintf("the leader %s refused this replica's token (%d)", leader, res.StatusCode))
+	}
 	if res.StatusCode != http.StatusOK {
 		var env api.ErrorResponse
 		if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
