@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/internal/etcdtest"
 	"github.com/policyrouter/policyrouter/internal/poll"
@@ -172,4 +174,47 @@ func TestThreeReplicasProxyWithinCapacityAcrossFailOver(t *testing.T) {
 	}
 	t.Logf("streams served by replica: %d, %d, %d (leader %d killed); %d after the kill",
 		served[0].Load(), served[1].Load(), served[2].Load(), leaderAt, afterOK.Load())
+}
+
+// A leader that loses its term but lives on (its etcd session expired)
+// hands the leases of its own streams in flight to the next leader.
+func TestLeadersStreamGoesToTheNextLeader(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	fleet := newProxyFleet(t, 1)
+	a := startReplica(t, etcd.Endpoint, "/ha-proxy-term/")
+	b := startReplica(t, etcd.Endpoint, "/ha-proxy-term/")
+	leader, followers := leaderOf(t, a, b)
+	registerFleet(t, leader, leader, fleet, 1)
+
+	res := generate(t, leader.url, 1000, nil)
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("leader /generate = %d", res.StatusCode)
+	}
+	body := bufio.NewReader(res.Body)
+	if line, err := body.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first line of the stream %q, %v", line, err)
+	}
+	fleet.Policy(0).Freeze()
+	if got := leader.app.State.Stats().Leases; got != 1 {
+		t.Fatalf("leases on the leader during its stream: %d; want 1", got)
+	}
+
+	// End the leader's term: its election session goes.
+	cli := leader.app.etcd.Client()
+	keys, err := cli.Get(t.Context(), leader.app.electionPrefix()+"/", clientv3.WithFirstCreate()...)
+	if err != nil || len(keys.Kvs) == 0 {
+		t.Fatalf("the leader's campaign key: %v", err)
+	}
+	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(keys.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := leaderOf(t, followers[0])
+	poll.Until(t, "the next leader to count the old leader's stream", func() bool { return next.app.State.Stats().Leases == 1 })
+
+	fleet.Policy(0).Thaw()
+	if complete, err := streamOutcome(body); !complete || err != nil {
+		t.Fatalf("the old leader's stream: complete %t, err %v", complete, err)
+	}
+	poll.Until(t, "the lease back on the next leader", func() bool { return next.app.State.Stats().Leases == 0 })
 }
