@@ -116,7 +116,7 @@ type Config struct {
 	EtcdKey       string
 	// PeerCA is a PEM file of CA certificates trusted, besides the
 	// system's, for the other replicas' https:// advertise URLs: a
-	// follower reads the leader's GET /stats there. PeerCert and PeerKey
+	// follower reads the leader's GET /stats there, and leases from it. PeerCert and PeerKey
 	// are the client certificate it presents to a leader that requires
 	// one (--tls-client-ca); they are read again when they change.
 	PeerCA, PeerCert, PeerKey string
@@ -269,7 +269,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EtcdCA, "etcd-ca", c.EtcdCA, "PEM file of CA certificates trusted, besides the system's, for https:// etcd endpoints")
 	fs.StringVar(&c.EtcdCert, "etcd-cert", c.EtcdCert, "PEM file of the client certificate presented to etcd (mutual TLS)")
 	fs.StringVar(&c.EtcdKey, "etcd-key", c.EtcdKey, "PEM file of the key of --etcd-cert")
-	fs.StringVar(&c.PeerCA, "peer-ca", c.PeerCA, "PEM file of CA certificates trusted, besides the system's, for the other replicas' https:// --advertise-url (a follower reads the leader's /stats) (--store etcd)")
+	fs.StringVar(&c.PeerCA, "peer-ca", c.PeerCA, "PEM file of CA certificates trusted, besides the system's, for the other replicas' https:// --advertise-url (a follower reads the leader's /stats and leases proxied requests from it) (--store etcd)")
 	fs.StringVar(&c.PeerCert, "peer-cert", c.PeerCert, "PEM file of the client certificate a follower presents to a leader that requires one (--tls-client-ca); read again when it changes (--store etcd)")
 	fs.StringVar(&c.PeerKey, "peer-key", c.PeerKey, "PEM file of the key of --peer-cert")
 	fs.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "etcd session TTL of the leader election, whole seconds: a dead leader is replaced after about this long (--store etcd)")

@@ -27,8 +27,8 @@ func newProxyFleet(t *testing.T, n int) *fakepolicy.Fleet {
 }
 
 // registerFleet registers the fleet's policies with capacity, through r,
-// and waits until leader has heard from them all.
-func registerFleet(t *testing.T, r, leader *replica, fleet *fakepolicy.Fleet, capacity int) {
+// and waits until the leader has heard from them all, idle.
+func registerFleet(t *testing.T, r, leader *replica, fleet *fakepolicy.Fleet, capacity int, token ...string) {
 	t.Helper()
 	var ps []map[string]any
 	for i, u := range fleet.URLs() {
@@ -37,6 +37,9 @@ func registerFleet(t *testing.T, r, leader *replica, fleet *fakepolicy.Fleet, ca
 	b, _ := json.Marshal(map[string]any{"policies": ps})
 	req, _ := http.NewRequest(http.MethodPut, r.url+"/policies", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
+	for _, tok := range token {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +50,7 @@ func registerFleet(t *testing.T, r, leader *replica, fleet *fakepolicy.Fleet, ca
 		t.Fatalf("PUT /policies = %d", res.StatusCode)
 	}
 	poll.Until(t, "the leader to hear from every policy", func() bool {
-		return leader.app.Ready() == nil && leader.app.State.Stats().Idle == fleet.Len()
+		return leader.app.Ready() == nil && leader.app.State.Stats().Idle == fleet.Len()*capacity
 	})
 }
 
@@ -55,6 +58,14 @@ func registerFleet(t *testing.T, r, leader *replica, fleet *fakepolicy.Fleet, ca
 // returns the answer, its body unread.
 func generate(t *testing.T, url string, n int, header map[string]string) *http.Response {
 	t.Helper()
+	res, err := sendGenerate(url, n, header)
+	if err != nil {
+		t.Fatalf("POST %s/generate: %v", url, err)
+	}
+	return res
+}
+
+func sendGenerate(url string, n int, header map[string]string) (*http.Response, error) {
 	b, _ := json.Marshal(map[string]any{"input_ids": []int{1, 2, 3}, "sampling_params": map[string]any{"max_new_tokens": n}, "stream": true})
 	req, _ := http.NewRequest(http.MethodPost, url+"/generate", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
@@ -62,11 +73,7 @@ func generate(t *testing.T, url string, n int, header map[string]string) *http.R
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s/generate: %v", url, err)
-	}
-	return res
+	return http.DefaultClient.Do(req)
 }
 
 // streamOutcome reads an event stream to its end: whether it ended with

@@ -463,9 +463,10 @@ func TestEtcdRestartUnderLoad(t *testing.T) {
 }
 
 // Replicas that serve HTTPS with a private CA and require client
-// certificates: a follower reads the leader's /stats when --peer-ca trusts
-// the CA and --peer-cert is a certificate the leader accepts, and falls
-// back to its own view (no stats_from) without them.
+// certificates: a follower reads the leader's /stats, and proxies under
+// its leases, when --peer-ca trusts the CA and --peer-cert is a
+// certificate the leader accepts; without them it falls back to its own
+// view (no stats_from) and cannot proxy.
 func TestFollowerStatsOverMutualTLS(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	dir := t.TempDir()
@@ -563,6 +564,20 @@ func TestFollowerStatsOverMutualTLS(t *testing.T) {
 			t.Errorf("follower %s with --peer-ca and --peer-cert: stats from %q, states %v; want the leader's (%s), [idle]", r.url, from, states, leaderURL)
 		case !r.withPeer && from != "":
 			t.Errorf("follower %s without --peer-ca: stats from %q; want its own view, the leader's certificate being untrusted", r.url, from)
+		}
+		// The follower proxies under a lease from the leader over the
+		// same TLS: without --peer-ca it cannot reach the leader.
+		resp, err := client.Post(r.url+"/generate", "application/json", strings.NewReader(`{"text": "hi"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case r.withPeer && resp.StatusCode != http.StatusOK:
+			t.Errorf("follower %s with --peer-ca and --peer-cert: /generate = %d %s; want 200", r.url, resp.StatusCode, body)
+		case !r.withPeer && (resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), api.CodeNotLeader)):
+			t.Errorf("follower %s without --peer-ca: /generate = %d %s; want 503 not_leader", r.url, resp.StatusCode, body)
 		}
 	}
 }

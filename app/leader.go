@@ -163,7 +163,7 @@ func (a *App) lead(ctx context.Context) {
 	a.leading.Store(false)
 	a.Metrics.SetLeader(false)
 	a.State.Reset()
-	a.Server.LeaderChanged()
+	a.Server.TermEnded()
 	a.Config.Logger.Info("no longer leading", "term", time.Since(start).Round(time.Millisecond))
 }
 

@@ -44,7 +44,7 @@ func fuzzBody(f *testing.F, method, path string, seeds ...string) {
 			}
 		case rec.Code >= 500:
 			t.Fatalf("%s %s %q: status %d: %s", method, path, body, rec.Code, rec.Body)
-		case method == "POST" && path == "/select" && rec.Code == http.StatusOK:
+		case method == "POST" && (path == "/select" || path == "/internal/leases") && rec.Code == http.StatusOK:
 			// Give the lease back, so that the next input finds an
 			// idle policy and its 200 is checked too.
 			var sel struct {
@@ -85,6 +85,23 @@ func FuzzSelectBody(f *testing.F) {
 func FuzzReleaseBody(f *testing.F) {
 	fuzzBody(f, "POST", "/release",
 		`{"lease_id":"00000000-0000-8000-8000-000000000001"}`, `{"index":0}`, `{"index":-5}`, `{"lease_id":""}`)
+}
+
+func FuzzInternalLeaseBody(f *testing.F) {
+	fuzzBody(f, "POST", "/internal/leases",
+		`{"router":"idle_affinity","timeout_ms":0,"route":"/generate"}`,
+		`{"router":"power_of_two","timeout_ms":5,"session_id":"s","sticky_wait_ms":9,"exclude":["x"],"min_version":0}`,
+		`{"router":"node_affinity","timeout_ms":0}`, `{"router":"","timeout_ms":-1}`, `{"timeout_ms":0,"lease_ttl_ms":1e20}`)
+}
+
+func FuzzAdoptBody(f *testing.F) {
+	fuzzBody(f, "PUT", "/internal/leases/0190f5c2-7a3b-8c4d-9e5f-0123456789ab",
+		`{"policy_id":"p","holder":"http://r"}`, `{"policy_id":"","holder":""}`, `{"policy_id":"p","holder":"h","lease_ttl_ms":-1}`)
+}
+
+func FuzzLeaseReleaseBody(f *testing.F) {
+	fuzzBody(f, "POST", "/internal/leases/0190f5c2-7a3b-8c4d-9e5f-0123456789ab/release",
+		`{"policy_id":"p"}`, `{"policy_id":"p","failure":{"at":"2026-01-01T00:00:00Z","reason":"x"}}`, `{"failure":{"at":"x"}}`)
 }
 
 func FuzzCompleteBody(f *testing.F) {

@@ -64,7 +64,8 @@ type heldLease struct {
 	policyID string
 	ttl      time.Duration
 	// with is the advertise URL of the leader that counts the lease: this
-	// replica's own while it leads.
+	// replica's own while it leads; "" when none does (this replica's
+	// term ended).
 	with string
 }
 
@@ -109,6 +110,9 @@ func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.
 	}
 	if d.LeaseID != "" {
 		l.hold(d, req.LeaseTTL, leader)
+		if now, current := l.s.Leader(); now || current != leader {
+			l.s.LeaderChanged() // changed during the call: hand it over
+		}
 	}
 	return d, nil
 }
@@ -136,6 +140,9 @@ func (l *replicaLeaser) Release(ctx context.Context, d routing.Decision, failure
 	h := l.held[d.LeaseID]
 	delete(l.held, d.LeaseID)
 	l.mu.Unlock()
+	if h != nil && h.with == "" {
+		return nil // counted by no leader: its term ended, and no other took it yet
+	}
 	if h == nil || h.with == l.cfg.Holder() {
 		// Counted here: this replica's own state.
 		if lease, ok := l.s.State.ParseLeaseID(d.LeaseID); ok {
@@ -234,6 +241,12 @@ func (l *replicaLeaser) call(ctx context.Context, method, leader, path string, i
 	if err != nil {
 		return errorf(api.CodeNotLeader, "the leader "+leader+" did not answer in full; retry: "+err.Error())
 	}
+	if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
+		// This replica's own credentials, not the client's: the replicas
+		// do not share their token key.
+		l.s.logger.Error("replica: the leader refused this replica's token; do the replicas share --jwt-secret?", "leader", leader, "status", res.StatusCode)
+		return errorf(api.CodeUpstreamFailed, fmt.Sprintf("the leader %s refused this replica's token (%d)", leader, res.StatusCode))
+	}
 	if res.StatusCode != http.StatusOK {
 		var env api.ErrorResponse
 		if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
@@ -262,6 +275,25 @@ func (s *Server) LeaderChanged() {
 	case s.leases.wake <- struct{}{}:
 	default:
 	}
+}
+
+// TermEnded tells the replica that its term as leader ended and its
+// routing state was reset: the leases it counted for its own requests in
+// flight are counted nowhere until the next leader takes them. Call it
+// after the reset.
+func (s *Server) TermEnded() {
+	if s.leases == nil {
+		return
+	}
+	self := s.leases.cfg.Holder()
+	s.leases.mu.Lock()
+	for _, h := range s.leases.held {
+		if h.with == self {
+			h.with = ""
+		}
+	}
+	s.leases.mu.Unlock()
+	s.LeaderChanged()
 }
 
 // RunLeases hands the leases of this replica's requests in flight to
@@ -305,15 +337,9 @@ func (l *replicaLeaser) rehome(ctx context.Context) bool {
 	var todo []pending
 	l.mu.Lock()
 	for id, h := range l.held {
-		switch {
-		case h.with != leader:
-		case leading && !l.s.State.LeaseValid(l.leaseOf(id)):
-			// Counted here before, and this replica's state was reset
-			// since (a term ended): count it again.
-		default:
-			continue
+		if h.with != leader {
+			todo = append(todo, pending{id, *h})
 		}
-		todo = append(todo, pending{id, *h})
 	}
 	l.mu.Unlock()
 	if len(todo) == 0 {
@@ -355,12 +381,6 @@ func (l *replicaLeaser) rehome(ctx context.Context) bool {
 		}
 	}
 	return done
-}
-
-// leaseOf is the lease of id in this replica's state, 0 for none.
-func (l *replicaLeaser) leaseOf(id string) uint64 {
-	lease, _ := l.s.State.ParseLeaseID(id)
-	return lease
 }
 
 // adopt hands one lease to leader: this replica's state while it leads.

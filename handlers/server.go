@@ -87,8 +87,9 @@ type Config struct {
 	Leader func() (leading bool, leader string)
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
-	// PeerTLS is the TLS configuration of a follower's requests for the
-	// leader's /stats (--peer-ca, --peer-cert); nil for the defaults.
+	// PeerTLS is the TLS configuration of a follower's requests to the
+	// leader: its /stats, and the leases of proxied requests (--peer-ca,
+	// --peer-cert); nil for the defaults.
 	PeerTLS *tls.Config
 	// EngineCapacity asks a policy's server how many requests it runs at
 	// once (poller.Poller.EngineCapacity), for a worker registered through
@@ -136,7 +137,7 @@ type Server struct {
 	// leases is the proxy's Leaser on a replica that proxies whether it
 	// leads or not; nil otherwise.
 	leases *replicaLeaser
-	// peers asks the leader for its stats on a follower.
+	// peers asks the leader for its stats, and its leases, on a follower.
 	peers *http.Client
 	// unmapped counts env ids that map to no node (envmap.go).
 	unmapped unmappedEnvs
@@ -192,6 +193,11 @@ func New(cfg Config) *Server {
 	s.engines = &engine.Client{HTTP: &http.Client{Transport: s.proxy.RoundTripper(), CheckRedirect: noRedirect}, Marks: s.marks}
 	peers := http.DefaultTransport.(*http.Transport).Clone()
 	peers.TLSClientConfig = cfg.PeerTLS
+	if s.leases != nil {
+		// Two calls to the leader per proxied request: keep as many
+		// connections as requests run at once, not DefaultTransport's 2.
+		peers.MaxIdleConnsPerHost = 256
+	}
 	s.peers = &http.Client{Transport: peers}
 	return s
 }

@@ -1,0 +1,170 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/auth"
+	"github.com/policyrouter/policyrouter/internal/poll"
+)
+
+// replicaSecret is the token key the replicas of these tests share.
+var replicaSecret = bytes.Repeat([]byte("r"), 48)
+
+func replicaVerifier(tb testing.TB) *auth.Verifier {
+	tb.Helper()
+	v, err := auth.NewVerifier(auth.Config{Secret: replicaSecret})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+func mintRoute(tb testing.TB, subject string) string {
+	tb.Helper()
+	tok, err := auth.Mint(auth.Config{Secret: replicaSecret}, subject, []string{auth.ScopeRoute, auth.ScopeAdmin}, time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
+// replicas is a leader and a follower of one registration: the policies
+// at urls, each of capacity 1, registered on both under the same ids.
+type replicas struct {
+	leader, follower *testServer
+	leaderURL        string
+}
+
+func newReplicas(tb testing.TB, replica *ReplicaConfig, urls ...string) *replicas {
+	tb.Helper()
+	rs := &replicas{}
+	leader := httptest.NewUnstartedServer(nil)
+	rs.leaderURL = "http://" + leader.Listener.Addr().String()
+	rs.leader = newTestServer(tb, Config{Auth: replicaVerifier(tb), Leader: func() (bool, string) { return true, rs.leaderURL }})
+	leader.Config.Handler = rs.leader.h
+	leader.Start()
+	tb.Cleanup(leader.Close)
+	rs.follower = newTestServer(tb, Config{Auth: replicaVerifier(tb), Leader: func() (bool, string) { return false, rs.leaderURL }, Replica: replica})
+
+	var req api.ReplacePoliciesRequest
+	key := "sk-engine"
+	for i, u := range urls {
+		idx := i
+		req.Policies = append(req.Policies, api.PolicyRequest{URL: u, Index: &idx, ID: fmt.Sprintf("policy-%d", i), APIKey: &key})
+	}
+	body, _ := json.Marshal(req)
+	for _, ts := range []*testServer{rs.leader, rs.follower} {
+		r := ts.request("PUT", "/policies", string(body))
+		r.Header.Set("Authorization", "Bearer "+mintRoute(tb, "admin"))
+		want(tb, ts.doReq(tb, r), http.StatusOK, nil)
+	}
+	return rs
+}
+
+// proxied sends a proxied request to the follower, with a client token.
+func (rs *replicas) proxied(tb testing.TB, path, body string, header map[string]string) *httptest.ResponseRecorder {
+	tb.Helper()
+	r := rs.follower.request("POST", path, body)
+	r.Header.Set("Authorization", "Bearer "+mintRoute(tb, "client"))
+	for k, v := range header {
+		r.Header.Set(k, v)
+	}
+	return rs.follower.doReq(tb, r)
+}
+
+func replicaConfig(tb testing.TB) *ReplicaConfig {
+	return &ReplicaConfig{
+		Holder: func() string { return "http://follower.test" },
+		Token:  func() (string, error) { return mintRoute(tb, "replica"), nil },
+	}
+}
+
+// A follower proxies under a lease the leader holds while the request
+// runs, with the engine key of its own registration.
+func TestFollowerLeasesFromTheLeader(t *testing.T) {
+	hold := make(chan struct{})
+	b := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {
+		<-hold
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"text": "ok"}`)
+	})
+	rs := newReplicas(t, replicaConfig(t), b.URL)
+
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- rs.proxied(t, "/generate", `{"text": "hi"}`, nil) }()
+	poll.Until(t, "the follower's request at the policy", func() bool { return b.inflight.Load() == 1 })
+	if got := rs.leader.State.Stats().Leases; got != 1 {
+		t.Errorf("leases on the leader while the follower's request runs: %d; want 1", got)
+	}
+	if got := rs.follower.State.Stats().Leases; got != 0 {
+		t.Errorf("leases on the follower: %d; want none (the leader counts them)", got)
+	}
+	close(hold)
+	rec := <-done
+	if rec.Code != http.StatusOK || rec.Header().Get("X-Policy-ID") != "policy-0" {
+		t.Fatalf("follower /generate = %d (X-Policy-ID %q): %s", rec.Code, rec.Header().Get("X-Policy-ID"), rec.Body)
+	}
+	if got := rs.leader.State.Stats().Leases; got != 0 {
+		t.Errorf("leases on the leader after the request: %d; want 0", got)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.auth) != 1 || b.auth[0] != "Bearer sk-engine" {
+		t.Errorf("the policy saw Authorization %q; want its own key", b.auth)
+	}
+}
+
+// The leader's refusal reaches the client as the leader wrote it: code,
+// fields, Retry-After.
+func TestFollowerPassesTheLeadersRefusal(t *testing.T) {
+	b := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {})
+	rs := newReplicas(t, replicaConfig(t), b.URL)
+	rec := rs.proxied(t, "/generate", `{"text": "hi"}`, map[string]string{"X-Min-Weight-Version": "5", "X-Select-Timeout-MS": "0"})
+	e := wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoFreshPolicy, "")
+	if rec.Header().Get("Retry-After") == "" || e.Message == "" {
+		t.Errorf("refusal passed on without Retry-After or message: %v %+v", rec.Header(), e)
+	}
+	if b.served.Load() != 0 {
+		t.Error("the policy was sent a request no lease was granted for")
+	}
+}
+
+// A follower whose token the leader refuses, or whose leader does not
+// answer, says so; neither is the client's fault.
+func TestFollowerCannotReachTheLeader(t *testing.T) {
+	b := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {})
+	noToken := &ReplicaConfig{Holder: func() string { return "http://follower.test" }}
+	rs := newReplicas(t, noToken, b.URL)
+	wantError(t, rs.proxied(t, "/generate", `{"text": "hi"}`, nil), http.StatusBadGateway, api.CodeUpstreamFailed, "")
+
+	gone := newReplicas(t, replicaConfig(t), b.URL)
+	gone.leaderURL = "http://127.0.0.1:1" // nothing listens there
+	wantError(t, gone.proxied(t, "/generate", `{"text": "hi"}`, nil), http.StatusServiceUnavailable, api.CodeNotLeader, "")
+	if b.served.Load() != 0 {
+		t.Error("the policy was sent a request no lease was granted for")
+	}
+}
+
+// The follower's /v1/models lists what the leader routes to.
+func TestFollowerModelsFromTheLeader(t *testing.T) {
+	b := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"object": "list", "data": [{"id": "served-model", "object": "model"}]}`)
+	})
+	rs := newReplicas(t, replicaConfig(t), b.URL)
+	r := rs.follower.request("GET", "/v1/models", "")
+	r.Header.Set("Authorization", "Bearer "+mintRoute(t, "client"))
+	rec := rs.follower.doReq(t, r)
+	body, _ := io.ReadAll(rec.Body)
+	if rec.Code != http.StatusOK || !bytes.Contains(body, []byte(`"served-model"`)) {
+		t.Errorf("follower /v1/models = %d %s; want served-model listed", rec.Code, body)
+	}
+}
