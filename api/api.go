@@ -34,8 +34,9 @@ type PolicyRequest struct {
 	// same URL; without it that is a conflict (a copy-paste slip more often
 	// than one server meant as two policies).
 	AllowSharedURL bool `json:"allow_shared_url,omitempty"`
-	// Engine is the kind of server: "policyrouter" (it serves GET /idle),
-	// "sglang" or "vllm"; default the server's --default-engine.
+	// Engine is the kind of server, a name of engine.Names():
+	// "policyrouter" (it serves GET /idle) or an inference engine's;
+	// default the server's --default-engine.
 	Engine string `json:"engine,omitempty" validate:"omitempty,engine"`
 	// APIKey and AdminAPIKey are sent to the policy's server as
 	// "Authorization: Bearer" (APIKey on probes, AdminAPIKey on weight
@@ -72,7 +73,7 @@ type Policy struct {
 	// Version is the policy's weight version: registered, or reported by
 	// its /idle answers.
 	Version int64 `json:"version"`
-	// Engine is the kind of server (policyrouter, sglang or vllm), and
+	// Engine is the kind of server (a name of engine.Names()), and
 	// WeightVersion the version string it last reported ("" before any).
 	Engine        string `json:"engine"`
 	WeightVersion string `json:"weight_version"`

@@ -34,15 +34,20 @@ func routes(engine string) []route {
 		{"GET", "/cache", (*Policy).serveCache},
 		{"GET", "/peak", (*Policy).servePeak},
 	}
-	switch engine {
-	case EngineSGLang:
-		return append(rs, sglangRoutes...)
-	case EngineVLLM:
-		return append(rs, vllmRoutes...)
+	if own, ok := engineRoutes[engine]; ok {
+		return append(rs, own...)
 	}
 	return append(rs,
 		route{"GET", "/idle", (*Policy).serveIdle},
 		route{"POST", "/update_weights_from_disk", (*Policy).serveUpdate})
+}
+
+// engineRoutes are the fakes of the engine table's rows other than the
+// native one, by engine name: each engine_*.go file's routes, one line
+// each. A test checks that every engine of the table has its line.
+var engineRoutes = map[string][]route{
+	EngineSGLang: sglangRoutes,
+	EngineVLLM:   vllmRoutes,
 }
 
 // engineState is what a simulated engine adds to a policy.
