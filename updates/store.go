@@ -3,10 +3,11 @@ package updates
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
-	"strings"
 
 	"github.com/policyrouter/policyrouter/engine"
+	"github.com/policyrouter/policyrouter/registry"
 	"github.com/policyrouter/policyrouter/store"
 )
 
@@ -160,11 +161,12 @@ func (m *Manager) drainLocked(ctx context.Context, u *Update, p *Policy) {
 	})
 }
 
-// resumeLocked queues the end of p's drain. Caller must hold mu.
+// resumeLocked queues the end of p's drain; a policy removed meanwhile
+// has none to end. Caller must hold mu.
 func (m *Manager) resumeLocked(ctx context.Context, p *Policy) {
 	id := p.ID
 	m.queueLocked(func() error {
-		if _, err := m.cfg.Registry.SetDraining(ctx, id, false); err != nil && !strings.Contains(err.Error(), "not found") {
+		if _, err := m.cfg.Registry.SetDraining(ctx, id, false); err != nil && !errors.Is(err, registry.ErrNotFound) {
 			m.cfg.Logger.Error("rolling update: resume", "policy_id", id, "err", err)
 		}
 		return nil

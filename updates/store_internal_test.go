@@ -1,9 +1,12 @@
 package updates
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -20,6 +23,8 @@ type lockCheckStore struct {
 	m      *Manager
 	writes []string
 	locked []string
+	// applyErr, when set, fails the registration's writes.
+	applyErr error
 }
 
 func (s *lockCheckStore) check(what string) {
@@ -36,6 +41,9 @@ func (s *lockCheckStore) check(what string) {
 
 func (s *lockCheckStore) Apply(ctx context.Context, rev int64, c store.Change) (int64, error) {
 	s.check("registration")
+	if s.applyErr != nil {
+		return 0, s.applyErr
+	}
 	return s.Store.Apply(ctx, rev, c)
 }
 
@@ -44,10 +52,10 @@ func (s *lockCheckStore) PutUpdate(ctx context.Context, id string, doc []byte) e
 	return s.Store.PutUpdate(ctx, id, doc)
 }
 
-// The manager writes to the store (its documents, and the drains and
-// resumes through the registry) outside its lock, and its readers see an
-// update as last stored: never ahead of the store.
-func TestWritesOutsideTheLock(t *testing.T) {
+// newTestManager is a manager of n registered policies, over a
+// lockCheckStore, driven by the test (no Run).
+func newTestManager(t *testing.T, n int, logger *slog.Logger) (*Manager, *lockCheckStore, *routing.State) {
+	t.Helper()
 	ctx := context.Background()
 	st := &lockCheckStore{Store: store.NewMemory()}
 	state := routing.New(routing.Options{})
@@ -56,17 +64,26 @@ func TestWritesOutsideTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	var specs []registry.Spec
-	for i := range 2 {
+	for i := range n {
 		specs = append(specs, registry.Spec{URL: "http://p" + strconv.Itoa(i), Index: &i})
 	}
 	if _, err := reg.ReplaceRegistration(ctx, specs, nil); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{Registry: reg, State: state, Store: st, Logger: slog.New(slog.DiscardHandler)}, nil)
+	m, err := New(Config{Registry: reg, State: state, Store: st, Logger: logger}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st.m = m
+	return m, st, state
+}
+
+// The manager writes to the store (its documents, and the drains and
+// resumes through the registry) outside its lock, and its readers see an
+// update as last stored: never ahead of the store.
+func TestWritesOutsideTheLock(t *testing.T) {
+	ctx := context.Background()
+	m, st, state := newTestManager(t, 2, slog.New(slog.DiscardHandler))
 	var calls sync.WaitGroup
 	defer calls.Wait()
 	step := func() {
@@ -115,5 +132,38 @@ func TestWritesOutsideTheLock(t *testing.T) {
 	}
 	if len(st.locked) > 0 {
 		t.Errorf("writes made with the manager's lock held: %v", st.locked)
+	}
+}
+
+// Resuming a policy removed during the update is not an error; any other
+// failure to resume one is logged, whatever its message says.
+func TestResumeRemovedPolicy(t *testing.T) {
+	ctx := context.Background()
+	var log bytes.Buffer
+	m, st, state := newTestManager(t, 2, slog.New(slog.NewTextHandler(&log, nil)))
+	var calls sync.WaitGroup
+	defer calls.Wait()
+	u, err := m.Start(ctx, Spec{Version: 1, MaxUnavailable: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.step(ctx, &calls)
+	m.flush()
+	pols := state.Snapshot().Policies()
+	if err := m.cfg.Registry.Delete(ctx, pols[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	st.applyErr = errors.New("etcd: member not found") // a store failure, not a missing policy
+	if _, err := m.Abort(ctx, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	var resumes []string
+	for line := range strings.Lines(log.String()) {
+		if strings.Contains(line, "rolling update: resume") {
+			resumes = append(resumes, line)
+		}
+	}
+	if len(resumes) != 1 || !strings.Contains(resumes[0], pols[1].ID) || !strings.Contains(resumes[0], "member not found") {
+		t.Errorf("resume errors logged: %q; want one, for policy %s and the store's failure", resumes, pols[1].ID)
 	}
 }
