@@ -211,6 +211,12 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 			}
 			pr.SetURL(target)
 			pr.SetXForwarded()
+			if pr.Out.Body != nil {
+				// The attempt's in-memory copy of the body, which ReverseProxy
+				// wrapped: unwrapped, the transport sends the head and the body
+				// in one write instead of flushing the head first.
+				pr.Out.Body = pr.In.Body
+			}
 			// The router's own token never reaches an engine; the policy's
 			// key does.
 			pr.Out.Header.Del("Authorization")
