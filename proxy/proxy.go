@@ -458,24 +458,6 @@ func (p *Proxy) selectRequest(r *http.Request) (Request, error) {
 	return req, nil
 }
 
-// requestModel is the "model" of a JSON request body: what the OpenAI
-// endpoints require, and SGLang's /generate leaves out (its server has
-// one model). A body that is not a JSON object names none: the engine
-// answers it. A "model" that is not a string is the client's error.
-func requestModel(body []byte) (string, error) {
-	var v struct {
-		Model json.RawMessage `json:"model"`
-	}
-	if json.Unmarshal(body, &v) != nil || len(v.Model) == 0 || string(v.Model) == "null" {
-		return "", nil
-	}
-	var model string
-	if err := json.Unmarshal(v.Model, &model); err != nil {
-		return "", fieldError("model", "must be a string")
-	}
-	return model, nil
-}
-
 func isEventStream(h http.Header) bool {
 	ct := h.Get("Content-Type")
 	return len(ct) >= 17 && ct[:17] == "text/event-stream"
