@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -114,6 +115,8 @@ type Proxy struct {
 	Config
 	reverseProxy *httputil.ReverseProxy
 	models       modelsCache
+	targets      sync.Map     // policy URL → its *url.URL, parsed once
+	targetCount  atomic.Int64 // entries of targets
 }
 
 // New returns a Proxy for cfg.
@@ -205,11 +208,7 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 		BufferPool: copyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			a := attemptFrom(pr.In.Context())
-			target, err := url.Parse(a.d.Policy.URL)
-			if err != nil { // registration checks URLs: cannot happen
-				target = &url.URL{Scheme: "http", Host: "invalid"}
-			}
-			pr.SetURL(target)
+			pr.SetURL(p.target(a.d.Policy.URL))
 			pr.SetXForwarded()
 			if pr.Out.Body != nil {
 				// The attempt's in-memory copy of the body, which ReverseProxy
@@ -219,9 +218,9 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 			}
 			// The router's own token never reaches an engine; the policy's
 			// key does.
-			pr.Out.Header.Del("Authorization")
+			delete(pr.Out.Header, "Authorization")
 			if a.apiKey != "" {
-				pr.Out.Header.Set("Authorization", "Bearer "+a.apiKey)
+				pr.Out.Header["Authorization"] = []string{"Bearer " + a.apiKey}
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {
@@ -230,10 +229,10 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 			if res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable {
 				return errRetryable
 			}
+			// The canonical keys, and one array for the three values.
 			h := res.Header
-			h.Set(HeaderPolicyIndex, strconv.Itoa(a.d.Policy.Index))
-			h.Set(HeaderPolicyID, a.d.Policy.ID)
-			h.Set(HeaderWeightVersion, strconv.FormatInt(a.d.Version, 10))
+			v := []string{strconv.Itoa(a.d.Policy.Index), a.d.Policy.ID, strconv.FormatInt(a.d.Version, 10)}
+			h[canonicalPolicyIndex], h[canonicalPolicyID], h[canonicalWeightVersion] = v[0:1:1], v[1:2:2], v[2:3:3]
 			if a.d.EnvUnmapped {
 				h.Set(HeaderEnvUnmapped, "true")
 			}
@@ -264,6 +263,36 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 			}
 		},
 	}
+}
+
+// The answer headers' keys in canonical form (X-Policy-Id), set without
+// canonicalising them again for each answer.
+var (
+	canonicalPolicyIndex   = http.CanonicalHeaderKey(HeaderPolicyIndex)
+	canonicalPolicyID      = http.CanonicalHeaderKey(HeaderPolicyID)
+	canonicalWeightVersion = http.CanonicalHeaderKey(HeaderWeightVersion)
+)
+
+// maxTargets bounds the cache of parsed policy URLs: past it (policies
+// re-registered at new URLs for a long time) it starts again empty.
+const maxTargets = 4096
+
+// target returns the parsed URL of a policy, from the cache of those
+// already parsed. ReverseProxy's SetURL only reads it.
+func (p *Proxy) target(raw string) *url.URL {
+	if u, ok := p.targets.Load(raw); ok {
+		return u.(*url.URL)
+	}
+	u, err := url.Parse(raw)
+	if err != nil { // registration checks URLs: cannot happen
+		u = &url.URL{Scheme: "http", Host: "invalid"}
+	}
+	if p.targetCount.Add(1) > maxTargets {
+		p.targets.Clear()
+		p.targetCount.Store(1)
+	}
+	p.targets.Store(raw, u)
+	return u
 }
 
 // copyBuffers are the buffers ReverseProxy copies answers through. A
