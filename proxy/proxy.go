@@ -309,11 +309,14 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // to the policies, up to 256 idle per policy (a batching engine takes tens
 // of requests at once; http.DefaultTransport keeps 2, and every other
 // request would pay a new connection), with tc's TLS towards https://
-// policies (nil: the system's roots).
+// policies (nil: the system's roots). It adds no Accept-Encoding of its
+// own: a request goes out with the client's, and an answer comes back
+// as the policy sent it, never decompressed on the way.
 func NewTransport(tc *tls.Config) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 0
 	t.MaxIdleConnsPerHost = 256
+	t.DisableCompression = true
 	t.TLSClientConfig = tc
 	return t
 }
