@@ -144,7 +144,8 @@ func nginxUpstream(ctx context.Context, nginx, dir string, n int) (*child, []str
 
 // nginxProxy starts nginx as a reverse proxy to the policies:
 // proxy_pass to an upstream group with keep-alive connections, round
-// robin, and returns it with its base URL.
+// robin, an access log in its default format, and returns it with its
+// base URL.
 func nginxProxy(ctx context.Context, nginx, dir string, policies []string, conns int) (*child, string, error) {
 	port, err := freePort()
 	if err != nil {
@@ -154,13 +155,15 @@ func nginxProxy(ctx context.Context, nginx, dir string, policies []string, conns
 	for _, u := range policies {
 		fmt.Fprintf(&servers, "\t\tserver %s;\n", strings.TrimPrefix(u, "http://"))
 	}
+	// An access log, as serve writes one line per request by default.
 	server := fmt.Sprintf(`		listen 127.0.0.1:%d;
+		access_log %s/access.log;
 		location / {
 			proxy_pass http://policies;
 			proxy_http_version 1.1;
 			proxy_set_header Connection "";
 		}
-`, port)
+`, port, filepath.Join(dir, "proxy"))
 	upstream := "\tupstream policies {\n" + servers.String() + fmt.Sprintf("\t\tkeepalive %d;\n\t\tkeepalive_requests 1000000;\n\t}\n", conns)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	c, err := startNginx(ctx, nginx, filepath.Join(dir, "proxy"), "nginx", upstream+"\tserver {\n"+server+"\t}\n", base+"/idle")
