@@ -87,8 +87,10 @@ type vllmPaused struct {
 
 // vllmWeightInfo is the answer of GET /weight_info:
 // JSONResponse(content={"weight_version": weight_version}), the string
-// the last /update_weight_version or /finish_weight_update set (None
-// before any).
+// the last /update_weight_version or /finish_weight_update set, "default"
+// before any (EngineCore's self._weight_version = "default",
+// vllm/v1/engine/core.py at commit 00080ee13c7a); null is taken as no
+// version.
 type vllmWeightInfo struct {
 	WeightVersion *string `json:"weight_version"`
 }

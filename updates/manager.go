@@ -105,7 +105,8 @@ func New(cfg Config, docs map[string][]byte) (*Manager, error) {
 // Restore replaces what the manager knows by docs, the documents the store
 // holds, and continues the running update among them. A replica that
 // becomes the leader restores, since the old leader may have moved its
-// update on. Call it while Run is not running.
+// update on. Writes queued and not made yet are dropped, as of the state
+// replaced. Call it while Run is not running.
 func (m *Manager) Restore(docs map[string][]byte) error {
 	updates := make(map[string]*Update, len(docs))
 	var running *Update
@@ -123,6 +124,9 @@ func (m *Manager) Restore(docs map[string][]byte) error {
 	defer m.flushMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	for _, w := range m.writes {
+		w.err = errRestored // of the state replaced: not made
+	}
 	m.updates, m.running, m.writes = updates, running, nil
 	m.view.Store(newView(updates))
 	clear(m.inflight)
@@ -336,6 +340,9 @@ func (m *Manager) confirm(ctx context.Context, id string, policyIDs []string) (U
 	m.kick()
 	return u.clone(), w, nil
 }
+
+// errRestored: a write was dropped by Restore before it was made.
+var errRestored = errors.New("updates: the manager restored the stored updates before this change was stored")
 
 // ErrNotReady: a confirmation named a policy the update is not waiting for.
 var ErrNotReady = fmt.Errorf("policy not ready")

@@ -136,6 +136,7 @@ func (m *Manager) put(ctx context.Context, u Update) error {
 // work. Caller must hold mu.
 func (m *Manager) drainLocked(ctx context.Context, u *Update, p *Policy) {
 	id, wave, abort := p.ID, p.Wave, u.Spec.pauseMode() == engine.PauseAbort
+	ctx = context.WithoutCancel(ctx) // decided and about to be stored: made even when stopping
 	m.queueLocked(func() error {
 		_, err := m.cfg.Registry.SetDraining(ctx, id, true)
 		aborted := 0
@@ -165,6 +166,7 @@ func (m *Manager) drainLocked(ctx context.Context, u *Update, p *Policy) {
 // has none to end. Caller must hold mu.
 func (m *Manager) resumeLocked(ctx context.Context, p *Policy) {
 	id := p.ID
+	ctx = context.WithoutCancel(ctx)
 	m.queueLocked(func() error {
 		if _, err := m.cfg.Registry.SetDraining(ctx, id, false); err != nil && !errors.Is(err, registry.ErrNotFound) {
 			m.cfg.Logger.Error("rolling update: resume", "policy_id", id, "err", err)
