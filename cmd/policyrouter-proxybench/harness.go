@@ -115,6 +115,8 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 			s.addrs = hostPorts(policies...)
 		case sideNginx:
 			s.proxy, base, err = nginxProxy(ctx, nginx, dir, policies, cfg.Connections)
+		case sideBare:
+			s.proxy, base, err = startBare(ctx, dir, policies)
 		case sideBase:
 			s.proxy, base, err = startRouter(ctx, "base", cfg.BaseBinary, "", dir, cfg.ServeArgs, policies, cfg.Capacity)
 		case sideRouter:

@@ -5,13 +5,16 @@
 // fixed JSON answer (nginx when installed, else a small Go server, each a
 // child process) on one port per policy, then the proxies, each a child
 // process: nginx (proxy_pass to the policies with keep-alive upstream
-// connections; skipped with a note when no nginx binary is found), the
+// connections; skipped with a note when no nginx binary is found), a bare
+// httputil.ReverseProxy (round robin, nothing else: the floor of a proxy
+// built on net/http), the
 // policyrouter under test (`serve`, the policies registered with their
 // capacity) and optionally a second policyrouter binary, the base, so
 // that before and after are measured in the same run. A load generator
 // in this process keeps a fixed number of keep-alive connections busy,
 // each with one request at a time, against each side in turn: direct (to
-// the policies, no proxy), nginx, base, router, for a number of rounds.
+// the policies, no proxy), nginx, bare, base, router, for a number of
+// rounds.
 //
 // Over each side's measured window (after a warm-up) it reads the CPU
 // time (user + system, /proc/PID/stat) of the proxy's processes only, and
@@ -59,11 +62,12 @@ func main() {
 const (
 	sideDirect = "direct"
 	sideNginx  = "nginx"
+	sideBare   = "bare"
 	sideBase   = "base"
 	sideRouter = "router"
 )
 
-var allSides = []string{sideDirect, sideNginx, sideBase, sideRouter}
+var allSides = []string{sideDirect, sideNginx, sideBare, sideBase, sideRouter}
 
 // config is everything the flags set.
 type config struct {

@@ -93,7 +93,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(c.Sides, ","); got != "direct,nginx,router" {
+	if got := strings.Join(c.Sides, ","); got != "direct,nginx,bare,router" {
 		t.Errorf("sides without -base-binary: %s", got)
 	}
 	c, err = parseConfig([]string{"-base-binary", "/x", "-sides", "router,base"}, io.Discard)
@@ -110,11 +110,11 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
-// TestDirectSide runs the benchmark's direct side against the Go
-// upstream: the load generator's answers are counted, none failed, and
-// the upstream's CPU is read.
-func TestDirectSide(t *testing.T) {
-	cfg, err := parseConfig([]string{"-sides", "direct", "-nginx", "none", "-upstream", "go",
+// TestDirectAndBareSides runs the benchmark's direct and bare sides
+// against the Go upstream: both answer, the load generator counts their
+// answers, and none failed.
+func TestDirectAndBareSides(t *testing.T) {
+	cfg, err := parseConfig([]string{"-sides", "direct,bare", "-nginx", "none", "-upstream", "go",
 		"-rounds", "1", "-warmup", "0", "-duration", "300ms", "-connections", "4", "-policies", "2"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -125,12 +125,13 @@ func TestDirectSide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Sides) != 1 || len(rep.Sides[0].Phases) != 1 {
+	if len(rep.Sides) != 2 {
 		t.Fatalf("sides: %+v", rep.Sides)
 	}
-	p := rep.Sides[0].Phases[0]
-	if p.Requests == 0 || p.Failed != 0 || p.UpstreamCPU < 0 {
-		t.Errorf("phase %+v, first failure %q", p, rep.Sides[0].FirstError)
+	for _, s := range rep.Sides {
+		if len(s.Phases) != 1 || s.Phases[0].Requests == 0 || s.Phases[0].Failed != 0 {
+			t.Errorf("%s: phases %+v, first failure %q", s.Name, s.Phases, s.FirstError)
+		}
 	}
 	var out strings.Builder
 	writeTable(&out, rep)

@@ -27,7 +27,7 @@ const (
 )
 
 // childEnv, set in a child's environment, makes the benchmark's own binary
-// run as that child instead (upstream or serve-profiled).
+// run as that child instead (upstream, bare or serve-profiled).
 const childEnv = "POLICYROUTER_PROXYBENCH_CHILD"
 
 // runChild runs this process as the child its environment names, and
@@ -40,6 +40,8 @@ func runChild() (bool, error) {
 		return true, serveUpstream()
 	case "serve":
 		return true, serveProfiled(os.Args[1:])
+	case "bare":
+		return true, serveBare(os.Args[1:])
 	default:
 		return true, fmt.Errorf("%s: unknown child %q", childEnv, os.Getenv(childEnv))
 	}
