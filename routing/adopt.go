@@ -86,6 +86,7 @@ func (st *State) Adopt(req AdoptRequest) (Decision, error) {
 		st.adopted = make(map[string]uint64)
 	}
 	st.adopted[req.ID] = d.Lease
+	st.adoptedN.Store(int64(len(st.adopted)))
 	// The lease may have taken a listed slot or gone beyond capacity:
 	// bring the idle slots to the room left.
 	st.fitLocked(rt)
@@ -115,6 +116,7 @@ func freeSlot(rt *policyRuntime) *slot {
 func (st *State) forgetAdoptedLocked(s *slot) {
 	if s.adoptedID != "" {
 		delete(st.adopted, s.adoptedID)
+		st.adoptedN.Store(int64(len(st.adopted)))
 		s.adoptedID, s.holder = "", ""
 	}
 }
