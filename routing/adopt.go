@@ -63,10 +63,7 @@ func (st *State) Adopt(req AdoptRequest) (Decision, error) {
 			if s.holder != req.Holder && s.adoptedID != "" || s.rt.policy.ID != req.PolicyID {
 				return Decision{}, ErrAdoptConflict
 			}
-			d := st.handOutLocked(s.rt)
-			s.rt.selected.Add(^uint64(0))
-			d.Lease, d.LeaseID = lease, req.ID
-			return d, nil
+			return Decision{Policy: s.rt.policy, Node: s.rt.node, Version: s.rt.version.Load(), Lease: lease, LeaseID: req.ID}, nil
 		}
 	}
 	rt := st.runtimes[req.PolicyID]
