@@ -34,8 +34,9 @@ type PolicyRequest struct {
 	// same URL; without it that is a conflict (a copy-paste slip more often
 	// than one server meant as two policies).
 	AllowSharedURL bool `json:"allow_shared_url,omitempty"`
-	// Engine is the kind of server: "policyrouter" (it serves GET /idle),
-	// "sglang" or "vllm"; default the server's --default-engine.
+	// Engine is the kind of server, a name of engine.Names():
+	// "policyrouter" (it serves GET /idle) or an inference engine's;
+	// default the server's --default-engine.
 	Engine string `json:"engine,omitempty" validate:"omitempty,engine"`
 	// APIKey and AdminAPIKey are sent to the policy's server as
 	// "Authorization: Bearer" (APIKey on probes, AdminAPIKey on weight
@@ -72,7 +73,7 @@ type Policy struct {
 	// Version is the policy's weight version: registered, or reported by
 	// its /idle answers.
 	Version int64 `json:"version"`
-	// Engine is the kind of server (policyrouter, sglang or vllm), and
+	// Engine is the kind of server (a name of engine.Names()), and
 	// WeightVersion the version string it last reported ("" before any).
 	Engine        string `json:"engine"`
 	WeightVersion string `json:"weight_version"`
@@ -108,30 +109,32 @@ type PolicyList struct {
 }
 
 // AssignRequest is the body of POST /assign.
+// Its rules (bounds, names) are stated once, in handlers' table of it
+// (handlers/requests.go), from routing's constants.
 type AssignRequest struct {
-	NumTasks *int `json:"num_tasks" validate:"required,min=0,max=1048576"`
+	NumTasks *int `json:"num_tasks"`
 	// CurrentLoads, when present, is the seed's stateless mode: one load per
 	// policy index. Absent means the server's tracked loads.
 	// Each load must be in [-536870912, 536870912]; the routing core checks
 	// that, once, instead of the validator reflecting over every element.
-	CurrentLoads []int64 `json:"current_loads" validate:"omitempty,max=1048576"`
+	CurrentLoads []int64 `json:"current_loads"`
 	// EnvIDs, when present, has num_tasks entries.
-	EnvIDs []string `json:"env_ids" validate:"omitempty,dive,max=256"`
-	Router string   `json:"router,omitempty" validate:"omitempty,assign_router"`
+	EnvIDs []string `json:"env_ids"`
+	Router string   `json:"router,omitempty"`
 	// MinVersion, when present, is this request's weight-version floor
 	// instead of the one PUT /weights set.
-	MinVersion *int64 `json:"min_version,omitempty" validate:"omitempty,min=0"`
+	MinVersion *int64 `json:"min_version,omitempty"`
 	// SessionIDs, when present, has num_tasks entries: each task's session
 	// key (at most 256 bytes; null or "" for none). Tasks of a session go
 	// to its home on the consistent-hashing ring, under the load bound.
-	SessionIDs []*string `json:"session_ids,omitempty" validate:"omitempty,max=1048576"`
+	SessionIDs []*string `json:"session_ids,omitempty"`
 	// AssignTTLMS is how long the tracked tasks count in their policies'
 	// loads unless /complete reports them first; default the server's
 	// --assign-ttl.
-	AssignTTLMS *int `json:"assign_ttl_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
+	AssignTTLMS *int `json:"assign_ttl_ms,omitempty"`
 	// LoadFactor is c of the homes' load bound ⌈c · (total + 1) /
 	// available⌉; absent means the server's --sticky-load-factor.
-	LoadFactor *float64 `json:"load_factor,omitempty" validate:"omitempty,min=1,max=1000"`
+	LoadFactor *float64 `json:"load_factor,omitempty"`
 }
 
 // PolicyRef is the short form of a policy in answers.
@@ -158,18 +161,20 @@ type AssignResponse struct {
 }
 
 // SelectRequest is the body of POST /select.
+// Its rules (bounds, names) are stated once, in handlers' table of it
+// (handlers/requests.go), from routing's constants.
 type SelectRequest struct {
-	EnvID  string `json:"env_id,omitempty" validate:"max=256"`
-	Router string `json:"router,omitempty" validate:"omitempty,select_router"`
+	EnvID  string `json:"env_id,omitempty"`
+	Router string `json:"router,omitempty"`
 	// TimeoutMS bounds the wait for an idle policy; default 30000, capped by
 	// the server's maximum. 0 means do not wait.
-	TimeoutMS *int `json:"timeout_ms,omitempty" validate:"omitempty,min=0,max=3600000"`
+	TimeoutMS *int `json:"timeout_ms,omitempty"`
 	// MinVersion, when present, is this request's weight-version floor
 	// instead of the one PUT /weights set.
-	MinVersion *int64 `json:"min_version,omitempty" validate:"omitempty,min=0"`
+	MinVersion *int64 `json:"min_version,omitempty"`
 	// LeaseTTLMS ends the lease this long after the hand-out unless it is
 	// released before; absent or 0 means the server's --lease-ttl.
-	LeaseTTLMS *int `json:"lease_ttl_ms,omitempty" validate:"omitempty,min=0,max=86400000"`
+	LeaseTTLMS *int `json:"lease_ttl_ms,omitempty"`
 	// SessionID, when present, is the request's session key, at most 256
 	// bytes: a trajectory id for multi-turn stickiness, or a GRPO group id
 	// so that the group's samples share one policy's prefix cache. The
@@ -177,14 +182,14 @@ type SelectRequest struct {
 	SessionID string `json:"session_id,omitempty"`
 	// StickyWaitMS is how long a session waits for its busy home before it
 	// spills to the router's pick; default 0 (spill at once).
-	StickyWaitMS *int `json:"sticky_wait_ms,omitempty" validate:"omitempty,min=0,max=3600000"`
+	StickyWaitMS *int `json:"sticky_wait_ms,omitempty"`
 	// LoadFactor is c of the home's load bound ⌈c · (total + 1) /
 	// available⌉; absent means the server's --sticky-load-factor.
-	LoadFactor *float64 `json:"load_factor,omitempty" validate:"omitempty,min=1,max=1000"`
+	LoadFactor *float64 `json:"load_factor,omitempty"`
 	// Release is what may end the lease besides its TTL: "explicit" (the
 	// default: only POST /release) or "on_idle" (the seed's contract: an
 	// idle answer may end it too).
-	Release string `json:"release,omitempty" validate:"omitempty,release_mode"`
+	Release string `json:"release,omitempty"`
 }
 
 // SelectResponse is the answer to POST /select.
@@ -208,9 +213,11 @@ type SelectResponse struct {
 
 // ReleaseRequest is the body of POST /release: a lease id, or a policy
 // index whose oldest lease is released.
+// Its rules (bounds, names) are stated once, in handlers' table of it
+// (handlers/requests.go), from routing's constants.
 type ReleaseRequest struct {
-	LeaseID string `json:"lease_id,omitempty" validate:"required_without=Index,omitempty,uuid"`
-	Index   *int   `json:"index,omitempty" validate:"required_without=LeaseID,omitempty,min=0,max=1048575"`
+	LeaseID string `json:"lease_id,omitempty"`
+	Index   *int   `json:"index,omitempty"`
 }
 
 // ReleaseResponse is the answer to POST /release. Released is false for a

@@ -26,8 +26,8 @@ type WorkerSpecRequest struct {
 	WorkerType string `json:"worker_type,omitempty"`
 	// ConnectionMode: "http" (default) only.
 	ConnectionMode string `json:"connection_mode,omitempty"`
-	// RuntimeType names the engine: "sglang", "vllm", or ours,
-	// "policyrouter"; absent or "unspecified" is the server's
+	// RuntimeType names the engine, a name of engine.Names() (ours is
+	// "policyrouter"); absent or "unspecified" is the server's
 	// --default-engine. SMG also accepts the key "runtime" (Runtime).
 	RuntimeType string `json:"runtime_type,omitempty"`
 	Runtime     string `json:"runtime,omitempty"`

@@ -253,7 +253,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.FailThreshold, "fail-threshold", c.FailThreshold, "consecutive failed probes that make a policy unhealthy")
 	fs.IntVar(&c.PassThreshold, "pass-threshold", c.PassThreshold, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", c.MaxSelectWait, "cap on /select timeout_ms")
-	fs.BoolVar(&c.ProxyResume, "proxy-resume", c.ProxyResume, "proxy mode: continue a non-streaming /generate whose answer was aborted (or cut off) on another policy, from input_ids + the tokens so far; a request opts out with X-Resume-On-Abort: 0")
+	fs.BoolVar(&c.ProxyResume, "proxy-resume", c.ProxyResume, "proxy mode: continue a /generate (streamed or not) whose answer was aborted (or cut off) on another policy, from input_ids + the tokens so far; a request opts out with X-Resume-On-Abort: 0")
 	fs.IntVar(&c.ProxyRetries, "proxy-retries", c.ProxyRetries, "proxy mode: other policies a request is retried on after a connect error or a 502/503 answer, before any byte reached the client")
 	fs.DurationVar(&c.ProxyTimeout, "proxy-timeout", c.ProxyTimeout, "proxy mode: bound of each upstream request, streaming included; 0: none")
 	fs.Int64Var(&c.ProxyMaxBody, "proxy-max-body", c.ProxyMaxBody, "proxy mode: largest request body accepted, in bytes")

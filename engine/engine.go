@@ -3,9 +3,9 @@
 // HTTP calls of a rolling weight update, the lifecycle calls of the fleet
 // verbs (sleep, wake), and the routes each kind of server serves.
 //
-// One file per engine (native.go, sglang.go, vllm.go), each quoting the
-// upstream source of the formats it speaks; one table (table below) names
-// them. Everything else asks this package by name: nothing outside it
+// One file per engine, each quoting the upstream source of the formats it
+// speaks (its probe, update steps, lifecycle calls, routes and, when its
+// server reports one, capacity); one table (table below) names them. Everything else asks this package by name: nothing outside it
 // knows a path of an engine. A new engine is one file and one table row
 // (plus its fake in fakepolicy).
 package engine

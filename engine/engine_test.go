@@ -96,8 +96,8 @@ func TestVLLMProbe(t *testing.T) {
 	fp, s := fake(t, engine.VLLM)
 	c := &engine.Client{HTTP: http.DefaultClient}
 	a := probe(t, c, s)
-	if a.HasVersion || a.Paused || a.Asleep || !a.HasModels || !slices.Equal(a.Models, []string{"fake-policy"}) {
-		t.Fatalf("fresh vLLM: %+v; want no version, not paused or asleep, models [fake-policy]", a)
+	if !a.HasVersion || a.WeightVersion != "default" || a.Version != 0 || a.Paused || a.Asleep || !a.HasModels || !slices.Equal(a.Models, []string{"fake-policy"}) {
+		t.Fatalf("fresh vLLM: %+v; want version \"default\" (0), not paused or asleep, models [fake-policy]", a)
 	}
 	e, _ := engine.Lookup(engine.VLLM)
 	call, ok := e.SetVersion("step-7")

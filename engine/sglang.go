@@ -272,3 +272,45 @@ func (sglang) Wake(tags []string) (Call, bool) {
 }
 
 func (sglang) SleepReported() bool { return false }
+
+// SGLangDefaultCapacity is the capacity of an SGLang server that reports
+// no max_running_requests (a registration that names no capacity gets it:
+// DefaultCapacity): SMG's own answer, slots_per_worker, whose default is
+// 64 (model_gateway/src/worker/capacity.rs, smg-project/smg commit
+// f8daa8835a8b, CapacityTrackerSettings::default). An engine batches
+// many requests, so a capacity of 1 would serialise it.
+const SGLangDefaultCapacity = 64
+
+// sglangCapacity is the part of GET /v1/loads (without include=core, the
+// whole LoadSnapshot.to_dict of each DP rank) that says how many requests
+// a rank runs at once: max_running_requests, the scheduler's limit. SMG
+// reads the same field for its own capacity (SchedulerLoadSnapshot in
+// crates/protocols/src/worker.rs, smg-project/smg commit f8daa8835a8b).
+type sglangCapacity struct {
+	Loads []struct {
+		MaxRunningRequests *int `json:"max_running_requests"`
+	} `json:"loads"`
+}
+
+var _ capacityReporter = sglang{}
+
+func (sglang) defaultCapacity() int { return SGLangDefaultCapacity }
+
+// reportedCapacity sums max_running_requests over the server's DP ranks.
+func (sglang) reportedCapacity(ctx context.Context, c *Client, s *Server) (int, error) {
+	var v sglangCapacity
+	if err := c.getJSON(ctx, s, "/v1/loads", &v); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i, l := range v.Loads {
+		if l.MaxRunningRequests == nil || *l.MaxRunningRequests < 1 {
+			return 0, endpointError(s, "/v1/loads", fmt.Errorf(`loads[%d] has no positive "max_running_requests"`, i))
+		}
+		n += min(*l.MaxRunningRequests, MaxCapacity)
+	}
+	if n == 0 {
+		return 0, endpointError(s, "/v1/loads", errors.New(`answer has no "loads"`))
+	}
+	return n, nil
+}

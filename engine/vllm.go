@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -86,8 +87,10 @@ type vllmPaused struct {
 
 // vllmWeightInfo is the answer of GET /weight_info:
 // JSONResponse(content={"weight_version": weight_version}), the string
-// the last /update_weight_version or /finish_weight_update set (None
-// before any).
+// the last /update_weight_version or /finish_weight_update set, "default"
+// before any (EngineCore's self._weight_version = "default",
+// vllm/v1/engine/core.py at commit 00080ee13c7a); null is taken as no
+// version.
 type vllmWeightInfo struct {
 	WeightVersion *string `json:"weight_version"`
 }
@@ -223,3 +226,44 @@ func (vllm) Wake(tags []string) (Call, bool) {
 }
 
 func (vllm) SleepReported() bool { return true }
+
+// VLLMDefaultCapacity is the capacity of a vLLM server that does not say
+// its own (DefaultCapacity): vLLM's default max_num_seqs for the OpenAI
+// API server on most GPUs (EngineArgs.get_batch_defaults in
+// vllm/engine/arg_utils.py: UsageContext.OPENAI_API_SERVER: 256; 1024 on
+// GPUs of 70 GiB or more other than the A100).
+const VLLMDefaultCapacity = 256
+
+// vllmServerInfo is the part of GET /server_info?config_format=json that
+// says how many requests the server runs at once: show_server_info in
+// vllm/entrypoints/serve/instrumentator/server_info.py (vllm-project/vllm
+// commit 09cb327f1183; in later releases vllm/entrypoints/serve/dev/
+// server_info, served in dev mode only, VLLM_SERVER_DEV_MODE=1) answers
+// {"vllm_config": PydanticVllmConfig.dump_python(vllm_config, mode="json"),
+// "vllm_env", "system_env"}, whose scheduler_config.max_num_seqs is the
+// most sequences one engine core schedules at once. A data-parallel server
+// is taken at one core's count: less than it can run, never more.
+type vllmServerInfo struct {
+	VLLMConfig *struct {
+		SchedulerConfig *struct {
+			MaxNumSeqs *int `json:"max_num_seqs"`
+		} `json:"scheduler_config"`
+	} `json:"vllm_config"`
+}
+
+var _ capacityReporter = vllm{}
+
+func (vllm) defaultCapacity() int { return VLLMDefaultCapacity }
+
+func (vllm) reportedCapacity(ctx context.Context, c *Client, s *Server) (int, error) {
+	const path = "/server_info?config_format=json"
+	var v vllmServerInfo
+	if err := c.getJSON(ctx, s, path, &v); err != nil {
+		return 0, err
+	}
+	if v.VLLMConfig == nil || v.VLLMConfig.SchedulerConfig == nil || v.VLLMConfig.SchedulerConfig.MaxNumSeqs == nil ||
+		*v.VLLMConfig.SchedulerConfig.MaxNumSeqs < 1 {
+		return 0, endpointError(s, path, errors.New(`answer has no positive "vllm_config.scheduler_config.max_num_seqs"`))
+	}
+	return *v.VLLMConfig.SchedulerConfig.MaxNumSeqs, nil
+}

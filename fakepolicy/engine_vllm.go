@@ -1,7 +1,10 @@
 package fakepolicy
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 )
@@ -16,8 +19,10 @@ import (
 // (commit 0100a2129224); POST /sleep?level=, POST /wake_up?tags= and GET
 // /is_sleeping of vllm/entrypoints/serve/dev/sleep/api_router.py (commit
 // e7a47b821ef4). SetLegacyVLLM makes the newer ones answer 404, as older
-// servers do.
-var vllmRoutes = []route{
+// servers do. The weight-transfer endpoints, by which a trainer moves the
+// weights itself, are those of the same dev-mode router at commit
+// 0100a2129224 (vllmTransferRoutes).
+var vllmRoutes = append([]route{
 	{"GET", "/weight_info", (*Policy).serveVLLMWeightInfo},
 	{"POST", "/update_weight_version", (*Policy).serveVLLMUpdateVersion},
 	{"GET", "/is_sleeping", (*Policy).serveVLLMIsSleeping},
@@ -29,7 +34,7 @@ var vllmRoutes = []route{
 	{"GET", "/is_paused", (*Policy).serveVLLMIsPaused},
 	{"POST", "/pause", (*Policy).serveVLLMPause},
 	{"POST", "/resume", (*Policy).serveVLLMResume},
-}
+}, vllmTransferRoutes...)
 
 // serveVLLMMetrics answers GET /metrics in the Prometheus text format,
 // with the two scheduler gauges of one engine core (label engine="0").
@@ -120,13 +125,15 @@ func (p *Policy) legacyVLLM(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// serveVLLMWeightInfo answers {"weight_version": str}, null before any
-// version was set.
+// serveVLLMWeightInfo answers {"weight_version": str}: "default" before
+// any version was set, the label an EngineCore starts with
+// (self._weight_version = "default" in vllm/v1/engine/core.py,
+// vllm-project/vllm commit 00080ee13c7a).
 func (p *Policy) serveVLLMWeightInfo(w http.ResponseWriter, r *http.Request) {
 	if p.legacyVLLM(w, r) || !p.called(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]*string{"weight_version": p.engine.weightVersion.Load()})
+	writeJSON(w, http.StatusOK, map[string]string{"weight_version": p.WeightVersion()})
 }
 
 // serveVLLMUpdateVersion takes {"new_version": str} (Body(embed=True):
@@ -174,4 +181,95 @@ func (p *Policy) serveVLLMWakeUp(w http.ResponseWriter, r *http.Request) {
 	}
 	p.wake()
 	w.WriteHeader(http.StatusOK)
+}
+
+// vllmTransferRoutes are the weight-transfer endpoints of vLLM's dev-mode
+// RLHF router, vllm/entrypoints/serve/dev/rlhf/api_router.py
+// (vllm-project/vllm commit 0100a2129224): a trainer that moves the
+// weights itself (NCCL broadcast, CUDA IPC) calls, on every engine,
+// init_weight_transfer_engine once, then for each update
+// start_weight_update, update_weights (once per chunk) and
+// finish_weight_update. The fake moves no weights: it checks the bodies
+// as upstream does, records the calls, and takes the label that
+// finish_weight_update publishes.
+var vllmTransferRoutes = []route{
+	{"POST", "/init_weight_transfer_engine", (*Policy).serveVLLMInitTransfer},
+	{"POST", "/start_weight_update", (*Policy).serveVLLMStartUpdate},
+	{"POST", "/update_weights", (*Policy).serveVLLMUpdateWeights},
+	{"POST", "/finish_weight_update", (*Policy).serveVLLMFinishUpdate},
+}
+
+// vllmRequiredObject reads a body as upstream's handlers do
+// (body = await raw_request.json(); body.get(field)): a body that is not
+// JSON is a 400 {"detail": "Invalid JSON format"}, one without field a
+// 400 {"detail": "Missing '<field>' in request body"}. It reports whether
+// the caller should answer normally.
+func vllmRequiredObject(w http.ResponseWriter, r *http.Request, field string) bool {
+	var body map[string]json.RawMessage
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&body); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"detail": "Invalid JSON format"})
+		return false
+	}
+	if v, ok := body[field]; !ok || string(v) == "null" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"detail": "Missing '" + field + "' in request body"})
+		return false
+	}
+	return true
+}
+
+// serveVLLMInitTransfer takes {"init_info": {...}} (the backend's
+// WeightTransferInitRequest: NCCL's master address, port, rank offset,
+// world size) and answers {"message": "Weight transfer initialized"}.
+func (p *Policy) serveVLLMInitTransfer(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) || !vllmRequiredObject(w, r, "init_info") {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"message": "Weight transfer initialized"})
+}
+
+// serveVLLMStartUpdate answers {"message": "Weight update started"}; it
+// reads no body.
+func (p *Policy) serveVLLMStartUpdate(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"message": "Weight update started"})
+}
+
+// serveVLLMUpdateWeights takes {"update_info": {...}} (the names, dtypes
+// and shapes of a chunk of weights) and answers {"message": "Weights
+// updated"}. The label the engine reports does not change.
+func (p *Policy) serveVLLMUpdateWeights(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) || !vllmRequiredObject(w, r, "update_info") {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"message": "Weights updated"})
+}
+
+// serveVLLMFinishUpdate takes an optional {"weight_version": str|null}
+// (Annotated[str | None, Body(embed=True)] = None) and answers
+// {"message": "Weight update finished"}: a version given becomes the
+// label GET /weight_info reports, none keeps the current one. A server
+// from before weight versions (SetLegacy) ignores it. FastAPI answers a
+// body it cannot read, or a weight_version that is not a string, 422.
+func (p *Policy) serveVLLMFinishUpdate(w http.ResponseWriter, r *http.Request) {
+	if !p.called(w, r) {
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	var req struct {
+		WeightVersion *string `json:"weight_version"`
+	}
+	if err == nil && len(bytes.TrimSpace(body)) > 0 {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []map[string]any{{
+			"type": "string_type", "loc": []string{"body", "weight_version"}, "msg": "Input should be a valid string"}}})
+		return
+	}
+	if req.WeightVersion != nil && !p.engine.legacy.Load() {
+		p.SetWeightVersion(*req.WeightVersion)
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"message": "Weight update finished"})
 }

@@ -34,15 +34,20 @@ func routes(engine string) []route {
 		{"GET", "/cache", (*Policy).serveCache},
 		{"GET", "/peak", (*Policy).servePeak},
 	}
-	switch engine {
-	case EngineSGLang:
-		return append(rs, sglangRoutes...)
-	case EngineVLLM:
-		return append(rs, vllmRoutes...)
+	if own, ok := engineRoutes[engine]; ok {
+		return append(rs, own...)
 	}
 	return append(rs,
 		route{"GET", "/idle", (*Policy).serveIdle},
 		route{"POST", "/update_weights_from_disk", (*Policy).serveUpdate})
+}
+
+// engineRoutes are the fakes of the engine table's rows other than the
+// native one, by engine name: each engine_*.go file's routes, one line
+// each. A test checks that every engine of the table has its line.
+var engineRoutes = map[string][]route{
+	EngineSGLang: sglangRoutes,
+	EngineVLLM:   vllmRoutes,
 }
 
 // engineState is what a simulated engine adds to a policy.
@@ -61,6 +66,9 @@ type engineState struct {
 	// asleep: the engine released its memory (vLLM /sleep, SGLang
 	// /release_memory_occupation).
 	asleep atomic.Bool
+	// incremental streams native /generate chunks as deltas, as SGLang
+	// with --incremental-streaming-output does.
+	incremental atomic.Bool
 	// legacy makes vLLM's newer dev-mode endpoints (weight_info,
 	// update_weight_version, sleep) and SGLang's /model_info answer 404.
 	legacy atomic.Bool
@@ -98,6 +106,12 @@ func (p *Policy) PauseMode() string {
 	}
 	return ""
 }
+
+// SetIncrementalStreaming makes the simulated engine stream native
+// /generate chunks with only their new tokens, as SGLang started with
+// --incremental-streaming-output does; by default each chunk has all the
+// tokens so far.
+func (p *Policy) SetIncrementalStreaming(on bool) { p.engine.incremental.Store(on) }
 
 // SetWeightVersion sets the version string the simulated engine reports.
 func (p *Policy) SetWeightVersion(v string) { p.engine.weightVersion.Store(&v) }
@@ -189,7 +203,16 @@ func (p *Policy) called(w http.ResponseWriter, r *http.Request) bool {
 // the generations in flight end now with finish reason "abort"
 // (openai.go), and the busy ledger ends its period now, so that work that
 // never ran does not count as busy.
-func (p *Policy) abortWork() {
+func (p *Policy) abortWork() { p.endWork(false) }
+
+// DropGenerations ends every generation in flight as an engine that dies
+// does: each one's connection drops in the middle of its answer, with no
+// finish reason, and the work is gone.
+func (p *Policy) DropGenerations() { p.endWork(true) }
+
+// endWork is abortWork; drop makes the generations drop their connections
+// instead of answering.
+func (p *Policy) endWork(drop bool) {
 	now := p.fleet.opts.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -202,18 +225,26 @@ func (p *Policy) abortWork() {
 		}
 	}
 	if p.aborted != nil {
-		close(p.aborted)
+		p.aborted.drop = drop
+		close(p.aborted.done)
 	}
-	p.aborted = make(chan struct{})
+	p.aborted = &abortSignal{done: make(chan struct{})}
 }
 
-// abortSignal returns a channel closed by the next abort. Generations
-// started before it ends with it.
-func (p *Policy) abortSignal() <-chan struct{} {
+// abortSignal ends the generations started before it: done is closed by
+// the next abort; drop, read once done is closed, says the connections
+// drop instead.
+type abortSignal struct {
+	done chan struct{}
+	drop bool
+}
+
+// nextAbort returns the signal of the next abort.
+func (p *Policy) nextAbort() *abortSignal {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.aborted == nil {
-		p.aborted = make(chan struct{})
+		p.aborted = &abortSignal{done: make(chan struct{})}
 	}
 	return p.aborted
 }

@@ -80,9 +80,9 @@ func (p *Policy) thaw() {
 		return
 	}
 	d := now.Sub(p.frozenAt)
-	for i, end := range p.jobs {
-		if end.After(p.frozenAt) {
-			p.jobs[i] = end.Add(d)
+	for _, it := range p.jobs {
+		if it.end.After(p.frozenAt) {
+			it.end = it.end.Add(d)
 		}
 	}
 	if p.busy.to.After(p.frozenAt) {

@@ -50,6 +50,12 @@ type genRequest struct {
 	InputIDs      json.RawMessage `json:"input_ids"`
 	Text          json.RawMessage `json:"text"`
 	ReturnLogprob bool            `json:"return_logprob"`
+	// vLLM's CompletionRequest (vllm/entrypoints/openai/completion/
+	// protocol.py): the prompt as text or token ids, logprobs (how many
+	// top logprobs; any asks for them) and return_token_ids.
+	Prompt         json.RawMessage `json:"prompt"`
+	Logprobs       *int            `json:"logprobs"`
+	ReturnTokenIDs bool            `json:"return_token_ids"`
 }
 
 func (g genRequest) tokens() int {
@@ -102,19 +108,39 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 		return
 	}
 	d, hit := p.prefix.generation(session, p.genDuration(n))
-	abort := p.abortSignal()
-	end := p.startWork(d)
+	abort := p.nextAbort()
+	item, end := p.startWork(d)
+	if p.fleet.opts.Engine == EngineSGLang || p.fleet.opts.Engine == EngineVLLM {
+		// A disconnected client's request is aborted (SGLang's
+		// ResponseEmitter and its streams' abort task,
+		// tokenizer_manager_components/response_emitter.py, commit
+		// 5bf23cf6bf99; vLLM's serving endpoints' with_cancellation).
+		defer func() {
+			if r.Context().Err() != nil {
+				p.cancelWork(item)
+			}
+		}()
+	}
 	id := fmt.Sprintf("gen-%d-%d", p.index, p.works.Load())
 	g := &generation{p: p, k: k, id: id, n: n, busy: d, hit: hit}
-	if k == kindGenerate {
+	switch k {
+	case kindGenerate:
 		g.prompt = promptTokens(req.InputIDs, req.Text)
 		g.ids, g.logprobs = Continuation(g.prompt, n)
 		g.returnLogprob = req.ReturnLogprob
+		g.incremental = req.Stream && p.engine.incremental.Load()
+	case kindCompletion:
+		g.prompt = promptTokens(req.Prompt, req.Prompt)
+		g.ids, g.logprobs = Continuation(g.prompt, n)
+		g.returnLogprob, g.returnTokenIDs = req.Logprobs != nil, req.ReturnTokenIDs
 	}
 	if !req.Stream {
 		start := time.Now()
-		switch p.waitEnd(r, end, abort) {
+		switch p.waitEnd(r, end, abort.done) {
 		case genAborted:
+			if abort.drop {
+				panic(http.ErrAbortHandler) // the engine died: no answer
+			}
 			g.aborted = true
 			g.n = min(n, int(time.Since(start)*time.Duration(n)/max(d, 1)))
 		case genGone:
@@ -132,14 +158,17 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 	flusher, _ := w.(http.Flusher)
 	step := d / time.Duration(n)
 	for i := 1; i <= n; i++ {
-		outcome := p.waitThawed(r, abort)
+		outcome := p.waitThawed(r, abort.done)
 		if outcome == genDone {
-			outcome = p.waitGen(r, step, abort)
+			outcome = p.waitGen(r, step, abort.done)
 		}
 		switch outcome {
 		case genGone:
 			return
 		case genAborted:
+			if abort.drop {
+				panic(http.ErrAbortHandler) // the engine died mid-stream
+			}
 			g.aborted, g.n = true, i
 		}
 		b, _ := json.Marshal(g.event(i))
@@ -210,14 +239,23 @@ type generation struct {
 	aborted bool
 	// prompt, ids and logprobs are a native generation's prompt tokens and
 	// the tokens it generates (tokens.go); returnLogprob asks for them.
-	prompt        []int64
-	ids           []int64
-	logprobs      []float64
-	returnLogprob bool
+	prompt         []int64
+	ids            []int64
+	logprobs       []float64
+	returnLogprob  bool
+	returnTokenIDs bool
+	// incremental streams each chunk's new tokens only
+	// (SetIncrementalStreaming); sent is how many went out before.
+	incremental bool
+	sent        int
 }
 
-// text is the first i tokens.
+// text is the text of tokens from to to: of the tokens generated
+// (Detokenize), or " tok<i>" for each position when there are none (chat).
 func (g *generation) text(from, to int) string {
+	if g.ids != nil {
+		return Detokenize(g.ids[from:to])
+	}
 	var b strings.Builder
 	for t := from; t < to; t++ {
 		b.WriteString(" tok")
@@ -253,12 +291,20 @@ func (g *generation) event(i int) map[string]any {
 }
 
 // native is SGLang's /generate answer after token i: cumulative text,
-// output_ids and logprobs, as SGLang streams them by default (without
-// --incremental-streaming-output; output_processor.py, commit
-// 7a464c40fc21) and as its final answer has them. An abort ends with
-// FINISH_ABORT's {"type": "abort", "message", "status_code",
+// output_ids and logprobs, as SGLang streams them by default and as its
+// final answer has them; with --incremental-streaming-output a streamed
+// chunk has only the tokens since the previous chunk in text, output_ids
+// and the output logprob lists, while completion_tokens and
+// output_token_logprobs_length still count them all (output_processor.py,
+// _build_out_dict_str, commit 29ff63a5fbf7; logprob_ops.py
+// slice_streaming_output_meta_info, commit 229224a3f405). An abort ends
+// with FINISH_ABORT's {"type": "abort", "message", "status_code",
 // "err_type"} (schedule_batch.py).
 func (g *generation) native(i int) map[string]any {
+	from := 0
+	if g.incremental && g.k == kindGenerate {
+		from, g.sent = g.sent, i
+	}
 	meta := map[string]any{"id": g.id, "prompt_tokens": len(g.prompt), "completion_tokens": i, "cached_tokens": 0,
 		"weight_version": g.p.nativeVersion(), "finish_reason": nil}
 	switch {
@@ -268,15 +314,15 @@ func (g *generation) native(i int) map[string]any {
 		meta["finish_reason"] = map[string]any{"type": "length", "length": g.n}
 	}
 	if g.returnLogprob {
-		lps := make([]any, i)
-		for j := range i {
-			lps[j] = []any{g.logprobs[j], g.ids[j], nil}
+		lps := make([]any, 0, i-from)
+		for j := from; j < i; j++ {
+			lps = append(lps, []any{g.logprobs[j], g.ids[j], nil})
 		}
 		meta["output_token_logprobs"] = lps
 		meta["output_token_logprobs_length"] = i
 		meta["input_token_logprobs"] = []any{}
 	}
-	return map[string]any{"text": Detokenize(g.ids[:i]), "output_ids": g.ids[:i], "meta_info": meta, "index": g.p.index,
+	return map[string]any{"text": Detokenize(g.ids[from:i]), "output_ids": g.ids[from:i], "meta_info": meta, "index": g.p.index,
 		"busy_ms": ms(g.busy), "load": g.p.Load(), "prefix_hit": g.hit}
 }
 
@@ -297,8 +343,33 @@ func (g *generation) final() map[string]any {
 		return map[string]any{"id": g.id, "object": "chat.completion", "created": time.Now().Unix(), "model": ModelName, "usage": usage,
 			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": g.text(0, g.n)}, "finish_reason": g.finish(g.n)}}}
 	case kindCompletion:
+		usage["prompt_tokens"], usage["total_tokens"] = len(g.prompt), len(g.prompt)+g.n
 		return map[string]any{"id": g.id, "object": "text_completion", "created": time.Now().Unix(), "model": ModelName, "usage": usage,
-			"choices": []any{map[string]any{"index": 0, "text": g.text(0, g.n), "finish_reason": g.finish(g.n)}}}
+			"choices": []any{g.completionChoice()}}
 	}
 	return g.native(g.n)
+}
+
+// completionChoice is the choice of a /v1/completions answer, as vLLM
+// builds it (vllm/entrypoints/openai/completion/serving.py
+// request_output_to_completion_response and _create_completion_logprobs,
+// commit 030ea52effcb): with return_token_ids, prompt_token_ids and the
+// output's token_ids; with logprobs, tokens, token_logprobs, top_logprobs
+// and text_offset (in characters, from 0).
+func (g *generation) completionChoice() map[string]any {
+	choice := map[string]any{"index": 0, "text": g.text(0, g.n), "finish_reason": g.finish(g.n), "stop_reason": nil}
+	if g.returnTokenIDs {
+		choice["prompt_token_ids"], choice["token_ids"] = g.prompt, g.ids[:g.n]
+	}
+	if g.returnLogprob {
+		tokens, offsets, top := make([]string, g.n), make([]int, g.n), make([]map[string]float64, g.n)
+		at := 0
+		for i := range g.n {
+			tokens[i], offsets[i] = Detokenize(g.ids[i:i+1]), at
+			top[i] = map[string]float64{tokens[i]: g.logprobs[i]}
+			at += len(tokens[i]) // ASCII: characters are bytes
+		}
+		choice["logprobs"] = map[string]any{"tokens": tokens, "token_logprobs": g.logprobs[:g.n], "top_logprobs": top, "text_offset": offsets}
+	}
+	return choice
 }

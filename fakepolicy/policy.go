@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,7 +72,7 @@ type Policy struct {
 	peak atomic.Int64
 
 	mu   sync.Mutex
-	jobs []time.Time // end times of unfinished work, by the fleet's clock
+	jobs []*workItem // unfinished work
 	busy busyLedger  // guarded by mu
 	// frozenAt is when a pause froze the work (freeze.go), zero when not
 	// frozen; thawed, while not nil, holds new work and is closed by the
@@ -83,8 +84,8 @@ type Policy struct {
 	prefix prefixCache
 
 	engine engineState
-	// aborted is closed by an abort pause (engines.go), guarded by mu.
-	aborted chan struct{}
+	// aborted is the signal of the next abort (engines.go), guarded by mu.
+	aborted *abortSignal
 }
 
 // URL returns the policy's base URL: GET URL()+"/idle" probes it.
@@ -119,9 +120,12 @@ func (p *Policy) StartWork() time.Duration {
 // now, or with Options.Serial from the end of the work ahead of it.
 func (p *Policy) StartWorkFor(d time.Duration) { p.startWork(d) }
 
-// startWork is StartWorkFor; it returns when the item ends, by the fleet's
-// clock.
-func (p *Policy) startWork(d time.Duration) time.Time {
+// workItem is one unfinished work item: when it ends, by the fleet's
+// clock (a thaw moves it).
+type workItem struct{ end time.Time }
+
+// startWork is StartWorkFor; it returns the item, and when it ends.
+func (p *Policy) startWork(d time.Duration) (*workItem, time.Time) {
 	p.works.Add(1)
 	now := p.fleet.opts.Now()
 	p.mu.Lock()
@@ -130,14 +134,46 @@ func (p *Policy) startWork(d time.Duration) time.Time {
 	if p.fleet.opts.Serial && p.busy.to.After(now) {
 		start = p.busy.to
 	}
-	end := start.Add(d)
+	it := &workItem{end: start.Add(d)}
 	p.pruneLocked(now)
-	p.jobs = append(p.jobs, end)
+	p.jobs = append(p.jobs, it)
 	if n := int64(len(p.jobs)); n > p.peak.Load() {
 		p.peak.Store(n) // under mu: no lost maximum
 	}
-	p.busy.add(start, end)
-	return end
+	p.busy.add(start, it.end)
+	return it, it.end
+}
+
+// cancelWork ends a work item now, as an engine aborts a request whose
+// client disconnected: it no longer counts in the load, and the busy
+// period ends with the work left (not before now). An item already done
+// or aborted is left alone. With Options.Serial the work queued behind it
+// keeps its start.
+func (p *Policy) cancelWork(it *workItem) {
+	now := p.fleet.opts.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.Index(p.jobs, it)
+	if i < 0 {
+		return
+	}
+	p.jobs = slices.Delete(p.jobs, i, i+1)
+	if !p.frozenAt.IsZero() && now.After(p.frozenAt) {
+		now = p.frozenAt
+	}
+	if !p.busy.to.After(now) {
+		return
+	}
+	end := now
+	if end.Before(p.busy.from) {
+		end = p.busy.from
+	}
+	for _, j := range p.jobs {
+		if j.end.After(end) {
+			end = j.end
+		}
+	}
+	p.busy.to = end
 }
 
 // PeakLoad returns the most work items the policy has held at once.
@@ -169,9 +205,9 @@ func (p *Policy) pruneLocked(now time.Time) int {
 		now = p.frozenAt
 	}
 	kept := p.jobs[:0]
-	for _, end := range p.jobs {
-		if end.After(now) {
-			kept = append(kept, end)
+	for _, it := range p.jobs {
+		if it.end.After(now) {
+			kept = append(kept, it)
 		}
 	}
 	clear(p.jobs[len(kept):])
@@ -274,8 +310,10 @@ func (p *Policy) serveWork(w http.ResponseWriter, _ *http.Request) {
 // work takes a work item's duration (shortened by Options.PrefixSpeedup
 // when the session's prefix is cached) and the answer comes when it is
 // done (queued behind the work ahead with Options.Serial), or 503 when the
-// fleet closes first. A client that gives up leaves the policy busy until
-// the work's end, like a real server that cannot cancel. The session is
+// fleet closes first. A client that gives up ends the work of a simulated
+// engine at once, as SGLang and vLLM abort a disconnected request; a plain
+// policy stays busy until the work's end, like a server that cannot
+// cancel. The session is
 // the JSON body's session_id or the query's session.
 func (p *Policy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 	p.generate(w, r, kindGenerate)

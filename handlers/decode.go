@@ -30,12 +30,9 @@ func newValidator() *validator.Validate {
 		}
 		return name
 	})
-	// Router names come from the one table of routers.
+	// Engine names come from the one table of engines.
 	for tag, names := range map[string][]string{
-		"assign_router": routing.AssignRouterNames(),
-		"select_router": routing.SelectRouterNames(),
-		"engine":        engine.Names(),
-		"release_mode":  routing.ReleaseModeNames,
+		"engine": engine.Names(),
 	} {
 		err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool {
 			return slices.Contains(names, fl.Field().String())
@@ -151,16 +148,16 @@ func jsonKind(t reflect.Type) string {
 }
 
 // validate checks a decoded request and renders failures as one 422
-// naming every bad field: the routing endpoints' requests by hand (see
-// checks.go), the others by their validate tags.
+// naming every bad field: the routing endpoints' requests by their tables
+// (requests.go), the others by their validate tags.
 func (s *Server) validate(v any) error {
 	switch v := v.(type) {
 	case *api.SelectRequest:
-		return checkSelect(v)
+		return selectRequest.check(v)
 	case *api.ReleaseRequest:
-		return checkRelease(v)
+		return releaseRequest.check(v)
 	case *api.AssignRequest:
-		return checkAssign(v)
+		return assignRequest.check(v)
 	}
 	return s.validateTags(v)
 }
@@ -214,14 +211,8 @@ func describe(fe validator.FieldError) string {
 		return "must be <= " + fe.Param()
 	case "oneof":
 		return "must be one of: " + strings.ReplaceAll(fe.Param(), " ", ", ")
-	case "assign_router":
-		return "must be " + routing.NameList(routing.AssignRouterNames())
-	case "select_router":
-		return "must be " + routing.NameList(routing.SelectRouterNames())
 	case "engine":
 		return "must be " + routing.NameList(engine.Names())
-	case "release_mode":
-		return "must be " + routing.NameList(routing.ReleaseModeNames)
 	case "http_url":
 		return "must be an absolute http or https URL"
 	case "uuid":

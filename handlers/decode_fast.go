@@ -63,82 +63,30 @@ func fastDecodable(dst any) bool {
 }
 
 // fastDecode decodes body into dst, a zero request of a fastDecodable
-// type, and reports whether it could. When it cannot, dst is untouched.
+// type, with the setters of the type's table (requests.go), and reports
+// whether it could. When it cannot, dst is zero again.
 func fastDecode(body []byte, dst any) bool {
 	switch dst := dst.(type) {
 	case *api.SelectRequest:
-		var req api.SelectRequest
-		if !scanObject(body, func(key []byte, v jsonScalar) bool { return setSelect(&req, key, v) }) {
-			return false
-		}
-		*dst = req
+		return fastDecodeInto(body, dst, selectRequest)
 	case *api.ReleaseRequest:
-		var req api.ReleaseRequest
-		if !scanObject(body, func(key []byte, v jsonScalar) bool { return setRelease(&req, key, v) }) {
-			return false
-		}
-		*dst = req
+		return fastDecodeInto(body, dst, releaseRequest)
 	case *api.AssignRequest:
-		var req api.AssignRequest
-		if !scanObject(body, func(key []byte, v jsonScalar) bool { return setAssign(&req, key, v) }) {
-			return false
-		}
-		*dst = req
-	default:
-		return false
-	}
-	return true
-}
-
-func setSelect(req *api.SelectRequest, key []byte, v jsonScalar) bool {
-	switch string(key) {
-	case "env_id":
-		return v.setString(&req.EnvID)
-	case "router":
-		return v.setString(&req.Router)
-	case "timeout_ms":
-		return v.setInt(&req.TimeoutMS)
-	case "min_version":
-		return v.setInt64(&req.MinVersion)
-	case "lease_ttl_ms":
-		return v.setInt(&req.LeaseTTLMS)
-	case "session_id":
-		return v.setString(&req.SessionID)
-	case "sticky_wait_ms":
-		return v.setInt(&req.StickyWaitMS)
-	case "load_factor":
-		return v.setFloat(&req.LoadFactor)
-	case "release":
-		return v.setString(&req.Release)
+		return fastDecodeInto(body, dst, assignRequest)
 	}
 	return false
 }
 
-func setRelease(req *api.ReleaseRequest, key []byte, v jsonScalar) bool {
-	switch string(key) {
-	case "lease_id":
-		return v.setString(&req.LeaseID)
-	case "index":
-		return v.setInt(&req.Index)
+// fastDecodeInto decodes straight into dst, which the caller's decode
+// has on the heap already: a copy here would cost an allocation, since
+// the table's setters are func values that escape analysis cannot see
+// through.
+func fastDecodeInto[T any](body []byte, dst *T, rt reqType[T]) bool {
+	if scanObject(body, func(key []byte, v jsonScalar) bool { return rt.set(dst, key, v) }) {
+		return true
 	}
-	return false
-}
-
-// setAssign takes /assign's scalar fields; a body with current_loads,
-// env_ids or session_ids goes to encoding/json.
-func setAssign(req *api.AssignRequest, key []byte, v jsonScalar) bool {
-	switch string(key) {
-	case "num_tasks":
-		return v.setInt(&req.NumTasks)
-	case "router":
-		return v.setString(&req.Router)
-	case "min_version":
-		return v.setInt64(&req.MinVersion)
-	case "assign_ttl_ms":
-		return v.setInt(&req.AssignTTLMS)
-	case "load_factor":
-		return v.setFloat(&req.LoadFactor)
-	}
+	var zero T
+	*dst = zero
 	return false
 }
 
@@ -150,29 +98,20 @@ type jsonScalar struct {
 }
 
 // setString sets *dst to a string value, once: a field named twice goes
-// to encoding/json.
-func (v jsonScalar) setString(dst *string) bool {
+// to encoding/json. A value equal to one of known is set as known's own
+// string, without allocating.
+func (v jsonScalar) setString(dst *string, known ...string) bool {
 	if !v.isStr || *dst != "" || len(v.lit) == 0 {
 		return false // "" is the zero value: a second "" could not be told apart
 	}
-	*dst = internRouter(v.lit)
-	return true
-}
-
-// internRouter returns b as a string, without allocating for the router
-// names most requests carry.
-func internRouter(b []byte) string {
-	switch string(b) {
-	case "simple":
-		return "simple"
-	case "node_affinity":
-		return "node_affinity"
-	case "idle_affinity":
-		return "idle_affinity"
-	case "power_of_two":
-		return "power_of_two"
+	for _, k := range known {
+		if string(v.lit) == k {
+			*dst = k
+			return true
+		}
 	}
-	return string(b)
+	*dst = string(v.lit)
+	return true
 }
 
 func (v jsonScalar) setInt(dst **int) bool {

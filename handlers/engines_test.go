@@ -2,38 +2,90 @@ package handlers
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
-// The poller's table of engines is the one source of engine names: the
-// OpenAPI enums list exactly its names, in its order.
+// The table of engines is the one source of engine names: openapi.yaml
+// lists them once, in EngineName, in the table's order, and every other
+// schema refers to it rather than listing them again.
 func TestEngineTableMatchesOpenAPI(t *testing.T) {
 	doc, _, err := loadSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, schema := range []string{"PolicyRequest", "Policy", "PolicyStats"} {
+	names := doc.Components.Schemas["EngineName"]
+	if names == nil {
+		t.Fatal("openapi.yaml has no EngineName")
+	}
+	if got, want := enumStrings(names.Value), engine.Names(); !slices.Equal(got, want) {
+		t.Errorf("openapi.yaml EngineName enum = %v; the table of engines says %v", got, want)
+	}
+	for _, schema := range []string{"PolicyRequest", "Policy", "PolicyStats", "FleetSelector", "UpdatePolicy", "WorkerInfo", "WorkerSpecRequest"} {
 		ref := doc.Components.Schemas[schema]
-		if ref == nil || ref.Value.Properties["engine"] == nil {
-			t.Errorf("openapi.yaml has no %s.engine", schema)
-			continue
-		}
-		var got []string
-		for _, v := range ref.Value.Properties["engine"].Value.Enum {
-			s, _ := v.(string)
-			got = append(got, s)
-		}
-		if want := engine.Names(); !slices.Equal(got, want) {
-			t.Errorf("openapi.yaml %s.engine enum = %v; the table of engines says %v", schema, got, want)
+		if ref == nil || ref.Value.Properties["engine"] == nil && ref.Value.Properties["runtime_type"] == nil {
+			t.Errorf("openapi.yaml has no %s.engine or .runtime_type", schema)
 		}
 	}
+	// No other list of engine names: any enum naming an engine besides
+	// the native one is a copy that a new engine would leave behind.
+	const namesRef = "#/components/schemas/EngineName"
+	refs := 0
+	seen := map[*openapi3.Schema]bool{}
+	var walk func(path string, s *openapi3.SchemaRef)
+	walk = func(path string, s *openapi3.SchemaRef) {
+		if s == nil || s.Value == nil || seen[s.Value] {
+			return
+		}
+		if s.Ref == namesRef {
+			refs++
+			return
+		}
+		seen[s.Value] = true
+		for _, v := range enumStrings(s.Value) {
+			if v != engine.Native && engine.Is(v) {
+				t.Errorf("%s lists engine names %v: refer to %s instead", path, enumStrings(s.Value), namesRef)
+				break
+			}
+		}
+		for name, p := range s.Value.Properties {
+			walk(path+"."+name, p)
+		}
+		walk(path+"[]", s.Value.Items)
+		for i, sub := range append(append(append(openapi3.SchemaRefs{}, s.Value.AllOf...), s.Value.AnyOf...), s.Value.OneOf...) {
+			walk(fmt.Sprintf("%s<%d>", path, i), sub)
+		}
+		if s.Value.AdditionalProperties.Schema != nil {
+			walk(path+"{}", s.Value.AdditionalProperties.Schema)
+		}
+	}
+	for name, s := range doc.Components.Schemas {
+		if name != "EngineName" {
+			walk(name, s)
+		}
+	}
+	if refs == 0 {
+		t.Errorf("the walk found no reference to %s: it misses them", namesRef)
+	}
+}
+
+// enumStrings returns the string values of s's enum.
+func enumStrings(s *openapi3.Schema) []string {
+	var out []string
+	for _, v := range s.Enum {
+		if str, ok := v.(string); ok {
+			out = append(out, str)
+		}
+	}
+	return out
 }
 
 // A policy's engine is stored and shown; an unknown one is a 422 naming

@@ -81,6 +81,7 @@ func asError(err error) *Error {
 	var mnf *routing.ModelNotFoundError
 	var held *fleet.HeldError
 	var pe *proxy.Error
+	var ufe *updates.FieldError
 	switch {
 	case errors.As(err, &e):
 		return e
@@ -94,6 +95,8 @@ func asError(err error) *Error {
 			served = []string{}
 		}
 		return &Error{Code: api.CodeModelNotFound, Message: mnf.Error(), Details: &api.ErrorDetails{Models: served}}
+	case errors.As(err, &ufe):
+		return fieldError(ufe.Field, ufe.Msg)
 	case errors.Is(err, updates.ErrNotFound):
 		return errorf(api.CodeNotFound, err.Error())
 	case errors.Is(err, updates.ErrRunning), errors.Is(err, updates.ErrEnded), errors.Is(err, updates.ErrNotReady):

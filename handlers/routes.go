@@ -48,6 +48,10 @@ func (s *Server) router(name string, offered func(routing.Router) bool, names fu
 	return r, nil
 }
 
+func offersSelect(r routing.Router) bool { return r.Select != nil }
+
+func offersAssign(r routing.Router) bool { return r.Assign != nil }
+
 func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 	var req api.AssignRequest
 	if err := s.decode(w, r, s.MaxBodyBytes*16, &req); err != nil {

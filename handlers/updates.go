@@ -3,10 +3,7 @@ package handlers
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,14 +13,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/fleet"
-	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/updates"
-)
-
-// Defaults of POST /updates.
-const (
-	defaultDrainTimeout  = time.Minute
-	defaultActionTimeout = 10 * time.Minute
 )
 
 func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request) {
@@ -32,8 +22,19 @@ func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	spec, err := s.updateSpec(req)
+	spec, err := updateSpec(req)
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	pols := s.State.Snapshot().Policies()
+	if req.Selector != nil {
+		if pols, err = s.fleetSelect(*req.Selector); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	if err := spec.Validate(pols); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -46,23 +47,17 @@ func (s *Server) startUpdate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, updateToAPI(u, s.Now()))
 }
 
-// updateSpec checks a POST /updates body and fills in the defaults.
-func (s *Server) updateSpec(req api.UpdateRequest) (updates.Spec, error) {
-	spec := updates.Spec{Version: *req.Version, MaxUnavailable: 1, DrainTimeout: defaultDrainTimeout}
-	pols := s.State.Snapshot().Policies()
-	if req.Selector != nil {
-		var err error
-		if pols, err = s.fleetSelect(*req.Selector); err != nil {
-			return spec, err
-		}
-		spec.Selector = fleet.Selector{IDs: req.Selector.IDs, Indices: req.Selector.Indices, Labels: req.Selector.Labels, Engine: req.Selector.Engine}
+// updateSpec maps a POST /updates body to the spec it asks for; the spec's
+// Validate checks it and fills in its defaults.
+func updateSpec(req api.UpdateRequest) (updates.Spec, error) {
+	spec := updates.NewSpec(*req.Version)
+	if sel := req.Selector; sel != nil {
+		spec.Selector = fleet.Selector{IDs: sel.IDs, Indices: sel.Indices, Labels: sel.Labels, Engine: sel.Engine}
 	}
 	if raw := bytes.TrimSpace(req.MaxUnavailable); len(raw) > 0 && string(raw) != "null" {
-		n, err := maxUnavailable(raw, len(pols))
-		if err != nil {
+		if err := maxUnavailable(raw, &spec); err != nil {
 			return spec, err
 		}
-		spec.MaxUnavailable = n
 	}
 	if req.MinAvailablePerNode != nil {
 		spec.MinAvailablePerNode = *req.MinAvailablePerNode
@@ -74,81 +69,34 @@ func (s *Server) updateSpec(req api.UpdateRequest) (updates.Spec, error) {
 		spec.MaxFailures = *req.MaxFailures
 	}
 	if a := req.Action; a != nil {
-		act := &updates.Action{Method: a.Method, Path: a.Path, Body: a.Body, Timeout: defaultActionTimeout}
-		if act.Method == "" {
-			act.Method = http.MethodPost
-		}
-		if len(act.Body) > 0 && !json.Valid(act.Body) {
-			return spec, fieldError("action.body", "must be JSON")
-		}
+		spec.Action = &updates.Action{Method: a.Method, Path: a.Path, Body: a.Body}
 		if a.TimeoutMS != nil {
-			act.Timeout = time.Duration(*a.TimeoutMS) * time.Millisecond
+			spec.Action.Timeout = time.Duration(*a.TimeoutMS) * time.Millisecond
 		}
-		spec.Action = act
 	}
-	spec.ModelPath, spec.SetFloor = req.ModelPath, req.SetFloor
+	spec.ModelPath, spec.SetFloor, spec.PauseMode = req.ModelPath, req.SetFloor, req.PauseMode
 	if req.PhaseTimeoutMS != nil {
 		spec.PhaseTimeout = time.Duration(*req.PhaseTimeoutMS) * time.Millisecond
-	}
-	if err := checkEngines(&spec, req.PauseMode, pols); err != nil {
-		return spec, err
 	}
 	return spec, nil
 }
 
-// checkEngines sets the spec's pause mode and refuses what an engine of
-// one of pols (the policies the update is for) cannot do: a pause mode it
-// has not got, or a model_path it cannot load (without an action to fall
-// back on).
-func checkEngines(spec *updates.Spec, mode string, pols []routing.Policy) error {
-	if mode == "" {
-		mode = engine.PauseWait
-	}
-	if !slices.Contains(engine.PauseModes, mode) {
-		return fieldError("pause_mode", "must be one of "+strings.Join(engine.PauseModes, ", "))
-	}
-	spec.PauseMode = mode
-	seen := map[string]bool{}
-	for _, p := range pols {
-		name := p.EngineName()
-		if seen[name] {
-			continue
-		}
-		seen[name] = true
-		steps, ok := engine.Lookup(name)
-		if !ok {
-			continue
-		}
-		if modes := steps.PauseModes(); !slices.Contains(modes, mode) {
-			return fieldError("pause_mode", fmt.Sprintf("engine %s (policy %d) has no pause mode %q; it takes %s", name, p.Index, mode, strings.Join(modes, ", ")))
-		}
-		if _, disk := steps.LoadFromDisk(spec.ModelPath, ""); spec.ModelPath != "" && !disk && spec.Action == nil {
-			return fieldError("model_path", fmt.Sprintf("engine %s (policy %d) cannot load weights from disk: leave model_path out and move the weights yourself (external mode), or give an action", name, p.Index))
-		}
-	}
-	return nil
-}
-
-// maxUnavailable reads max_unavailable: a count >= 1, or a percentage of
-// the registered policies ("25%"), rounded down but at least 1.
-func maxUnavailable(raw json.RawMessage, policies int) (int, error) {
-	const field = "max_unavailable"
-	var n int
-	if err := json.Unmarshal(raw, &n); err == nil {
-		if n < 1 {
-			return 0, fieldError(field, "must be >= 1, or a percentage such as \"25%\"")
-		}
-		return n, nil
+// maxUnavailable reads max_unavailable into spec: a count, or a
+// percentage string ("25%") of the policies the update is for.
+func maxUnavailable(raw json.RawMessage, spec *updates.Spec) error {
+	if err := json.Unmarshal(raw, &spec.MaxUnavailable); err == nil {
+		return nil
 	}
 	var pct string
 	if err := json.Unmarshal(raw, &pct); err != nil || !strings.HasSuffix(pct, "%") {
-		return 0, fieldError(field, "must be a count >= 1 or a percentage string such as \"25%\"")
+		return fieldError("max_unavailable", "must be a count >= 1 or a percentage string such as \"25%\"")
 	}
 	p, err := strconv.ParseFloat(strings.TrimSuffix(pct, "%"), 64)
-	if err != nil || p <= 0 || p > 100 || math.IsNaN(p) {
-		return 0, fieldError(field, "must be a percentage above 0% and at most 100%, not "+strconv.Quote(pct))
+	if err != nil {
+		return fieldError("max_unavailable", "must be a percentage above 0% and at most 100%, not "+strconv.Quote(pct))
 	}
-	return max(int(math.Floor(p*float64(policies)/100)), 1), nil
+	spec.MaxUnavailablePercent = &p
+	return nil
 }
 
 func (s *Server) listUpdates(w http.ResponseWriter, r *http.Request) {

@@ -150,6 +150,11 @@ func TestObserveCachedSeries(t *testing.T) {
 	m.ObserveDecision("select", "not_in_the_table", time.Microsecond)
 	m.ObserveAffinity("assign", "idle_affinity", 4, 2)
 	m.ObserveAffinity("assign", "not_in_the_table", 0, 5)
+	for range 2 {
+		m.ObserveProxy(3, 200, time.Millisecond, time.Millisecond)
+	}
+	m.ObserveProxy(3, 502, 0, time.Millisecond)
+	m.ObserveProxy(130, 200, time.Millisecond, time.Millisecond)
 	fams := scrape(t, m)
 	for _, c := range []struct {
 		name   string
@@ -166,6 +171,9 @@ func TestObserveCachedSeries(t *testing.T) {
 		{"policyrouter_affinity_decisions_total", map[string]string{"endpoint": "assign", "router": "idle_affinity", "outcome": "hit"}, 4},
 		{"policyrouter_affinity_decisions_total", map[string]string{"endpoint": "assign", "router": "idle_affinity", "outcome": "fallback"}, 2},
 		{"policyrouter_affinity_decisions_total", map[string]string{"endpoint": "assign", "router": "not_in_the_table", "outcome": "fallback"}, 5},
+		{"policyrouter_proxy_requests_total", map[string]string{"policy": "3", "code": "200"}, 2},
+		{"policyrouter_proxy_requests_total", map[string]string{"policy": "3", "code": "502"}, 1},
+		{"policyrouter_proxy_requests_total", map[string]string{"policy": "130", "code": "200"}, 1},
 	} {
 		if got := value(t, fams, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -1,7 +1,10 @@
 package metrics
 
 import (
+	"maps"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +20,16 @@ type proxyMetrics struct {
 	requests *prometheus.CounterVec
 	ttfb     prometheus.Histogram
 	duration prometheus.Histogram
+
+	// counters holds the requests series already used, by policy index
+	// and status, so that an attempt costs one map lookup instead of
+	// formatting and hashing two labels. The map is copied on the rare
+	// write (a series not seen before), so that reads take no lock.
+	countersMu sync.Mutex // serialises writers
+	counters   atomic.Pointer[map[proxyKey]prometheus.Counter]
 }
+
+type proxyKey struct{ index, status int }
 
 var policyInflightDesc = prometheus.NewDesc("policyrouter_policy_inflight",
 	"Requests in flight per policy: its leases out, which in proxy mode are exactly its proxied requests.",
@@ -57,9 +69,34 @@ func collectPolicyInflight(ch chan<- prometheus.Metric, st routing.Stats) {
 // with the given index: its status (0 when no answer came), the time to
 // its first byte (0 when none) and its duration.
 func (m *Metrics) ObserveProxy(index, status int, ttfb, d time.Duration) {
-	m.proxy.requests.WithLabelValues(strconv.Itoa(index), strconv.Itoa(status)).Inc()
+	m.proxy.counter(proxyKey{index, status}).Inc()
 	if ttfb > 0 {
 		m.proxy.ttfb.Observe(ttfb.Seconds())
 	}
 	m.proxy.duration.Observe(d.Seconds())
+}
+
+// counter returns the requests series of k.
+func (p *proxyMetrics) counter(k proxyKey) prometheus.Counter {
+	if m := p.counters.Load(); m != nil {
+		if c, ok := (*m)[k]; ok {
+			return c
+		}
+	}
+	p.countersMu.Lock()
+	defer p.countersMu.Unlock()
+	old := p.counters.Load()
+	if old != nil {
+		if c, ok := (*old)[k]; ok {
+			return c
+		}
+	}
+	next := make(map[proxyKey]prometheus.Counter, 1)
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	c := p.requests.WithLabelValues(strconv.Itoa(k.index), strconv.Itoa(k.status))
+	next[k] = c
+	p.counters.Store(&next)
+	return c
 }

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -114,6 +115,8 @@ type Proxy struct {
 	Config
 	reverseProxy *httputil.ReverseProxy
 	models       modelsCache
+	targets      sync.Map     // policy URL → its *url.URL, parsed once
+	targetCount  atomic.Int64 // entries of targets
 }
 
 // New returns a Proxy for cfg.
@@ -205,17 +208,19 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 		BufferPool: copyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			a := attemptFrom(pr.In.Context())
-			target, err := url.Parse(a.d.Policy.URL)
-			if err != nil { // registration checks URLs: cannot happen
-				target = &url.URL{Scheme: "http", Host: "invalid"}
-			}
-			pr.SetURL(target)
+			pr.SetURL(p.target(a.d.Policy.URL))
 			pr.SetXForwarded()
+			if pr.Out.Body != nil {
+				// The attempt's in-memory copy of the body, which ReverseProxy
+				// wrapped: unwrapped, the transport sends the head and the body
+				// in one write instead of flushing the head first.
+				pr.Out.Body = pr.In.Body
+			}
 			// The router's own token never reaches an engine; the policy's
 			// key does.
-			pr.Out.Header.Del("Authorization")
+			delete(pr.Out.Header, "Authorization")
 			if a.apiKey != "" {
-				pr.Out.Header.Set("Authorization", "Bearer "+a.apiKey)
+				pr.Out.Header["Authorization"] = []string{"Bearer " + a.apiKey}
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {
@@ -224,12 +229,15 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 			if res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable {
 				return errRetryable
 			}
+			// The canonical keys, and one array for the three values.
 			h := res.Header
-			h.Set(HeaderPolicyIndex, strconv.Itoa(a.d.Policy.Index))
-			h.Set(HeaderPolicyID, a.d.Policy.ID)
-			h.Set(HeaderWeightVersion, strconv.FormatInt(a.d.Version, 10))
+			v := []string{strconv.Itoa(a.d.Policy.Index), a.d.Policy.ID, strconv.FormatInt(a.d.Version, 10)}
+			h[canonicalPolicyIndex], h[canonicalPolicyID], h[canonicalWeightVersion] = v[0:1:1], v[1:2:2], v[2:3:3]
 			if a.d.EnvUnmapped {
 				h.Set(HeaderEnvUnmapped, "true")
+			}
+			if a.resume != nil && a.resume.stream != nil {
+				return a.resume.resumeStream(res, a)
 			}
 			if a.resume != nil && !isEventStream(h) {
 				return a.resume.resumeAnswer(res, a)
@@ -260,6 +268,36 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 	}
 }
 
+// The answer headers' keys in canonical form (X-Policy-Id), set without
+// canonicalising them again for each answer.
+var (
+	canonicalPolicyIndex   = http.CanonicalHeaderKey(HeaderPolicyIndex)
+	canonicalPolicyID      = http.CanonicalHeaderKey(HeaderPolicyID)
+	canonicalWeightVersion = http.CanonicalHeaderKey(HeaderWeightVersion)
+)
+
+// maxTargets bounds the cache of parsed policy URLs: past it (policies
+// re-registered at new URLs for a long time) it starts again empty.
+const maxTargets = 4096
+
+// target returns the parsed URL of a policy, from the cache of those
+// already parsed. ReverseProxy's SetURL only reads it.
+func (p *Proxy) target(raw string) *url.URL {
+	if u, ok := p.targets.Load(raw); ok {
+		return u.(*url.URL)
+	}
+	u, err := url.Parse(raw)
+	if err != nil { // registration checks URLs: cannot happen
+		u = &url.URL{Scheme: "http", Host: "invalid"}
+	}
+	if p.targetCount.Add(1) > maxTargets {
+		p.targets.Clear()
+		p.targetCount.Store(1)
+	}
+	p.targets.Store(raw, u)
+	return u
+}
+
 // copyBuffers are the buffers ReverseProxy copies answers through. A
 // stream holds one while it lasts: 8 KiB rather than ReverseProxy's 32,
 // since events are small and flushed one by one.
@@ -274,11 +312,14 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // to the policies, up to 256 idle per policy (a batching engine takes tens
 // of requests at once; http.DefaultTransport keeps 2, and every other
 // request would pay a new connection), with tc's TLS towards https://
-// policies (nil: the system's roots).
+// policies (nil: the system's roots). It adds no Accept-Encoding of its
+// own: a request goes out with the client's, and an answer comes back
+// as the policy sent it, never decompressed on the way.
 func NewTransport(tc *tls.Config) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 0
 	t.MaxIdleConnsPerHost = 256
+	t.DisableCompression = true
 	t.TLSClientConfig = tc
 	return t
 }
@@ -450,24 +491,6 @@ func (p *Proxy) selectRequest(r *http.Request) (Request, error) {
 		req.LeaseTTL = req.Wait + p.Timeout + time.Minute
 	}
 	return req, nil
-}
-
-// requestModel is the "model" of a JSON request body: what the OpenAI
-// endpoints require, and SGLang's /generate leaves out (its server has
-// one model). A body that is not a JSON object names none: the engine
-// answers it. A "model" that is not a string is the client's error.
-func requestModel(body []byte) (string, error) {
-	var v struct {
-		Model json.RawMessage `json:"model"`
-	}
-	if json.Unmarshal(body, &v) != nil || len(v.Model) == 0 || string(v.Model) == "null" {
-		return "", nil
-	}
-	var model string
-	if err := json.Unmarshal(v.Model, &model); err != nil {
-		return "", fieldError("model", "must be a string")
-	}
-	return model, nil
 }
 
 func isEventStream(h http.Header) bool {

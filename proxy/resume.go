@@ -24,9 +24,9 @@ import (
 // slime/rollout/sglang_rollout.py, generate and _prepare_prompt_ids,
 // commit 624b824a898a; --partial-rollout, and
 // --mask-offpolicy-in-partial-rollout masks the prefix). The proxy does it
-// instead, for a non-streaming native POST /generate whose prompt is
-// input_ids: the continuation goes to another eligible policy (the
-// aborting one excluded), up to --proxy-retries, and the client gets one
+// instead, for a native POST /generate whose prompt is input_ids: the
+// continuation goes to another eligible policy (the aborting one
+// excluded), up to --proxy-retries, and the client gets one
 // answer, as if nothing had happened but for the segments it names.
 //
 // Wire formats, from sgl-project/sglang:
@@ -52,10 +52,8 @@ import (
 //     output tokens (python/sglang/srt/utils/weight_versions.py, commit
 //     19f93835d3f8): the merged answer extends them across segments.
 //
-// Streams are not resumed: SGLang streams cumulative output_ids and text
-// by default and deltas with --incremental-streaming-output
-// (output_processor.py), which the router cannot tell apart from the
-// chunks alone; a streamed abort passes through, marked so.
+// A streamed /generate is resumed too, as one stream in SGLang's chunk
+// format (resume_stream.go).
 
 // Headers of resumable requests and resumed answers.
 const (
@@ -110,6 +108,13 @@ type resumeState struct {
 	last   map[string]json.RawMessage   // the last answer, and its meta_info
 	meta   map[string]json.RawMessage
 	cached int64
+
+	// abortedOn is the policy whose abort the next attempt continues: it
+	// is left out of that attempt only (it may be paused for an update,
+	// and serve again after it), unlike a policy that failed.
+	abortedOn  string
+	stream     *streamState     // a streamed request's (resume_stream.go), or nil
+	completion *completionState // a /v1/completions request's (resume_completions.go), or nil
 }
 
 // resumeSegment is what one policy generated of a resumed answer, in
@@ -135,7 +140,7 @@ type weightSpan struct {
 // when it is, nil when not. A /generate request that cannot be is marked
 // so (X-Resume: unavailable) on w; a malformed X-Resume-On-Abort is a 422.
 func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (*resumeState, error) {
-	if !p.Resume || r.URL.Path != "/generate" {
+	if !p.Resume || (r.URL.Path != "/generate" && r.URL.Path != "/v1/completions") {
 		return nil, nil
 	}
 	switch v := r.Header.Get(HeaderResumeOnAbort); v {
@@ -145,13 +150,22 @@ func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (
 	default:
 		return nil, fieldError(HeaderResumeOnAbort, "must be 0 or 1, not "+strconv.Quote(v))
 	}
-	rs, why := parseResumable(body)
+	rs, why := parseFor(r.URL.Path, body)
 	if why != "" {
 		w.Header().Set(HeaderResume, "unavailable ("+why+")")
 		return nil, nil
 	}
 	rs.body, rs.left = body, p.Retries
 	return rs, nil
+}
+
+// parseFor reads a resumable request of the proxied path; it returns why
+// the request cannot be resumed, or its state.
+func parseFor(path string, body []byte) (*resumeState, string) {
+	if path == "/v1/completions" {
+		return parseResumableCompletion(body)
+	}
+	return parseResumable(body)
 }
 
 // parseResumable reads a GenerateReqInput; it returns why the request
@@ -164,7 +178,7 @@ func parseResumable(body []byte) (*resumeState, string) {
 	}
 	var stream bool
 	if raw, ok := rs.req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream {
-		return nil, "streaming"
+		rs.stream = &streamState{prompt: make(map[string]json.RawMessage)}
 	}
 	ids, ok := rs.req["input_ids"]
 	switch {
@@ -220,6 +234,11 @@ func isNull(raw json.RawMessage) bool {
 // sends the state's current body; an aborted answer (or a policy that
 // died mid-answer) sends the continuation to another policy.
 func (p *Proxy) forwardResumed(w http.ResponseWriter, r *http.Request, sreq Request, rs *resumeState) {
+	if rs.stream != nil {
+		p.forwardResumedStream(w, r, sreq, rs)
+		return
+	}
+	failed := sreq.Exclude
 	for try := 0; ; try++ {
 		var d routing.Decision
 		if len(rs.segs) == 0 {
@@ -250,7 +269,7 @@ func (p *Proxy) forwardResumed(w http.ResponseWriter, r *http.Request, sreq Requ
 			return
 		}
 		rs.left--
-		sreq.Exclude = append(sreq.Exclude, d.Policy.ID)
+		failed, sreq.Exclude = rs.exclude(failed, d.Policy.ID)
 		if len(rs.segs) > 0 && !p.availableBeyond(r.Context(), sreq.Exclude) {
 			// Waiting for a policy this request has not been aborted on
 			// would only delay the tokens it has (all of them aborted it,
@@ -259,6 +278,17 @@ func (p *Proxy) forwardResumed(w http.ResponseWriter, r *http.Request, sreq Requ
 			return
 		}
 	}
+}
+
+// exclude returns the policies the next attempt leaves out, after one on
+// id: every policy that failed, and id itself when it aborted the answer.
+func (rs *resumeState) exclude(failed []string, id string) (stillFailed, exclude []string) {
+	if rs.abortedOn != id {
+		failed = append(failed, id)
+		return failed, failed
+	}
+	rs.abortedOn = ""
+	return failed, append(slices.Clip(failed), id)
 }
 
 // decideQuiet is decide for a continuation: the error is returned, not
@@ -325,6 +355,9 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 	if len(rs.segs) == 0 && !bytes.Contains(raw, []byte(`"abort"`)) {
 		return pass() // not aborted: no decoding, no copy
 	}
+	if rs.completion != nil {
+		return rs.completionAnswer(res, a, raw, pass)
+	}
 	var ans map[string]json.RawMessage
 	var meta map[string]json.RawMessage
 	if json.Unmarshal(raw, &ans) != nil || json.Unmarshal(ans["meta_info"], &meta) != nil {
@@ -349,7 +382,7 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 	}
 	rs.add(a.d, ans, meta, ids)
 	if aborted && rs.remaining() > 0 && rs.left > 0 {
-		rs.body = rs.continuation()
+		rs.body, rs.abortedOn = rs.continuation(), a.d.Policy.ID
 		return errResume
 	}
 	why := ""
@@ -390,25 +423,7 @@ func outputIDs(ans, meta map[string]json.RawMessage) ([]int64, bool) {
 
 // add records one segment's answer.
 func (rs *resumeState) add(d routing.Decision, ans, meta map[string]json.RawMessage, ids []int64) {
-	start := len(rs.ids)
-	version := strconv.FormatInt(d.Version, 10)
-	_ = json.Unmarshal(meta["weight_version"], &version)
-	rs.segs = append(rs.segs, resumeSegment{PolicyID: d.Policy.ID, PolicyIndex: d.Policy.Index, WeightVersion: version,
-		Start: start, End: start + len(ids), FinishReason: meta["finish_reason"], dispatched: d.Version})
-	var own []weightSpan
-	if json.Unmarshal(meta["weight_versions"], &own) != nil || len(own) == 0 {
-		own = []weightSpan{{Version: version, Start: 0, End: len(ids)}}
-	}
-	for _, sp := range own {
-		sp.Start, sp.End = sp.Start+start, sp.End+start
-		if n := len(rs.spans); n > 0 && rs.spans[n-1].Version == sp.Version && rs.spans[n-1].End == sp.Start {
-			rs.spans[n-1].End = sp.End
-			continue
-		}
-		if sp.End > sp.Start || len(rs.spans) == 0 {
-			rs.spans = append(rs.spans, sp)
-		}
-	}
+	rs.addSegment(d, meta["weight_version"], meta["weight_versions"], meta["finish_reason"], len(rs.ids), len(ids))
 	rs.ids = append(rs.ids, ids...)
 	var text string
 	if json.Unmarshal(ans["text"], &text) != nil {
@@ -436,6 +451,30 @@ func (rs *resumeState) add(d routing.Decision, ans, meta map[string]json.RawMess
 	_ = json.Unmarshal(meta["cached_tokens"], &cached)
 	rs.cached += cached
 	rs.last, rs.meta = ans, meta
+}
+
+// addSegment records that d's policy generated the n output tokens from
+// start: its meta_info's weight_version, weight_versions and finish_reason
+// name their version and how the segment ended.
+func (rs *resumeState) addSegment(d routing.Decision, weightVersion, weightVersions, finish json.RawMessage, start, n int) {
+	version := strconv.FormatInt(d.Version, 10)
+	_ = json.Unmarshal(weightVersion, &version)
+	rs.segs = append(rs.segs, resumeSegment{PolicyID: d.Policy.ID, PolicyIndex: d.Policy.Index, WeightVersion: version,
+		Start: start, End: start + n, FinishReason: finish, dispatched: d.Version})
+	var own []weightSpan
+	if json.Unmarshal(weightVersions, &own) != nil || len(own) == 0 {
+		own = []weightSpan{{Version: version, Start: 0, End: n}}
+	}
+	for _, sp := range own {
+		sp.Start, sp.End = sp.Start+start, sp.End+start
+		if k := len(rs.spans); k > 0 && rs.spans[k-1].Version == sp.Version && rs.spans[k-1].End == sp.Start {
+			rs.spans[k-1].End = sp.End
+			continue
+		}
+		if sp.End > sp.Start || len(rs.spans) == 0 {
+			rs.spans = append(rs.spans, sp)
+		}
+	}
 }
 
 // remaining is how many tokens the request may still generate.
@@ -541,6 +580,9 @@ func (rs *resumeState) setHeaders(h http.Header, why string) {
 func (rs *resumeState) writePartial(w http.ResponseWriter, why string) {
 	last := rs.segs[len(rs.segs)-1]
 	out := rs.merged()
+	if rs.completion != nil {
+		out = rs.mergedCompletion()
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderPolicyIndex, strconv.Itoa(last.PolicyIndex))

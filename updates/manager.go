@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,6 +70,14 @@ type Manager struct {
 	// calls are the engine resumes sent outside Run (Abort); Run waits
 	// for them when it returns.
 	calls sync.WaitGroup
+	// starting: a Start is storing its new update.
+	starting bool
+	// writes are the store writes decided under mu, made by flush after
+	// mu is released, in order (store.go).
+	writes  []*write
+	flushMu sync.Mutex
+	// view is what the readers see: the updates as last stored.
+	view atomic.Pointer[view]
 }
 
 // New returns a Manager that continues the running update found in docs,
@@ -96,7 +105,8 @@ func New(cfg Config, docs map[string][]byte) (*Manager, error) {
 // Restore replaces what the manager knows by docs, the documents the store
 // holds, and continues the running update among them. A replica that
 // becomes the leader restores, since the old leader may have moved its
-// update on. Call it while Run is not running.
+// update on. Writes queued and not made yet are dropped, as of the state
+// replaced. Call it while Run is not running.
 func (m *Manager) Restore(docs map[string][]byte) error {
 	updates := make(map[string]*Update, len(docs))
 	var running *Update
@@ -110,9 +120,15 @@ func (m *Manager) Restore(docs map[string][]byte) error {
 			running = &u
 		}
 	}
+	m.flushMu.Lock() // no write of the updates replaced is made meanwhile
+	defer m.flushMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.updates, m.running = updates, running
+	for _, w := range m.writes {
+		w.err = errRestored // of the state replaced: not made
+	}
+	m.updates, m.running, m.writes = updates, running, nil
+	m.view.Store(newView(updates))
 	clear(m.inflight)
 	for id, release := range m.locked {
 		release()
@@ -148,22 +164,16 @@ func (m *Manager) Restore(docs map[string][]byte) error {
 // while another update runs, and a *fleet.HeldError when a fleet verb
 // holds the refit lock of a policy the update is to take.
 func (m *Manager) Start(ctx context.Context, spec Spec) (Update, error) {
+	u, w, err := m.prepare(ctx, spec)
+	if err != nil {
+		return Update{}, err
+	}
+	m.flush() // stored before it runs: a router that restarts continues it
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.running != nil {
-		return Update{}, fmt.Errorf("%w: %s", ErrRunning, m.running.ID)
-	}
-	spec.Selector = cloneSelector(spec.Selector)
-	u := &Update{ID: uuid.NewString(), Spec: spec, State: StateRunning, Created: m.cfg.Now().UTC(), Policies: []*Policy{}}
-	_, members := m.fleet(spec.Selector)
-	for _, mb := range members {
-		if h, ok := m.cfg.Locks.Holder(mb.ID); ok && mb.Version < spec.Version {
-			return Update{}, &fleet.HeldError{PolicyID: mb.ID, Index: mb.Index, Holder: h}
-		}
-	}
-	m.listPendingLocked(u, members, u.Created) // the answer lists what the update is to do
-	if err := m.saveLocked(ctx, u); err != nil {
-		return Update{}, err
+	m.starting = false
+	if w.err != nil {
+		return Update{}, w.err
 	}
 	m.updates[u.ID] = u
 	m.running = u
@@ -174,6 +184,30 @@ func (m *Manager) Start(ctx context.Context, spec Spec) (Update, error) {
 	}
 	m.kick()
 	return u.clone(), nil
+}
+
+// prepare makes the update of spec that Start runs, queues its write and
+// reserves the place of the running update for it.
+func (m *Manager) prepare(ctx context.Context, spec Spec) (*Update, *write, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.running != nil:
+		return nil, nil, fmt.Errorf("%w: %s", ErrRunning, m.running.ID)
+	case m.starting:
+		return nil, nil, fmt.Errorf("%w: another one is starting", ErrRunning)
+	}
+	spec.Selector = cloneSelector(spec.Selector)
+	u := &Update{ID: uuid.NewString(), Spec: spec, State: StateRunning, Created: m.cfg.Now().UTC(), Policies: []*Policy{}}
+	_, members := m.fleet(spec.Selector)
+	for _, mb := range members {
+		if h, ok := m.cfg.Locks.Holder(mb.ID); ok && mb.Version < spec.Version {
+			return nil, nil, &fleet.HeldError{PolicyID: mb.ID, Index: mb.Index, Holder: h}
+		}
+	}
+	m.listPendingLocked(u, members, u.Created) // the answer lists what the update is to do
+	m.starting = true
+	return u, m.storeLocked(ctx, u), nil
 }
 
 // lockLocked takes the refit lock of the policy for u. Caller must hold mu.
@@ -198,34 +232,30 @@ func (m *Manager) unlockLocked(id string) {
 	}
 }
 
-// Get returns the update with the given id.
+// Get returns the update with the given id, as last stored.
 func (m *Manager) Get(id string) (Update, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	u := m.updates[id]
+	u := m.view.Load().updates[id]
 	if u == nil {
 		return Update{}, ErrNotFound
 	}
 	return u.clone(), nil
 }
 
-// List returns every update, newest first.
+// List returns every update, as last stored, newest first.
 func (m *Manager) List() []Update {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]Update, 0, len(m.updates))
-	for _, u := range m.updates {
+	v := m.view.Load()
+	out := make([]Update, 0, len(v.updates))
+	for _, u := range v.updates {
 		out = append(out, u.clone())
 	}
 	slices.SortFunc(out, func(a, b Update) int { return b.Created.Compare(a.Created) })
 	return out
 }
 
-// Latest returns the running update, else the one started last, if any.
+// Latest returns the running update, else the one started last, if any,
+// as last stored.
 func (m *Manager) Latest() (Update, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	latest := m.latestLocked()
+	latest := m.view.Load().latest
 	if latest == nil {
 		return Update{}, false
 	}
@@ -235,25 +265,18 @@ func (m *Manager) Latest() (Update, bool) {
 // latestLocked returns the running update, else the one started last, or
 // nil. Caller must hold mu.
 func (m *Manager) latestLocked() *Update {
-	latest := m.running
-	if latest == nil {
-		for _, u := range m.updates {
-			if latest == nil || u.Created.After(latest.Created) {
-				latest = u
-			}
-		}
+	if m.running != nil {
+		return m.running
 	}
-	return latest
+	return latestOf(m.updates)
 }
 
-// Running returns the running update, if any.
+// Running returns the running update, if any, as last stored.
 func (m *Manager) Running() (Update, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.running == nil {
-		return Update{}, false
+	if latest := m.view.Load().latest; latest != nil && latest.State == StateRunning {
+		return latest.clone(), true
 	}
-	return m.running.clone(), true
+	return Update{}, false
 }
 
 // Done records that the trainer has updated the given policies of the
@@ -263,11 +286,25 @@ func (m *Manager) Running() (Update, bool) {
 // the router saw reach the version first, gets no error. Only policies
 // already done may be named once the update has ended.
 func (m *Manager) Done(ctx context.Context, id string, policyIDs []string) (Update, error) {
+	out, w, err := m.confirm(ctx, id, policyIDs)
+	if err != nil || w == nil {
+		return out, err
+	}
+	m.flush()
+	if w.err != nil {
+		return Update{}, w.err
+	}
+	return out, nil
+}
+
+// confirm records Done's confirmations and returns the update and the
+// write that stores them (nil when nothing changed).
+func (m *Manager) confirm(ctx context.Context, id string, policyIDs []string) (Update, *write, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u := m.updates[id]
 	if u == nil {
-		return Update{}, ErrNotFound
+		return Update{}, nil, ErrNotFound
 	}
 	var confirm []*Policy
 	for _, pid := range policyIDs {
@@ -275,7 +312,7 @@ func (m *Manager) Done(ctx context.Context, id string, policyIDs []string) (Upda
 		switch {
 		case p != nil && p.Phase == PhaseDone:
 		case u != m.running:
-			return Update{}, fmt.Errorf("%w: it is %s, and policy %q is not done in it", ErrEnded, u.State, pid)
+			return Update{}, nil, fmt.Errorf("%w: it is %s, and policy %q is not done in it", ErrEnded, u.State, pid)
 		case p != nil && p.Phase == PhaseUpdating:
 			if !p.Confirmed {
 				confirm = append(confirm, p)
@@ -290,21 +327,22 @@ func (m *Manager) Done(ctx context.Context, id string, policyIDs []string) (Upda
 			if p != nil {
 				phase = p.Phase
 			}
-			return Update{}, fmt.Errorf("%w: policy %q is %s in update %s, not updating", ErrNotReady, pid, phase, id)
+			return Update{}, nil, fmt.Errorf("%w: policy %q is %s in update %s, not updating", ErrNotReady, pid, phase, id)
 		}
 	}
 	if len(confirm) == 0 {
-		return u.clone(), nil
+		return u.clone(), nil, nil
 	}
 	for _, p := range confirm {
 		p.Confirmed = true
 	}
-	if err := m.saveLocked(ctx, u); err != nil {
-		return Update{}, err
-	}
+	w := m.storeLocked(ctx, u)
 	m.kick()
-	return u.clone(), nil
+	return u.clone(), w, nil
 }
+
+// errRestored: a write was dropped by Restore before it was made.
+var errRestored = errors.New("updates: the manager restored the stored updates before this change was stored")
 
 // ErrNotReady: a confirmation named a policy the update is not waiting for.
 var ErrNotReady = fmt.Errorf("policy not ready")
@@ -312,6 +350,7 @@ var ErrNotReady = fmt.Errorf("policy not ready")
 // Abort ends the running update with the given id and resumes every
 // policy it drained, failed ones included.
 func (m *Manager) Abort(ctx context.Context, id string) (Update, error) {
+	defer m.flush()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u, err := m.runningLocked(id)
@@ -359,6 +398,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		m.step(ctx, &actions)
+		m.flush()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -432,7 +472,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 			}
 		}
 		if remaining == 0 {
-			m.endLocked(ctx, u, StateSucceeded, "")
+			m.succeedLocked(ctx, u)
 			return
 		}
 		// A policy a fleet verb holds is not taken until the verb ends.
@@ -456,14 +496,7 @@ func (m *Manager) step(ctx context.Context, actions *sync.WaitGroup) {
 			}
 			p.Phase, p.Wave, p.Since, p.Drained = PhaseDraining, u.Waves, now, now
 			p.Confirmed, p.ActionDone, p.ActionErr, p.Step = false, time.Time{}, "", ""
-			if _, err := m.cfg.Registry.SetDraining(ctx, p.ID, true); err != nil {
-				m.failLocked(u, p, "drain: "+err.Error(), now)
-				continue
-			}
-			if u.Spec.pauseMode() == engine.PauseAbort {
-				// The engine will abort the work in flight: its leases end now.
-				p.AbortedLeases, _ = m.cfg.State.AbortLeases(p.ID)
-			}
+			m.drainLocked(ctx, u, p)
 		}
 		changed = true
 	}
@@ -646,12 +679,6 @@ func (m *Manager) failLocked(u *Update, p *Policy, why string, now time.Time) {
 	m.cfg.Logger.Warn("rolling update: policy failed", "update", u.ID, "policy_id", p.ID, "index", p.Index, "error", why)
 }
 
-func (m *Manager) resumeLocked(ctx context.Context, p *Policy) {
-	if _, err := m.cfg.Registry.SetDraining(ctx, p.ID, false); err != nil && !strings.Contains(err.Error(), "not found") {
-		m.cfg.Logger.Error("rolling update: resume", "policy_id", p.ID, "err", err)
-	}
-}
-
 // endLocked ends the running update in state. A failed update resumes the
 // policies of its wave in progress; its failed ones stay drained.
 func (m *Manager) endLocked(ctx context.Context, u *Update, state, why string) {
@@ -669,37 +696,16 @@ func (m *Manager) endLocked(ctx context.Context, u *Update, state, why string) {
 	for _, p := range u.Policies {
 		m.unlockLocked(p.ID)
 	}
-	if state == StateSucceeded && u.Spec.SetFloor {
-		m.setFloorLocked(ctx, u)
-	}
 	m.running = nil
 	m.cfg.State.SetJoinFloor(0)
 	m.cfg.Logger.Info("rolling update ended", "update", u.ID, "state", state, "waves", u.Waves, "failures", u.Failures, "error", why)
 	m.commitLocked(ctx, u)
 }
 
-// setFloorLocked moves the /weights floor up to the update's version:
-// policies below it get no work from then on.
-func (m *Manager) setFloorLocked(ctx context.Context, u *Update) {
-	w := m.cfg.Registry.Weights()
-	if w.MinVersion() >= u.Spec.Version {
-		return // at or above it already
-	}
-	zero := int64(0)
-	if err := m.cfg.Registry.SetWeights(context.WithoutCancel(ctx), store.Weights{Version: u.Spec.Version, MaxStaleness: &zero}); err != nil {
-		u.Error = "set_floor: " + err.Error()
-		m.cfg.Logger.Error("rolling update: set the /weights floor", "update", u.ID, "err", err)
-		return
-	}
-	u.Floor = u.Spec.Version
-}
-
 // Quarantined returns the policies that failed in the latest update, by
 // id, with why: they stay drained until an operator resumes them.
 func (m *Manager) Quarantined() map[string]string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	latest := m.latestLocked()
+	latest := m.view.Load().latest
 	out := map[string]string{}
 	if latest != nil {
 		for _, p := range latest.Policies {
@@ -709,23 +715,4 @@ func (m *Manager) Quarantined() map[string]string {
 		}
 	}
 	return out
-}
-
-// commitLocked stores u and reports the change.
-func (m *Manager) commitLocked(ctx context.Context, u *Update) {
-	if err := m.saveLocked(ctx, u); err != nil {
-		m.cfg.Logger.Error("rolling update: store", "update", u.ID, "err", err)
-	}
-	if m.cfg.OnChange != nil {
-		m.cfg.OnChange(u.clone())
-	}
-}
-
-func (m *Manager) saveLocked(ctx context.Context, u *Update) error {
-	doc, err := json.Marshal(u)
-	if err != nil {
-		return err
-	}
-	// Stored even when ctx is ending: the record must not be lost.
-	return m.cfg.Store.PutUpdate(context.WithoutCancel(ctx), u.ID, doc)
 }

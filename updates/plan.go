@@ -20,7 +20,9 @@ type member struct {
 // are routable and not in skip, spread over the nodes (one per node in
 // turn, the node with the most routable policies first), never leaving a
 // node with fewer than minPerNode routable policies. Policies are taken in
-// index order within a node.
+// index order within a node, held ones first: a policy routing holds
+// (it joined during the update) gets no work, so it does not count as
+// routable and taking it leaves its node as it was.
 func planWave(members []member, version int64, room, minPerNode int, skip map[string]bool) []member {
 	routable := map[string]int{}
 	stale := map[string][]member{}
@@ -28,14 +30,24 @@ func planWave(members []member, version int64, room, minPerNode int, skip map[st
 		if !m.Available {
 			continue
 		}
-		routable[m.Node]++
+		if !m.Held {
+			routable[m.Node]++
+		}
 		if m.Version < version && !skip[m.ID] {
 			stale[m.Node] = append(stale[m.Node], m)
 		}
 	}
 	nodes := make([]string, 0, len(stale))
 	for n, ms := range stale {
-		slices.SortFunc(ms, func(a, b member) int { return cmp.Compare(a.Index, b.Index) })
+		slices.SortFunc(ms, func(a, b member) int {
+			if a.Held != b.Held {
+				if a.Held {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(a.Index, b.Index)
+		})
 		nodes = append(nodes, n)
 	}
 	var wave []member
@@ -49,12 +61,18 @@ func planWave(members []member, version int64, room, minPerNode int, skip map[st
 		})
 		took := false
 		for _, n := range nodes {
-			if len(stale[n]) == 0 || routable[n]-1 < minPerNode {
+			if len(stale[n]) == 0 {
 				continue
 			}
-			wave = append(wave, stale[n][0])
+			next := stale[n][0]
+			if !next.Held && routable[n]-1 < minPerNode {
+				continue
+			}
+			wave = append(wave, next)
 			stale[n] = stale[n][1:]
-			routable[n]--
+			if !next.Held {
+				routable[n]--
+			}
 			took = true
 			break
 		}

@@ -53,4 +53,23 @@ func TestPlanWave(t *testing.T) {
 	if got := planWave(ms, 2, 2, 0, map[string]bool{ms[1].ID: true}); len(got) != 0 {
 		t.Errorf("wave %v takes a skipped or unavailable policy", got)
 	}
+
+	// A held policy (joined during the update) gets no work: it does not
+	// count as routable for the floor, taking it costs its node nothing,
+	// and it goes first on its node.
+	ms = fleet(map[string][]int64{"x": {1, 1}})
+	ms[1].Held = true
+	if got := planWave(ms, 2, 2, 1, nil); len(got) != 1 || got[0].ID != ms[1].ID {
+		t.Errorf("wave %v; want the held policy alone: the other is node x's one routable policy", got)
+	}
+	// A node whose stale policies are all held comes after the nodes with
+	// routable ones, whatever its name.
+	ms = []member{
+		{ID: "joiner", Index: 2, Node: "", Version: 1, Available: true, Held: true},
+		{ID: "a", Index: 0, Node: "x", Version: 1, Available: true},
+		{ID: "b", Index: 1, Node: "y", Version: 1, Available: true},
+	}
+	if got := planWave(ms, 2, 1, 0, nil); len(got) != 1 || got[0].ID != "a" {
+		t.Errorf("wave %v; want policy a, of the first node with the most routable policies", got)
+	}
 }

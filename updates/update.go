@@ -80,6 +80,10 @@ type Spec struct {
 	// MaxUnavailable is the most policies drained or updating at once,
 	// counting failed ones, which stay drained.
 	MaxUnavailable int `json:"max_unavailable"`
+	// MaxUnavailablePercent, when set, asks for MaxUnavailable as a
+	// percentage of the policies the update is for: Validate resolves it
+	// into MaxUnavailable and clears it, so it is never stored.
+	MaxUnavailablePercent *float64 `json:"-"`
 	// MinAvailablePerNode is the fewest routable policies a wave may leave
 	// on a node.
 	MinAvailablePerNode int `json:"min_available_per_node"`

@@ -17,7 +17,7 @@ import (
 
 // report is everything one run measured.
 type report struct {
-	Machine        machineInfo      `json:"machine"`
+	Machine        benchkit.Machine `json:"machine"`
 	Config         reportConfig     `json:"config"`
 	Workloads      []workloadResult `json:"workloads"`
 	Seed           *seedResult      `json:"seed,omitempty"`
@@ -94,7 +94,7 @@ type unloadedRun struct {
 func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
 	start := time.Now()
 	rep := &report{
-		Machine: readMachine(),
+		Machine: benchkit.ReadMachine(),
 		Config: reportConfig{
 			DurationSeconds: cfg.Duration.Seconds(),
 			Rounds:          cfg.Rounds,
@@ -131,7 +131,7 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 		}
 		rep.Seed = seed
 	}
-	rep.Machine.LoadEnd = loadAvg()
+	rep.Machine.LoadEnd = benchkit.LoadAvg()
 	rep.ElapsedSeconds = time.Since(start).Seconds()
 	return rep, nil
 }

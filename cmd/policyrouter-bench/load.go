@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/policyrouter/policyrouter/client"
@@ -17,8 +18,12 @@ const (
 	maxOpsPerPhase = 50_000_000
 	// drainGrace is how long operations in flight at the end of a phase
 	// may take to finish; those still running then are cancelled and
-	// counted as cut, neither done nor failed.
-	drainGrace = 500 * time.Millisecond
+	// counted as cut, neither done nor failed. A phase in which no
+	// operation has finished yet waits for the first, up to firstOpWait:
+	// on a loaded machine one big operation can outlast the whole phase,
+	// and a phase of nothing but cuts measures nothing.
+	drainGrace  = 500 * time.Millisecond
+	firstOpWait = time.Minute
 )
 
 // phase is the outcome of driving one server for one duration.
@@ -57,8 +62,30 @@ func drive(ctx context.Context, c *client.Client, op opFunc, concurrency int, d 
 	perWorker := maxOpsPerPhase / concurrency
 	start := time.Now()
 	deadline := start.Add(d)
-	opCtx, cancel := context.WithDeadline(ctx, deadline.Add(drainGrace))
+	opCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var finished atomic.Int64 // operations done, failed or not
+	firstDone := make(chan struct{})
+	var firstOnce sync.Once
+	go func() {
+		t := time.NewTimer(time.Until(deadline.Add(drainGrace)))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-opCtx.Done():
+			return
+		}
+		if finished.Load() == 0 {
+			cap := time.NewTimer(firstOpWait)
+			defer cap.Stop()
+			select {
+			case <-firstDone:
+			case <-cap.C:
+			case <-opCtx.Done():
+			}
+		}
+		cancel()
+	}()
 
 	var wg sync.WaitGroup
 	for w := range concurrency {
@@ -71,6 +98,10 @@ func drive(ctx context.Context, c *client.Client, op opFunc, concurrency int, d 
 					break
 				}
 				err := op(opCtx, c, w, seq)
+				if opCtx.Err() == nil {
+					finished.Add(1)
+					firstOnce.Do(func() { close(firstDone) })
+				}
 				if err != nil && opCtx.Err() != nil && ctx.Err() == nil {
 					res.cut++
 					continue

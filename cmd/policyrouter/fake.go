@@ -9,7 +9,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/fakepolicy"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // fakePolicyConfig is the configuration of `fake-policy`.
@@ -48,9 +50,9 @@ func (c *fakePolicyConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.FailUpdates, "fail-updates", false, "make POST /update_weights_from_disk answer 500")
 	fs.Int64Var(&c.Version, "version", 0, "weight version the policies report in /idle at start (0: none)")
 	fs.Float64Var(&c.TokensPerSecond, "tokens-per-second", 0, "pace of the tokens of /v1/completions, /v1/chat/completions and /generate (n tokens take n / this); 0: a generation takes one work item's duration")
-	fs.StringVar(&c.Engine, "engine", "policyrouter", "wire formats the policies serve: policyrouter (GET /idle), sglang or vllm")
-	fs.StringVar(&c.APIKey, "api-key", "", "with --engine sglang or vllm: answer 401 to requests without Authorization: Bearer KEY")
-	fs.IntVar(&c.MaxRunning, "max-running", 0, "with --engine sglang or vllm: requests run at once, the rest wait (0: all run)")
+	fs.StringVar(&c.Engine, "engine", "policyrouter", "wire formats the policies serve: "+routing.NameList(engine.Names())+" (policyrouter: GET /idle)")
+	fs.StringVar(&c.APIKey, "api-key", "", "with an --engine other than policyrouter: answer 401 to requests without Authorization: Bearer KEY")
+	fs.IntVar(&c.MaxRunning, "max-running", 0, "with an --engine other than policyrouter: requests run at once, the rest wait (0: all run)")
 	fs.StringVar(&c.WeightVersion, "weight-version", "default", "with --engine sglang: the weight version string reported at start")
 }
 

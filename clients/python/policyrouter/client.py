@@ -175,9 +175,9 @@ class Client(_core.ClientCore):
         when ``index`` or ``id`` is given, else only when the request was
         never sent.
 
-        ``engine`` is the kind of server: ``"policyrouter"`` (the
-        ``GET /idle`` contract), ``"sglang"`` or ``"vllm"`` (default: the
-        router's ``--default-engine``). ``api_key`` and ``admin_api_key``
+        ``engine`` is the kind of server, one of ``types.Engine``:
+        ``"policyrouter"`` (the ``GET /idle`` contract) or an inference
+        engine's name (default: the router's ``--default-engine``). ``api_key`` and ``admin_api_key``
         are sent by the router to the engine as ``Authorization: Bearer``
         (probes, and update calls); they are write-only, never returned.
         """

@@ -39,7 +39,8 @@ __all__ = [
 #: it) or ``spilled`` (to the router's pick, after ``sticky_wait_ms``).
 Sticky = Literal["home", "moved", "spilled"]
 
-#: The kind of server a policy is: the ``GET /idle`` contract, SGLang or vLLM.
+#: The kind of server a policy is: the ``GET /idle`` contract or an
+#: inference engine; openapi.yaml's ``EngineName`` (a test ties the two).
 Engine = Literal["policyrouter", "sglang", "vllm"]
 
 

@@ -6,7 +6,7 @@ types require and no key they lack."""
 
 import os
 import unittest
-from typing import Any, TypedDict
+from typing import Any, TypedDict, get_args
 
 from policyrouter import types
 
@@ -130,6 +130,12 @@ class ContractTest(unittest.TestCase):
         for name, td in TYPED.items():
             with self.subTest(schema=name, type=td.__name__):
                 self.assertEqual(drift(schemas[name], td), [])
+
+    def test_engine_names(self):
+        """types.Engine lists the engines of openapi.yaml's EngineName, the
+        router's table of engines (a Go test ties the two)."""
+        names = load_spec()["components"]["schemas"]["EngineName"]["enum"]
+        self.assertEqual(list(get_args(types.Engine)), names)
 
     def test_drift_is_seen(self):
         schema = load_spec()["components"]["schemas"]["Policy"]

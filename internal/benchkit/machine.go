@@ -1,4 +1,4 @@
-package main
+package benchkit
 
 import (
 	"bufio"
@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// machineInfo says where the figures were taken.
-type machineInfo struct {
+// Machine says where the figures were taken.
+type Machine struct {
 	NumCPU     int    `json:"nproc"`
 	GOMAXPROCS int    `json:"gomaxprocs"`
 	CPUModel   string `json:"cpu_model"`
@@ -20,14 +20,16 @@ type machineInfo struct {
 	LoadEnd   string `json:"load_end"`
 }
 
-func readMachine() machineInfo {
-	return machineInfo{
+// ReadMachine describes this machine and process, with the load average
+// now as LoadStart.
+func ReadMachine() Machine {
+	return Machine{
 		NumCPU:     runtime.NumCPU(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0),
 		CPUModel:   cpuModel(),
 		GoVersion:  runtime.Version(),
 		OSArch:     runtime.GOOS + "/" + runtime.GOARCH,
-		LoadStart:  loadAvg(),
+		LoadStart:  LoadAvg(),
 	}
 }
 
@@ -47,8 +49,8 @@ func cpuModel() string {
 	return "unknown"
 }
 
-// loadAvg returns the 1, 5 and 15 minute load averages, or "unknown".
-func loadAvg() string {
+// LoadAvg returns the 1, 5 and 15 minute load averages, or "unknown".
+func LoadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "unknown"

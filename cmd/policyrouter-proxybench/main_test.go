@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary run as the benchmark's children, as the
+// command's own binary does.
+func TestMain(m *testing.M) {
+	if ok, err := runChild(); ok {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestParseStat(t *testing.T) {
+	// proc(5): pid (comm) state ppid pgrp session tty tpgid flags minflt
+	// cminflt majflt cmajflt utime stime ...
+	line := "4242 (nginx: worker (x)) S 4240 4240 4240 0 -1 4194624 10 0 0 0 123 45 0 0 20 0 1 0 5 0"
+	pgrp, ticks, err := parseStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pgrp != 4240 || ticks != 168 {
+		t.Errorf("got pgrp %d, ticks %d; want 4240, 168", pgrp, ticks)
+	}
+	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 a 3 0 -1 0 0 0 0 0 1 2"} {
+		if _, _, err := parseStat(bad); err == nil {
+			t.Errorf("parseStat(%q): no error", bad)
+		}
+	}
+}
+
+func TestGroupCPU(t *testing.T) {
+	if _, err := groupCPU(syscall.Getpgrp()); err != nil {
+		t.Fatalf("this process's group: %v", err)
+	}
+	if _, err := groupCPU(-5); err == nil {
+		t.Error("a group with no process: no error")
+	}
+}
+
+func TestReadResponse(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		in         string
+		status     int
+		keep       bool
+		nextIsRest bool
+	}{
+		{"length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: application/json\r\n\r\nhello", 200, true, true},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3;x=1\r\nabc\r\n0\r\nTrailer: y\r\n\r\n", 200, true, true},
+		{"close", "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\ncontent-length: 2\r\n\r\nno", 503, false, true},
+		{"until-eof", "HTTP/1.0 200 OK\r\n\r\nbody to the end", 200, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rd := bufio.NewReader(strings.NewReader(c.in + "REST"))
+			status, keep, err := readResponse(rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != c.status || keep != c.keep {
+				t.Errorf("got %d, keep %v; want %d, %v", status, keep, c.status, c.keep)
+			}
+			rest, _ := io.ReadAll(rd)
+			if got := string(rest) == "REST"; got != c.nextIsRest {
+				t.Errorf("left %q after the answer", rest)
+			}
+		})
+	}
+	for _, bad := range []string{"", "SPDY/3 200 OK\r\n\r\n", "HTTP/1.1 2x0 OK\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"} {
+		if _, _, err := readResponse(bufio.NewReader(strings.NewReader(bad))); err == nil {
+			t.Errorf("readResponse(%q): no error", bad)
+		}
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	c, err := parseConfig(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.Sides, ","); got != "direct,nginx,router" {
+		t.Errorf("sides without -base-binary: %s", got)
+	}
+	c, err = parseConfig([]string{"-base-binary", "/x", "-sides", "router,base"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.Sides, ","); got != "router,base" {
+		t.Errorf("sides: %s", got)
+	}
+	for _, args := range [][]string{{"-sides", "floor"}, {"-rounds", "0"}, {"-upstream", "caddy"}, {"-sides", "base"}, {"x"}} {
+		if _, err := parseConfig(args, io.Discard); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+}
+
+// TestDirectSide runs the benchmark's direct side against the Go
+// upstream: the load generator's answers are counted, none failed, and
+// the upstream's CPU is read.
+func TestDirectSide(t *testing.T) {
+	cfg, err := parseConfig([]string{"-sides", "direct", "-nginx", "none", "-upstream", "go",
+		"-rounds", "1", "-warmup", "0", "-duration", "300ms", "-connections", "4", "-policies", "2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := runHarness(ctx, cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Sides) != 1 || len(rep.Sides[0].Phases) != 1 {
+		t.Fatalf("sides: %+v", rep.Sides)
+	}
+	p := rep.Sides[0].Phases[0]
+	if p.Requests == 0 || p.Failed != 0 || p.UpstreamCPU < 0 {
+		t.Errorf("phase %+v, first failure %q", p, rep.Sides[0].FirstError)
+	}
+	var out strings.Builder
+	writeTable(&out, rep)
+	if !strings.Contains(out.String(), "no nginx binary") {
+		t.Errorf("the report does not say nginx was skipped:\n%s", out.String())
+	}
+}

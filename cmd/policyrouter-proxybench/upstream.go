@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The policies' answers: what an OpenAI-compatible engine returns for a
+// short completion, and the /idle answer the router's poller reads.
+const (
+	modelName        = "bench"
+	completionAnswer = `{"id":"cmpl-bench","object":"text_completion","created":1700000000,"model":"bench",` +
+		`"choices":[{"index":0,"text":" one two three four","logprobs":null,"finish_reason":"length"}],` +
+		`"usage":{"prompt_tokens":2,"completion_tokens":4,"total_tokens":6}}`
+	idleAnswer      = `{"idle":true}`
+	modelsAnswer    = `{"object":"list","data":[{"id":"bench","object":"model","owned_by":"bench"}]}`
+	completionsBody = `{"model":"bench","prompt":"Say four words.","max_tokens":4}`
+)
+
+// childEnv, set in a child's environment, makes the benchmark's own binary
+// run as that child instead (upstream or serve-profiled).
+const childEnv = "POLICYROUTER_PROXYBENCH_CHILD"
+
+// runChild runs this process as the child its environment names, and
+// reports whether it was one.
+func runChild() (bool, error) {
+	switch os.Getenv(childEnv) {
+	case "":
+		return false, nil
+	case "upstream":
+		return true, serveUpstream()
+	case "serve":
+		return true, serveProfiled(os.Args[1:])
+	default:
+		return true, fmt.Errorf("%s: unknown child %q", childEnv, os.Getenv(childEnv))
+	}
+}
+
+// serveUpstream answers on the listeners inherited as fds 3, 4, ... (one
+// per policy) until SIGTERM: POST /v1/completions, GET /idle and GET
+// /v1/models, each at once with a fixed answer.
+func serveUpstream() error {
+	n, err := strconv.Atoi(os.Getenv("POLICYROUTER_PROXYBENCH_LISTENERS"))
+	if err != nil {
+		return fmt.Errorf("upstream: listener count: %w", err)
+	}
+	fixed := func(body string) http.HandlerFunc {
+		b := []byte(body)
+		size := []string{strconv.Itoa(len(b))}
+		return func(w http.ResponseWriter, r *http.Request) {
+			h := w.Header()
+			h["Content-Type"] = []string{"application/json"}
+			h["Content-Length"] = size
+			_, _ = w.Write(b)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/completions", fixed(completionAnswer))
+	mux.Handle("GET /idle", fixed(idleAnswer))
+	mux.Handle("GET /v1/models", fixed(modelsAnswer))
+	srv := &http.Server{Handler: mux}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	errs := make(chan error, n)
+	for i := range n {
+		ln, err := net.FileListener(os.NewFile(uintptr(3+i), "listener"))
+		if err != nil {
+			return fmt.Errorf("upstream: listener %d: %w", i, err)
+		}
+		go func() { errs <- srv.Serve(ln) }()
+	}
+	select {
+	case <-ctx.Done():
+		return srv.Close()
+	case err := <-errs:
+		return err
+	}
+}
+
+// goUpstream starts the Go upstream as a child, listening on n loopback
+// ports, and returns it with the policies' base URLs.
+func goUpstream(dir string, n int) (*child, []string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), childEnv+"=upstream", "POLICYROUTER_PROXYBENCH_LISTENERS="+strconv.Itoa(n))
+	var urls []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, err
+		}
+		f, err := ln.(*net.TCPListener).File()
+		ln.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+		defer f.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+		urls = append(urls, "http://"+ln.Addr().String())
+	}
+	c, err := startChild("upstream-go", dir, cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, urls, nil
+}
+
+// nginxUpstream starts nginx as the upstream: n loopback ports answering
+// with the same fixed JSON as the Go upstream.
+func nginxUpstream(ctx context.Context, nginx, dir string, n int) (*child, []string, error) {
+	var listen strings.Builder
+	var urls []string
+	for range n {
+		port, err := freePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		fmt.Fprintf(&listen, "\t\tlisten 127.0.0.1:%d;\n", port)
+		urls = append(urls, "http://127.0.0.1:"+strconv.Itoa(port))
+	}
+	server := listen.String() + `		default_type application/json;
+		location = /v1/completions { return 200 '` + completionAnswer + `'; }
+		location = /idle { return 200 '` + idleAnswer + `'; }
+		location = /v1/models { return 200 '` + modelsAnswer + `'; }
+`
+	c, err := startNginx(ctx, nginx, filepath.Join(dir, "upstream"), "upstream-nginx", "\tserver {\n"+server+"\t}\n", urls[0]+"/idle")
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, urls, nil
+}
+
+// nginxProxy starts nginx as a reverse proxy to the policies:
+// proxy_pass to an upstream group with keep-alive connections, round
+// robin, an access log in its default format, and returns it with its
+// base URL.
+func nginxProxy(ctx context.Context, nginx, dir string, policies []string, conns int) (*child, string, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	var servers strings.Builder
+	for _, u := range policies {
+		fmt.Fprintf(&servers, "\t\tserver %s;\n", strings.TrimPrefix(u, "http://"))
+	}
+	// An access log, as serve writes one line per request by default.
+	server := fmt.Sprintf(`		listen 127.0.0.1:%d;
+		access_log %s/access.log;
+		location / {
+			proxy_pass http://policies;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+		}
+`, port, filepath.Join(dir, "proxy"))
+	upstream := "\tupstream policies {\n" + servers.String() + fmt.Sprintf("\t\tkeepalive %d;\n\t\tkeepalive_requests 1000000;\n\t}\n", conns)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	c, err := startNginx(ctx, nginx, filepath.Join(dir, "proxy"), "nginx", upstream+"\tserver {\n"+server+"\t}\n", base+"/idle")
+	if err != nil {
+		return nil, "", err
+	}
+	return c, base, nil
+}
+
+// startNginx runs nginx in the foreground with its prefix in dir, one
+// worker per CPU, no access log, and http holding the blocks of its http
+// context; ready is a URL that answers once it serves.
+func startNginx(ctx context.Context, nginx, dir, name, http, ready string) (*child, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	conf := `daemon off;
+worker_processes auto;
+pid ` + dir + `/nginx.pid;
+error_log stderr warn;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	keepalive_requests 1000000;
+	keepalive_timeout 120s;
+	client_body_temp_path ` + dir + `/body;
+	proxy_temp_path ` + dir + `/proxy;
+	fastcgi_temp_path ` + dir + `/fastcgi;
+	uwsgi_temp_path ` + dir + `/uwsgi;
+	scgi_temp_path ` + dir + `/scgi;
+` + http + "}\n"
+	path := dir + "/nginx.conf"
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	c, err := startChild(name, dir, exec.Command(nginx, "-e", "stderr", "-p", dir, "-c", path))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.waitHTTP(ctx, ready); err != nil {
+		c.stop()
+		return nil, err
+	}
+	return c, nil
+}

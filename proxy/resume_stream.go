@@ -1,0 +1,636 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// Resuming a streamed /generate. The client's stream goes on, from the
+// policy that aborted it (or died) to the next, as one stream in SGLang's
+// own format, which is (sgl-project/sglang):
+//
+//   - http_server.py generate_request (commit 0025436eab05): one
+//     "data: <json>\n\n" event per output chunk, then "data: [DONE]\n\n";
+//     an error ends it with "data: {"error": {"message"}}" before [DONE];
+//   - each chunk is {"text", "output_ids", "meta_info"}, built by
+//     tokenizer_manager_components/output_processor.py _build_out_dict_str
+//     (commit 29ff63a5fbf7): by default text, output_ids and the output
+//     logprob lists hold every token so far (cumulative); with
+//     --incremental-streaming-output they hold only the chunk's new tokens
+//     (logprob_ops.py slice_streaming_output_meta_info, commit
+//     229224a3f405), while meta_info.completion_tokens and
+//     output_token_logprobs_length count every token in both;
+//   - an abort is the last chunk, its finish_reason {"type": "abort"},
+//     then [DONE] (response_emitter.py _handle_abort_finish_reason, commit
+//     5bf23cf6bf99, yields it to a stream whatever its status_code).
+//
+// Chunks of the first policy reach the client as the engine sent them.
+// Which of the two forms they have is read from the chunks themselves:
+// after a chunk with tokens, the next one's output_ids are as many as
+// completion_tokens (cumulative) or as many as the new tokens
+// (incremental). A stream aborted before its second chunk with tokens
+// cannot tell; its client is then sent SGLang's default, cumulative
+// chunks. Each continuation's chunks are rewritten to follow on: in the
+// client's form, output_ids, text and the output logprob lists extended by
+// (or cut to) what the client has not had yet, completion_tokens and
+// output_token_logprobs_length counting from the first token, the
+// prompt's figures the first policy's. The aborted chunk itself is held
+// back: its tokens reach the client in the continuation's first chunk, or
+// in a last chunk that ends the stream aborted when no policy can go on.
+// The last chunk of a resumed stream carries meta_info.segments and
+// weight_versions, as a resumed answer does; X-Resume and
+// X-Weight-Versions, which cannot be known when the stream starts, come as
+// HTTP trailers (announced in the Trailer header).
+
+// Forms of a stream's chunks.
+const (
+	chunksUnknown     = iota
+	chunksCumulative  // every token so far: SGLang's default
+	chunksIncremental // the new tokens only
+)
+
+// streamState is what resuming a stream adds to its resumeState.
+type streamState struct {
+	started bool // the client's header went out
+	live    bool // the current attempt's stream is the client's
+	done    bool // the client's stream has ended
+	ended   bool // its last chunk went out: [DONE] follows
+	why     string
+
+	form    int                        // the client's form of chunks
+	sent    sentMarks                  // what the client has had, for incremental chunks
+	prompt  map[string]json.RawMessage // the first policy's prompt figures
+	pending []byte                     // the aborted chunk held back
+	last    []byte                     // the last chunk of the current policy
+	lists   map[string][]json.RawMessage
+	seg     segmentStream
+}
+
+// sentMarks are lengths of output_ids, text and each output logprob list.
+type sentMarks struct {
+	ids, text int
+	lists     map[string]int
+}
+
+// segmentStream is the current policy's part of a stream: its form and
+// what its chunks held so far.
+type segmentStream struct {
+	d        routing.Decision
+	form     int
+	start    int // its first token's position in the answer
+	marks    sentMarks
+	version  json.RawMessage
+	versions json.RawMessage
+	cached   int64
+}
+
+// promptKeys are the meta_info fields of the prompt, taken from the first
+// policy's chunks: a continuation's prompt holds the tokens before it.
+var promptKeys = []string{"prompt_tokens", "input_token_logprobs", "input_top_logprobs", "input_token_ids_logprobs"}
+
+// sglangChunk is what the proxy reads of a streamed chunk.
+type sglangChunk struct {
+	Text      *string         `json:"text"`
+	OutputIDs []int64         `json:"output_ids"`
+	Error     json.RawMessage `json:"error"`
+	Meta      struct {
+		CompletionTokens      *int              `json:"completion_tokens"`
+		FinishReason          json.RawMessage   `json:"finish_reason"`
+		WeightVersion         json.RawMessage   `json:"weight_version"`
+		WeightVersions        json.RawMessage   `json:"weight_versions"`
+		CachedTokens          int64             `json:"cached_tokens"`
+		TokenLogprobs         []json.RawMessage `json:"output_token_logprobs"`
+		TopLogprobs           []json.RawMessage `json:"output_top_logprobs"`
+		TokenIDsLogprobs      []json.RawMessage `json:"output_token_ids_logprobs"`
+		PromptTokens          json.RawMessage   `json:"prompt_tokens"`
+		InputTokenLogprobs    json.RawMessage   `json:"input_token_logprobs"`
+		InputTopLogprobs      json.RawMessage   `json:"input_top_logprobs"`
+		InputTokenIDsLogprobs json.RawMessage   `json:"input_token_ids_logprobs"`
+	} `json:"meta_info"`
+}
+
+// lists are the chunk's output logprob lists by key (concatMeta), nil
+// when absent.
+func (c *sglangChunk) lists() [3][]json.RawMessage {
+	return [3][]json.RawMessage{c.Meta.TokenLogprobs, c.Meta.TopLogprobs, c.Meta.TokenIDsLogprobs}
+}
+
+// ids are the chunk's output tokens: output_ids, or the token ids of
+// output_token_logprobs.
+func (c *sglangChunk) ids() ([]int64, bool) {
+	if c.OutputIDs != nil {
+		return c.OutputIDs, true
+	}
+	if c.Meta.TokenLogprobs == nil {
+		return nil, false
+	}
+	ids := make([]int64, len(c.Meta.TokenLogprobs))
+	for i, raw := range c.Meta.TokenLogprobs {
+		var lp []json.RawMessage
+		if json.Unmarshal(raw, &lp) != nil || len(lp) < 2 || json.Unmarshal(lp[1], &ids[i]) != nil {
+			return nil, false
+		}
+	}
+	return ids, true
+}
+
+// forwardResumedStream is forwardResumed for a stream: each attempt
+// continues the client's stream, which starts with the first answer that
+// streams and ends with one finish_reason and one [DONE] whatever happens
+// between.
+func (p *Proxy) forwardResumedStream(w http.ResponseWriter, r *http.Request, sreq Request, rs *resumeState) {
+	st := rs.stream
+	defer func() {
+		if st.started && (len(rs.segs) > 1 || st.why != "") {
+			rs.setHeaders(w.Header(), st.why) // announced trailers
+		}
+	}()
+	failed := sreq.Exclude
+	for try := 0; ; try++ {
+		var d routing.Decision
+		if !st.started {
+			var ok bool
+			if d, ok = p.decide(w, r, sreq); !ok {
+				return
+			}
+		} else {
+			var err error
+			if d, err = p.decideQuiet(r, sreq); err != nil {
+				if r.Context().Err() == nil {
+					rs.endStream(w, "no policy to resume on: "+err.Error())
+				}
+				return
+			}
+		}
+		out := w
+		if st.started {
+			out = &continuationWriter{w: w, st: st, header: make(http.Header)}
+		}
+		st.live = false
+		a := p.forward(out, r, rs.body, d, rs)
+		switch {
+		case st.done || r.Context().Err() != nil:
+			return
+		case !st.started && !a.retry:
+			return // answered, as without resuming
+		case try >= p.Retries:
+			if !st.started {
+				p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "no policy answered: the last one ("+d.Policy.ID+") "+a.reason+
+					"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(p.Retries)+")"))
+				return
+			}
+			rs.endStream(w, "--proxy-retries "+strconv.Itoa(p.Retries)+" exhausted")
+			return
+		}
+		rs.left--
+		failed, sreq.Exclude = rs.exclude(failed, d.Policy.ID)
+		if st.started && !p.availableBeyond(r.Context(), sreq.Exclude) {
+			rs.endStream(w, "no other policy available")
+			return
+		}
+	}
+}
+
+// resumeStream is ModifyResponse for a resumable stream. The first answer
+// that streams becomes the client's stream; one that does not (an error,
+// or an encoding the proxy cannot read) passes through as it is. A
+// continuation that does not stream ends its attempt for another.
+func (rs *resumeState) resumeStream(res *http.Response, a *attempt) error {
+	st := rs.stream
+	readable := res.StatusCode == http.StatusOK && isEventStream(res.Header) &&
+		(res.Header.Get("Content-Encoding") == "" || res.Header.Get("Content-Encoding") == "identity")
+	if !readable && !st.started {
+		if res.StatusCode == http.StatusOK && isEventStream(res.Header) {
+			res.Header.Set(HeaderResume, "unavailable (encoded stream)")
+		}
+		res.Body = &upstreamBody{ReadCloser: res.Body, a: a, stream: isEventStream(res.Header)}
+		return nil
+	}
+	if !readable {
+		res.Body.Close()
+		a.reason = "answered " + strconv.Itoa(res.StatusCode) + " " + res.Header.Get("Content-Type") + " to a continuation"
+		return errResume
+	}
+	if !st.started {
+		res.Header.Set("Trailer", HeaderResume+", "+HeaderWeightVersions)
+		st.started = true
+	}
+	st.live = true
+	st.seg = segmentStream{d: a.d, start: len(rs.ids), marks: sentMarks{lists: make(map[string]int)}}
+	st.last = nil
+	res.Body = &streamBody{rc: res.Body, br: bufio.NewReader(res.Body), rs: rs, a: a}
+	return nil
+}
+
+// continuationWriter is the client's ResponseWriter as an attempt after
+// the first sees it: the header went out already, and the proxy's own
+// error answers cannot go into the stream, so only the bytes of a
+// continuation that streams reach the client.
+type continuationWriter struct {
+	w      http.ResponseWriter
+	st     *streamState
+	header http.Header
+}
+
+func (c *continuationWriter) Header() http.Header { return c.header }
+func (c *continuationWriter) WriteHeader(int)     {}
+
+func (c *continuationWriter) Write(b []byte) (int, error) {
+	if !c.st.live {
+		return len(b), nil
+	}
+	return c.w.Write(b)
+}
+
+// FlushError flushes the client's stream, for ReverseProxy.
+func (c *continuationWriter) FlushError() error { return http.NewResponseController(c.w).Flush() }
+
+// streamBody reads one policy's stream and gives ReverseProxy the
+// client's: chunks passed, rewritten or held back. It ends (io.EOF) when
+// the client's stream ends, or when the policy's part does and the
+// attempt is to be continued on another (attempt.retry).
+type streamBody struct {
+	rc   io.ReadCloser
+	br   *bufio.Reader
+	rs   *resumeState
+	a    *attempt
+	line []byte
+	out  []byte
+	eof  bool
+}
+
+func (b *streamBody) Close() error { return b.rc.Close() }
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	for len(b.out) == 0 {
+		if b.eof {
+			return 0, io.EOF
+		}
+		if err := b.next(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, b.out)
+	b.out = b.out[n:]
+	return n, nil
+}
+
+// next reads one event of the policy's stream and decides what the client
+// gets of it. Its error is the client's leaving, which ends the copy.
+func (b *streamBody) next() error {
+	event, data, err := b.readEvent()
+	st := b.rs.stream
+	switch {
+	case err != nil && errors.Is(err, context.Canceled):
+		return err // the client left
+	case err != nil && st.ended:
+		b.eof, st.done = true, true // the last chunk came, [DONE] did not
+		return nil
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		b.died("did not finish within --proxy-timeout", false)
+		return nil
+	case err != nil:
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		b.died("failed mid-answer: "+err.Error(), true)
+		return nil
+	case data == nil || st.ended:
+		b.out = event // not a chunk, or what follows the last one: [DONE]
+		if st.ended && bytes.Equal(data, []byte("[DONE]")) {
+			b.eof, st.done = true, true
+		}
+		return nil
+	}
+	if bytes.Equal(data, []byte("[DONE]")) {
+		b.died("ended without a finish_reason", true)
+		return nil
+	}
+	var c sglangChunk
+	var ids []int64
+	ok := json.Unmarshal(data, &c) == nil && c.Error == nil
+	if ok {
+		ids, ok = c.ids()
+	}
+	if !ok {
+		// An error, or chunks the proxy cannot follow: the rest passes
+		// as the policy sends it.
+		b.out, st.ended = event, true
+		if len(b.rs.segs) > 0 {
+			st.why = "a continuation's stream could not be followed"
+		}
+		return nil
+	}
+	b.rs.absorb(&c, ids)
+	first := len(b.rs.segs) == 0
+	if first {
+		for _, k := range promptKeys {
+			if raw := c.promptField(k); raw != nil {
+				st.prompt[k] = raw
+			}
+		}
+	}
+	finish := c.Meta.FinishReason
+	if isNull(finish) {
+		st.last = append(st.last[:0], data...)
+		if first {
+			b.out = event
+			st.sent = b.rs.marks()
+		} else {
+			b.out = b.rs.chunkEvent(data, nil, false)
+		}
+		return nil
+	}
+	var reason struct {
+		Type       string `json:"type"`
+		StatusCode int    `json:"status_code"`
+	}
+	_ = json.Unmarshal(finish, &reason)
+	aborted := reason.Type == "abort" && reason.StatusCode != http.StatusBadRequest
+	b.rs.endSegment(finish)
+	if aborted && b.rs.remaining() > 0 && b.rs.left > 0 {
+		st.pending = append([]byte(nil), data...)
+		b.continueElsewhere("aborted", false)
+		return nil
+	}
+	st.ended = true
+	switch {
+	case first && !aborted:
+		b.out = event
+	case aborted && b.rs.remaining() <= 0:
+		// Aborted with nothing left to generate: it ended by length.
+		length, _ := json.Marshal(map[string]any{"type": "length", "length": len(b.rs.ids)})
+		b.out = b.rs.chunkEvent(data, length, true)
+	default:
+		if aborted {
+			st.why = "--proxy-retries exhausted"
+		}
+		b.out = b.rs.chunkEvent(data, nil, true)
+	}
+	return nil
+}
+
+// died ends the policy's part of the stream without a finish_reason: the
+// tokens it streamed stand, and the rest is generated elsewhere if it can
+// be. failed counts it against the policy's health.
+func (b *streamBody) died(why string, failed bool) {
+	rs := b.rs
+	rs.endSegment(nil)
+	if rs.remaining() > 0 && rs.left > 0 {
+		b.continueElsewhere(why, failed)
+		return
+	}
+	b.a.failed, b.a.reason = failed, why
+	b.out, b.eof = rs.lastEvent("the policy "+why), true
+	rs.stream.done = true
+}
+
+// continueElsewhere ends the attempt for a continuation on another policy.
+func (b *streamBody) continueElsewhere(why string, failed bool) {
+	rs := b.rs
+	b.a.retry, b.a.failed, b.a.reason = true, failed, why
+	rs.body = rs.continuation()
+	if !failed {
+		rs.abortedOn = b.a.d.Policy.ID
+	}
+	b.eof = true
+}
+
+// readEvent reads one server-sent event: its bytes, and its data (nil for
+// an event without data lines). An error is the end of the policy's
+// stream: an event cut short is no event.
+func (b *streamBody) readEvent() (event, data []byte, err error) {
+	for {
+		line, err := b.readLine()
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			if len(event) == 0 {
+				continue // a blank line between events
+			}
+			event = append(event, line...)
+			break
+		}
+		event = append(event, line...)
+	}
+	hasData := false
+	for _, l := range bytes.Split(event, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(bytes.TrimRight(l, "\r"), []byte("data:")); ok {
+			if hasData {
+				data = append(data, '\n')
+			}
+			data = append(data, bytes.TrimPrefix(v, []byte(" "))...)
+			hasData = true
+		}
+	}
+	if hasData && data == nil {
+		data = []byte{}
+	}
+	return event, data, nil
+}
+
+// readLine reads one line, up to resumeMaxAnswer bytes.
+func (b *streamBody) readLine() ([]byte, error) {
+	b.line = b.line[:0]
+	for {
+		frag, err := b.br.ReadSlice('\n')
+		b.line = append(b.line, frag...)
+		if err != bufio.ErrBufferFull {
+			return b.line, err
+		}
+		if len(b.line) > resumeMaxAnswer {
+			return nil, errors.New("an event larger than 64 MiB")
+		}
+	}
+}
+
+// promptField is the raw meta_info field k of promptKeys.
+func (c *sglangChunk) promptField(k string) json.RawMessage {
+	var raw json.RawMessage
+	switch k {
+	case "prompt_tokens":
+		raw = c.Meta.PromptTokens
+	case "input_token_logprobs":
+		raw = c.Meta.InputTokenLogprobs
+	case "input_top_logprobs":
+		raw = c.Meta.InputTopLogprobs
+	case "input_token_ids_logprobs":
+		raw = c.Meta.InputTokenIDsLogprobs
+	}
+	if raw == nil {
+		return nil
+	}
+	return append(json.RawMessage(nil), raw...)
+}
+
+// absorb adds a chunk's new tokens, text and logprobs to the answer,
+// reading its form (cumulative or incremental) once it can tell.
+func (rs *resumeState) absorb(c *sglangChunk, ids []int64) {
+	st := rs.stream
+	seg := &st.seg
+	if seg.form == chunksUnknown && seg.marks.ids > 0 {
+		switch {
+		case c.Meta.CompletionTokens != nil && *c.Meta.CompletionTokens == len(ids):
+			seg.form = chunksCumulative
+		case c.Meta.CompletionTokens != nil && *c.Meta.CompletionTokens == seg.marks.ids+len(ids):
+			seg.form = chunksIncremental
+		case len(ids) >= seg.marks.ids && slices.Equal(ids[:seg.marks.ids], rs.ids[seg.start:]):
+			seg.form = chunksCumulative
+		default:
+			seg.form = chunksIncremental
+		}
+		if len(rs.segs) == 0 {
+			st.form = seg.form
+		}
+	}
+	cumulative := seg.form == chunksCumulative
+	from := func(have, n int) int {
+		if cumulative {
+			return min(have, n)
+		}
+		return 0
+	}
+	rs.ids = append(rs.ids, ids[from(seg.marks.ids, len(ids)):]...)
+	seg.marks.ids = len(rs.ids) - seg.start
+	if c.Text == nil {
+		rs.noText = true
+	} else {
+		t := *c.Text
+		rs.text.WriteString(t[from(seg.marks.text, len(t)):])
+		if cumulative {
+			seg.marks.text = len(t)
+		} else {
+			seg.marks.text += len(t)
+		}
+	}
+	if st.lists == nil {
+		st.lists = make(map[string][]json.RawMessage)
+	}
+	for i, l := range c.lists() {
+		if l == nil {
+			continue
+		}
+		k := concatMeta[i]
+		n := seg.marks.lists[k]
+		st.lists[k] = append(st.lists[k], l[from(n, len(l)):]...)
+		if cumulative {
+			seg.marks.lists[k] = len(l)
+		} else {
+			seg.marks.lists[k] = n + len(l)
+		}
+	}
+	if c.Meta.WeightVersion != nil {
+		seg.version = append(seg.version[:0], c.Meta.WeightVersion...)
+	}
+	if c.Meta.WeightVersions != nil {
+		seg.versions = append(seg.versions[:0], c.Meta.WeightVersions...)
+	}
+	seg.cached = c.Meta.CachedTokens
+}
+
+// endSegment records the current policy's part of the stream; finish is
+// its finish_reason, nil when it died.
+func (rs *resumeState) endSegment(finish json.RawMessage) {
+	seg := &rs.stream.seg
+	if finish == nil {
+		finish = json.RawMessage(`null`)
+	}
+	rs.addSegment(seg.d, seg.version, seg.versions, finish, seg.start, len(rs.ids)-seg.start)
+	rs.cached += seg.cached
+	seg.cached = 0
+}
+
+// marks are the lengths of the answer so far.
+func (rs *resumeState) marks() sentMarks {
+	m := sentMarks{ids: len(rs.ids), text: rs.text.Len(), lists: make(map[string]int, len(rs.stream.lists))}
+	for k, l := range rs.stream.lists {
+		m.lists[k] = len(l)
+	}
+	return m
+}
+
+// chunkEvent is a chunk of the policy's (data) rewritten into the client's
+// stream: the answer so far in the client's form, the first policy's
+// prompt figures, counts from the first token, finish (when not nil) for
+// its finish_reason, and, when last, the segments.
+func (rs *resumeState) chunkEvent(data, finish json.RawMessage, last bool) []byte {
+	st := rs.stream
+	var out, meta map[string]json.RawMessage
+	if json.Unmarshal(data, &out) != nil || json.Unmarshal(out["meta_info"], &meta) != nil || meta == nil {
+		out, meta = map[string]json.RawMessage{}, map[string]json.RawMessage{}
+	}
+	if st.form == chunksUnknown {
+		st.form = chunksCumulative // SGLang's default
+	}
+	var since sentMarks
+	if st.form == chunksIncremental {
+		since = st.sent
+	}
+	out["output_ids"], _ = json.Marshal(rs.ids[since.ids:])
+	if !rs.noText {
+		out["text"], _ = json.Marshal(rs.text.String()[since.text:])
+	}
+	for _, k := range concatMeta {
+		if l, ok := st.lists[k]; ok {
+			meta[k], _ = json.Marshal(l[since.lists[k]:])
+		}
+	}
+	if _, ok := meta["output_token_logprobs_length"]; ok {
+		meta["output_token_logprobs_length"], _ = json.Marshal(len(st.lists["output_token_logprobs"]))
+	}
+	for _, k := range promptKeys {
+		if v, ok := st.prompt[k]; ok {
+			meta[k] = v
+		}
+	}
+	meta["completion_tokens"], _ = json.Marshal(len(rs.ids))
+	if _, ok := meta["cached_tokens"]; ok {
+		meta["cached_tokens"], _ = json.Marshal(rs.cached + st.seg.cached)
+	}
+	if finish != nil {
+		meta["finish_reason"] = finish
+	}
+	if last {
+		meta["weight_versions"], _ = json.Marshal(rs.spans)
+		meta["segments"], _ = json.Marshal(rs.segs)
+	}
+	out["meta_info"], _ = json.Marshal(meta)
+	st.sent = rs.marks()
+	b, _ := json.Marshal(out)
+	return append(append([]byte("data: "), b...), "\n\n"...)
+}
+
+// lastEvent ends the client's stream when no policy goes on with it: the
+// held-back aborted chunk, or the last chunk with an abort saying why,
+// then [DONE]; an error event when no chunk came at all.
+func (rs *resumeState) lastEvent(why string) []byte {
+	st := rs.stream
+	st.why, st.ended = why, true
+	base, finish := st.pending, json.RawMessage(nil)
+	if base == nil {
+		base = st.last
+		finish, _ = json.Marshal(map[string]any{"type": "abort", "message": why, "status_code": nil, "err_type": nil})
+	}
+	if base == nil {
+		return errorEvent(why)
+	}
+	return append(rs.chunkEvent(base, finish, true), "data: [DONE]\n\n"...)
+}
+
+// endStream ends the client's stream from outside an attempt.
+func (rs *resumeState) endStream(w http.ResponseWriter, why string) {
+	rs.stream.done = true
+	_, _ = w.Write(rs.lastEvent(why))
+	_ = http.NewResponseController(w).Flush()
+}
