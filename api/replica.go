@@ -2,6 +2,13 @@ package api
 
 import "time"
 
+// Bounds of the internal lease requests: the wait for a policy
+// (timeout_ms, sticky_wait_ms) and a lease's TTL (lease_ttl_ms).
+const (
+	MaxLeaseWait = time.Hour
+	MaxLeaseTTL  = 24 * time.Hour
+)
+
 // The internal endpoints (/internal/...) are what a replica that proxies
 // generate traffic asks of the leader: a lease for each attempt, its
 // release, and the adoption of a lease another leader handed out. They
@@ -29,7 +36,7 @@ type LeaseRequest struct {
 	Model string `json:"model,omitempty" validate:"max=1024"`
 	Route string `json:"route,omitempty" validate:"max=256"`
 	// Exclude names the policies (by id) the request failed on already.
-	Exclude []string `json:"exclude,omitempty" validate:"max=64,dive,max=256"`
+	Exclude []string `json:"exclude,omitempty" validate:"max=1024,dive,max=256"`
 }
 
 // AdoptRequest is the body of PUT /internal/leases/{id}: a lease another

@@ -89,10 +89,14 @@ func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.
 	if leader == "" {
 		return routing.Decision{}, routing.ErrReset // answered not_leader
 	}
+	// Within the bounds of the internal API: the leader caps the wait by
+	// its --max-select-wait anyway, and a lease's TTL only guards against
+	// a holder that never returns it.
 	body := api.LeaseRequest{
 		Router: req.Router, EnvID: req.EnvID, SessionID: req.Session,
-		TimeoutMS: int(req.Wait.Milliseconds()), StickyWaitMS: int(req.StickyWait.Milliseconds()),
-		MinVersion: req.MinVersion, LeaseTTLMS: req.LeaseTTL.Milliseconds(),
+		TimeoutMS:    int(min(req.Wait, api.MaxLeaseWait).Milliseconds()),
+		StickyWaitMS: int(min(req.StickyWait, api.MaxLeaseWait).Milliseconds()),
+		MinVersion:   req.MinVersion, LeaseTTLMS: min(req.LeaseTTL, api.MaxLeaseTTL).Milliseconds(),
 		Model: req.Model, Route: req.Route, Exclude: req.Exclude,
 	}
 	cctx, cancel := context.WithTimeout(ctx, req.Wait+replicaCallTimeout)
@@ -398,7 +402,7 @@ func (l *replicaLeaser) adopt(ctx context.Context, leading bool, leader, id stri
 	}
 	cctx, cancel := context.WithTimeout(ctx, replicaCallTimeout)
 	defer cancel()
-	body := api.AdoptRequest{PolicyID: h.policyID, Holder: l.cfg.Holder(), LeaseTTLMS: ttl.Milliseconds()}
+	body := api.AdoptRequest{PolicyID: h.policyID, Holder: l.cfg.Holder(), LeaseTTLMS: min(ttl, api.MaxLeaseTTL).Milliseconds()}
 	return l.call(cctx, http.MethodPut, leader, "/internal/leases/"+id, body, nil)
 }
 

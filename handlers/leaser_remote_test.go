@@ -13,6 +13,7 @@ import (
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/auth"
 	"github.com/policyrouter/policyrouter/internal/poll"
+	"github.com/policyrouter/policyrouter/proxy"
 )
 
 // replicaSecret is the token key the replicas of these tests share.
@@ -45,6 +46,13 @@ type replicas struct {
 
 func newReplicas(tb testing.TB, replica *ReplicaConfig, urls ...string) *replicas {
 	tb.Helper()
+	return newReplicasWith(tb, replica, Config{}, urls...)
+}
+
+// newReplicasWith is newReplicas with the follower's other settings in
+// cfg.
+func newReplicasWith(tb testing.TB, replica *ReplicaConfig, cfg Config, urls ...string) *replicas {
+	tb.Helper()
 	rs := &replicas{}
 	leader := httptest.NewUnstartedServer(nil)
 	rs.leaderURL = "http://" + leader.Listener.Addr().String()
@@ -52,7 +60,9 @@ func newReplicas(tb testing.TB, replica *ReplicaConfig, urls ...string) *replica
 	leader.Config.Handler = rs.leader.h
 	leader.Start()
 	tb.Cleanup(leader.Close)
-	rs.follower = newTestServer(tb, Config{Auth: replicaVerifier(tb), Leader: func() (bool, string) { return false, rs.leaderURL }, Replica: replica})
+	cfg.Auth, cfg.Replica = replicaVerifier(tb), replica
+	cfg.Leader = func() (bool, string) { return false, rs.leaderURL }
+	rs.follower = newTestServer(tb, cfg)
 
 	var req api.ReplacePoliciesRequest
 	key := "sk-engine"
@@ -166,5 +176,19 @@ func TestFollowerModelsFromTheLeader(t *testing.T) {
 	body, _ := io.ReadAll(rec.Body)
 	if rec.Code != http.StatusOK || !bytes.Contains(body, []byte(`"served-model"`)) {
 		t.Errorf("follower /v1/models = %d %s; want served-model listed", rec.Code, body)
+	}
+}
+
+// A follower's own bounds may exceed the internal API's: its lease
+// requests stay within them.
+func TestFollowerBoundsItsLeaseRequest(t *testing.T) {
+	b := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"text": "ok"}`)
+	})
+	rs := newReplicasWith(t, replicaConfig(t), Config{MaxSelectWait: 2 * time.Hour, Proxy: proxy.Options{Timeout: 48 * time.Hour}}, b.URL)
+	rec := rs.proxied(t, "/generate", `{"text": "hi"}`, map[string]string{"X-Select-Timeout-MS": "3600000"})
+	if rec.Code != http.StatusOK {
+		t.Fatalf("follower /generate with a 48h --proxy-timeout and an hour's wait = %d: %s", rec.Code, rec.Body)
 	}
 }

@@ -63,10 +63,7 @@ func (st *State) Adopt(req AdoptRequest) (Decision, error) {
 			if s.holder != req.Holder && s.adoptedID != "" || s.rt.policy.ID != req.PolicyID {
 				return Decision{}, ErrAdoptConflict
 			}
-			d := st.handOutLocked(s.rt)
-			s.rt.selected.Add(^uint64(0))
-			d.Lease, d.LeaseID = lease, req.ID
-			return d, nil
+			return Decision{Policy: s.rt.policy, Node: s.rt.node, Version: s.rt.version.Load(), Lease: lease, LeaseID: req.ID}, nil
 		}
 	}
 	rt := st.runtimes[req.PolicyID]
@@ -86,6 +83,7 @@ func (st *State) Adopt(req AdoptRequest) (Decision, error) {
 		st.adopted = make(map[string]uint64)
 	}
 	st.adopted[req.ID] = d.Lease
+	st.adoptedN.Store(int64(len(st.adopted)))
 	// The lease may have taken a listed slot or gone beyond capacity:
 	// bring the idle slots to the room left.
 	st.fitLocked(rt)
@@ -115,6 +113,7 @@ func freeSlot(rt *policyRuntime) *slot {
 func (st *State) forgetAdoptedLocked(s *slot) {
 	if s.adoptedID != "" {
 		delete(st.adopted, s.adoptedID)
+		st.adoptedN.Store(int64(len(st.adopted)))
 		s.adoptedID, s.holder = "", ""
 	}
 }

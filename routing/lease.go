@@ -35,6 +35,10 @@ func (st *State) LeaseID(lease uint64) string { return st.codec.uuid(lease).Stri
 // ParseLeaseID returns the lease an id names: one from LeaseID, or an
 // adopted lease's (Adopt) while it is out; false for any other id.
 func (st *State) ParseLeaseID(id string) (uint64, bool) {
+	if st.adoptedN.Load() == 0 {
+		// No adopted lease out (the rule): no lock on /release's path.
+		return st.codec.parse(id)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.parseLeaseIDLocked(id)
@@ -45,12 +49,18 @@ func (st *State) parseLeaseIDLocked(id string) (uint64, bool) {
 	if lease, ok := st.adopted[id]; ok {
 		return lease, true
 	}
+	return st.codec.parse(id)
+}
+
+// parse returns the lease an id from uuid names, and false for an id of
+// another codec.
+func (c leaseCodec) parse(id string) (uint64, bool) {
 	u, err := uuid.Parse(id)
 	if err != nil {
 		return 0, false
 	}
 	lease := binary.BigEndian.Uint64(u[8:]) & (1<<62 - 1)
-	if u != st.codec.uuid(lease) {
+	if u != c.uuid(lease) {
 		return 0, false
 	}
 	return lease, true

@@ -241,9 +241,11 @@ type State struct {
 	codec leaseCodec
 	// floor is the weight-version floor of decisions whose request names
 	// none (SetMinVersion): policies below it get no work.
-	floor  atomic.Int64
-	sticky stickyCounters
-	endedN endCounters
+	floor atomic.Int64
+	// adoptedN is len(ledger.adopted), written under mu, read without it.
+	adoptedN atomic.Int64
+	sticky   stickyCounters
+	endedN   endCounters
 	// selectors maps each router of the table with state of its own to
 	// this State's instance (Router.NewSelect). Read-only after New.
 	selectors map[Selector]Selector
