@@ -46,8 +46,8 @@ type phase struct {
 	FirstError string `json:"first_error,omitempty"`
 }
 
-// drive runs op from concurrency goroutines against c until d has
-// passed (or maxOpsPerPhase operations are done, or ctx is done) and
+// drive runs op from concurrency goroutines against c, each at least
+// once, until d has passed (or maxOpsPerPhase operations are done, or ctx is done) and
 // measures each operation. Operations still in flight drainGrace after d
 // are cancelled.
 func drive(ctx context.Context, c *client.Client, op opFunc, concurrency int, d time.Duration) phase {
@@ -94,8 +94,8 @@ func drive(ctx context.Context, c *client.Client, op opFunc, concurrency int, d 
 			res.lat = make([]time.Duration, 0, 1024)
 			for seq := 0; seq < perWorker && opCtx.Err() == nil; seq++ {
 				t0 := time.Now()
-				if !t0.Before(deadline) {
-					break
+				if seq > 0 && !t0.Before(deadline) {
+					break // each worker starts one operation at least, however late it was scheduled
 				}
 				err := op(opCtx, c, w, seq)
 				if opCtx.Err() == nil {
