@@ -3,6 +3,7 @@ package handlers
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math/rand/v2"
@@ -231,13 +232,7 @@ func checkResumed(t *testing.T, i int, r streamResult, last streamChunk, tokens 
 	}
 }
 
-func abortAll(t *testing.T, f *fakepolicy.Fleet) {
-	res, err := http.Post(f.URL(0)+"/abort_request", "application/json", strings.NewReader(`{"abort_all":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-}
+func abortAll(t *testing.T, f *fakepolicy.Fleet) { abortAllOn(t, f.URL(0)) }
 
 // Streams aborted on one engine go on from the other: each client reads
 // one stream whose tokens are the uninterrupted generation's, in the
@@ -323,4 +318,47 @@ func TestProxyResumeStreamNowhere(t *testing.T) {
 				i, last.finish(), len(last.OutputIDs), segs, r.trailer)
 		}
 	}
+}
+
+// A client that leaves a resumed stream ends it everywhere: the
+// continuation's upstream request is cancelled (the engine aborts it) and
+// no lease is left out.
+func TestProxyResumedStreamClientLeaves(t *testing.T) {
+	f, err := fakepolicy.New(2, rand.NewPCG(1, 2), fakepolicy.Options{Engine: fakepolicy.EngineSGLang, TokensPerSecond: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	ts := newTestServer(t, Config{Proxy: proxy.Options{Resume: true, Retries: 2}})
+	want(t, ts.do(t, "PUT", "/policies", `{"policies":[{"url":"`+f.URL(0)+`","index":0},{"url":"`+f.URL(1)+`","index":1}]}`), http.StatusOK, nil)
+	url := newHTTPServer(t, ts)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/generate",
+		strings.NewReader(`{"input_ids":[1,2],"stream":true,"sampling_params":{"max_new_tokens":100000}}`))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	first, _ := strconv.Atoi(res.Header.Get(proxy.HeaderPolicyIndex))
+	readEvents(t, res.Body, 3)
+	abortAllOn(t, f.URL(first))
+	readEvents(t, res.Body, 3)
+	if n := f.Policy(1 - first).Load(); n != 1 {
+		t.Fatalf("policy %d: load %d while the stream goes on there; want 1", 1-first, n)
+	}
+	cancel()
+	poll.Until(t, "both engines idle and no lease out", func() bool {
+		return f.Policy(0).Load() == 0 && f.Policy(1).Load() == 0 && ts.State.Stats().Leases == 0
+	})
+}
+
+func abortAllOn(t *testing.T, url string) {
+	res, err := http.Post(url+"/abort_request", "application/json", strings.NewReader(`{"abort_all":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
 }
