@@ -339,6 +339,8 @@ func (b *streamBody) next() error {
 				st.prompt[k] = raw
 			}
 		}
+	} else {
+		st.pending = nil // its tokens go out with this chunk
 	}
 	finish := c.Meta.FinishReason
 	if isNull(finish) {
