@@ -313,7 +313,7 @@ func TestProxyResumeStreamNowhere(t *testing.T) {
 		wantIDs, _ := fakepolicy.Continuation(prompts[i], tokens)
 		segs := last.Meta.Segments
 		if last.finish() != "abort" || len(last.OutputIDs) == 0 || !slices.Equal(last.OutputIDs, wantIDs[:len(last.OutputIDs)]) ||
-			len(segs) != 1 || segs[0].End != len(last.OutputIDs) || r.trailer.Get(proxy.HeaderResume) != "incomplete (no other policy available)" {
+			len(segs) != 1 || segs[0].End != len(last.OutputIDs) || r.trailer.Get(proxy.HeaderResume) != "incomplete (aborted; no other policy available)" {
 			t.Errorf("stream %d: finish %q, %d output_ids, segments %+v, trailers %v; want the tokens so far, aborted, incomplete",
 				i, last.finish(), len(last.OutputIDs), segs, r.trailer)
 		}
@@ -361,4 +361,29 @@ func abortAllOn(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	res.Body.Close()
+}
+
+// An engine that dies mid-stream with no other to go on: the stream ends
+// with the tokens it had, a last chunk aborted saying why, and [DONE].
+func TestProxyResumeStreamDeathNowhere(t *testing.T) {
+	const n, tokens = 2, 150
+	results, prompts, _ := streamFleet{n: n, tokens: tokens, alone: true, end: func(t *testing.T, f *fakepolicy.Fleet) {
+		f.Policy(0).DropGenerations()
+	}}.run(t)
+	for i, r := range results {
+		if r.err != nil || r.status != http.StatusOK || len(r.chunks) < 2 || r.done != 1 {
+			t.Fatalf("stream %d: %d, %d chunks, %d [DONE], %v", i, r.status, len(r.chunks), r.done, r.err)
+		}
+		last, before := r.chunks[len(r.chunks)-1], r.chunks[len(r.chunks)-2]
+		wantIDs, _ := fakepolicy.Continuation(prompts[i], tokens)
+		var finish struct{ Type, Message string }
+		_ = json.Unmarshal(last.Meta.FinishReason, &finish)
+		if finish.Type != "abort" || !strings.Contains(finish.Message, "mid-answer") || !slices.Equal(last.OutputIDs, before.OutputIDs) ||
+			!slices.Equal(last.OutputIDs, wantIDs[:len(last.OutputIDs)]) || len(last.Meta.Segments) != 1 ||
+			!strings.HasPrefix(r.trailer.Get(proxy.HeaderResume), "incomplete (failed mid-answer: ") ||
+			!strings.HasSuffix(r.trailer.Get(proxy.HeaderResume), "; no other policy available)") {
+			t.Errorf("stream %d: finish %s, %d output_ids (%d before), segments %+v, trailers %v; want the tokens streamed, aborted for the death, incomplete",
+				i, last.Meta.FinishReason, len(last.OutputIDs), len(before.OutputIDs), last.Meta.Segments, r.trailer)
+		}
+	}
 }
