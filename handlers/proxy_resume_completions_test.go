@@ -85,7 +85,7 @@ func TestProxyResumesAbortedCompletions(t *testing.T) {
 		wg.Go(func() { send(i, body) })
 	}
 	wg.Go(func() { // a text prompt: not resumable
-		send(n, []byte(`{"model":"fake-policy","prompt":"hello there","max_tokens":120}`))
+		send(n, []byte(`{"model":"fake-policy","prompt":"hello there","max_tokens":120,"return_token_ids":true}`))
 	})
 	poll.Until(t, "every request running on policy 0", func() bool { return f.Policy(0).Load() == n+1 })
 	want(t, ts.do(t, "POST", "/policies", `{"url":"`+f.URL(1)+`","index":1,"engine":"vllm","version":4,"capacity":8}`), http.StatusCreated, nil)

@@ -3,6 +3,7 @@ package handlers
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math/rand/v2"
@@ -231,13 +232,7 @@ func checkResumed(t *testing.T, i int, r streamResult, last streamChunk, tokens 
 	}
 }
 
-func abortAll(t *testing.T, f *fakepolicy.Fleet) {
-	res, err := http.Post(f.URL(0)+"/abort_request", "application/json", strings.NewReader(`{"abort_all":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-}
+func abortAll(t *testing.T, f *fakepolicy.Fleet) { abortAllOn(t, f.URL(0)) }
 
 // Streams aborted on one engine go on from the other: each client reads
 // one stream whose tokens are the uninterrupted generation's, in the
@@ -318,9 +313,77 @@ func TestProxyResumeStreamNowhere(t *testing.T) {
 		wantIDs, _ := fakepolicy.Continuation(prompts[i], tokens)
 		segs := last.Meta.Segments
 		if last.finish() != "abort" || len(last.OutputIDs) == 0 || !slices.Equal(last.OutputIDs, wantIDs[:len(last.OutputIDs)]) ||
-			len(segs) != 1 || segs[0].End != len(last.OutputIDs) || r.trailer.Get(proxy.HeaderResume) != "incomplete (no other policy available)" {
+			len(segs) != 1 || segs[0].End != len(last.OutputIDs) || r.trailer.Get(proxy.HeaderResume) != "incomplete (aborted; no other policy available)" {
 			t.Errorf("stream %d: finish %q, %d output_ids, segments %+v, trailers %v; want the tokens so far, aborted, incomplete",
 				i, last.finish(), len(last.OutputIDs), segs, r.trailer)
+		}
+	}
+}
+
+// A client that leaves a resumed stream ends it everywhere: the
+// continuation's upstream request is cancelled (the engine aborts it) and
+// no lease is left out.
+func TestProxyResumedStreamClientLeaves(t *testing.T) {
+	f, err := fakepolicy.New(2, rand.NewPCG(1, 2), fakepolicy.Options{Engine: fakepolicy.EngineSGLang, TokensPerSecond: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	ts := newTestServer(t, Config{Proxy: proxy.Options{Resume: true, Retries: 2}})
+	want(t, ts.do(t, "PUT", "/policies", `{"policies":[{"url":"`+f.URL(0)+`","index":0},{"url":"`+f.URL(1)+`","index":1}]}`), http.StatusOK, nil)
+	url := newHTTPServer(t, ts)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/generate",
+		strings.NewReader(`{"input_ids":[1,2],"stream":true,"sampling_params":{"max_new_tokens":100000}}`))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	first, _ := strconv.Atoi(res.Header.Get(proxy.HeaderPolicyIndex))
+	readEvents(t, res.Body, 3)
+	abortAllOn(t, f.URL(first))
+	readEvents(t, res.Body, 3)
+	if n := f.Policy(1 - first).Load(); n != 1 {
+		t.Fatalf("policy %d: load %d while the stream goes on there; want 1", 1-first, n)
+	}
+	cancel()
+	poll.Until(t, "both engines idle and no lease out", func() bool {
+		return f.Policy(0).Load() == 0 && f.Policy(1).Load() == 0 && ts.State.Stats().Leases == 0
+	})
+}
+
+func abortAllOn(t *testing.T, url string) {
+	res, err := http.Post(url+"/abort_request", "application/json", strings.NewReader(`{"abort_all":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+}
+
+// An engine that dies mid-stream with no other to go on: the stream ends
+// with the tokens it had, a last chunk aborted saying why, and [DONE].
+func TestProxyResumeStreamDeathNowhere(t *testing.T) {
+	const n, tokens = 2, 150
+	results, prompts, _ := streamFleet{n: n, tokens: tokens, alone: true, end: func(t *testing.T, f *fakepolicy.Fleet) {
+		f.Policy(0).DropGenerations()
+	}}.run(t)
+	for i, r := range results {
+		if r.err != nil || r.status != http.StatusOK || len(r.chunks) < 2 || r.done != 1 {
+			t.Fatalf("stream %d: %d, %d chunks, %d [DONE], %v", i, r.status, len(r.chunks), r.done, r.err)
+		}
+		last, before := r.chunks[len(r.chunks)-1], r.chunks[len(r.chunks)-2]
+		wantIDs, _ := fakepolicy.Continuation(prompts[i], tokens)
+		var finish struct{ Type, Message string }
+		_ = json.Unmarshal(last.Meta.FinishReason, &finish)
+		if finish.Type != "abort" || !strings.Contains(finish.Message, "mid-answer") || !slices.Equal(last.OutputIDs, before.OutputIDs) ||
+			!slices.Equal(last.OutputIDs, wantIDs[:len(last.OutputIDs)]) || len(last.Meta.Segments) != 1 ||
+			!strings.HasPrefix(r.trailer.Get(proxy.HeaderResume), "incomplete (failed mid-answer: ") ||
+			!strings.HasSuffix(r.trailer.Get(proxy.HeaderResume), "; no other policy available)") {
+			t.Errorf("stream %d: finish %s, %d output_ids (%d before), segments %+v, trailers %v; want the tokens streamed, aborted for the death, incomplete",
+				i, last.Meta.FinishReason, len(last.OutputIDs), len(before.OutputIDs), last.Meta.Segments, r.trailer)
 		}
 	}
 }

@@ -54,6 +54,10 @@ type completionLogprobs struct {
 // parseResumableCompletion reads a CompletionRequest; it returns why the
 // request cannot be resumed, or its state.
 func parseResumableCompletion(body []byte) (*resumeState, string) {
+	if !bytes.Contains(body, []byte(`"return_token_ids"`)) {
+		// Most completions: nothing to decode on their way.
+		return nil, "no return_token_ids"
+	}
 	rs := &resumeState{completion: &completionState{}}
 	if json.Unmarshal(body, &rs.req) != nil || rs.req == nil {
 		return nil, "not a JSON object"

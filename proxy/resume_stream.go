@@ -156,6 +156,7 @@ func (p *Proxy) forwardResumedStream(w http.ResponseWriter, r *http.Request, sre
 		}
 	}()
 	failed := sreq.Exclude
+	ended := "" // how the last policy's part ended
 	for try := 0; ; try++ {
 		var d routing.Decision
 		if !st.started {
@@ -167,7 +168,7 @@ func (p *Proxy) forwardResumedStream(w http.ResponseWriter, r *http.Request, sre
 			var err error
 			if d, err = p.decideQuiet(r, sreq); err != nil {
 				if r.Context().Err() == nil {
-					rs.endStream(w, "no policy to resume on: "+err.Error())
+					rs.endStream(w, ended+"no policy to resume on: "+err.Error())
 				}
 				return
 			}
@@ -189,13 +190,14 @@ func (p *Proxy) forwardResumedStream(w http.ResponseWriter, r *http.Request, sre
 					"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(p.Retries)+")"))
 				return
 			}
-			rs.endStream(w, "--proxy-retries "+strconv.Itoa(p.Retries)+" exhausted")
+			rs.endStream(w, a.reason+"; --proxy-retries "+strconv.Itoa(p.Retries)+" exhausted")
 			return
 		}
 		rs.left--
 		failed, sreq.Exclude = rs.exclude(failed, d.Policy.ID)
+		ended = a.reason + "; "
 		if st.started && !p.availableBeyond(r.Context(), sreq.Exclude) {
-			rs.endStream(w, "no other policy available")
+			rs.endStream(w, ended+"no other policy available")
 			return
 		}
 	}
@@ -339,6 +341,8 @@ func (b *streamBody) next() error {
 				st.prompt[k] = raw
 			}
 		}
+	} else {
+		st.pending = nil // its tokens go out with this chunk
 	}
 	finish := c.Meta.FinishReason
 	if isNull(finish) {
