@@ -41,7 +41,7 @@ Sticky = Literal["home", "moved", "spilled"]
 
 #: The kind of server a policy is: the ``GET /idle`` contract or an
 #: inference engine; openapi.yaml's ``EngineName`` (a test ties the two).
-Engine = Literal["policyrouter", "sglang", "vllm"]
+Engine = Literal["policyrouter", "llamacpp", "sglang", "vllm"]
 
 
 class _PolicyRequired(TypedDict):
