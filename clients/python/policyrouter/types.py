@@ -97,6 +97,8 @@ class _PolicyStatsRequired(TypedDict):
     last_ok: Optional[str]
     probes_total: int
     probe_failures_total: int
+    probes_recent: int
+    probe_failures_recent: int
     expired_total: int
     tasks_expired_total: int
     version: int
