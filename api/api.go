@@ -287,6 +287,10 @@ type PolicyStats struct {
 	LastErrorKind      string `json:"last_error_kind"`
 	ProbesTotal        uint64 `json:"probes_total"`
 	ProbeFailuresTotal uint64 `json:"probe_failures_total"`
+	// ProbesRecent and ProbeFailuresRecent count the same over the last
+	// PollerStats.WindowSeconds (0 without a poller).
+	ProbesRecent        uint64 `json:"probes_recent"`
+	ProbeFailuresRecent uint64 `json:"probe_failures_recent"`
 	// ExpiredTotal counts leases ended by their TTL.
 	ExpiredTotal uint64 `json:"expired_total"`
 	// TasksExpiredTotal counts tracked /assign tasks that expired
@@ -335,6 +339,12 @@ type PollerStats struct {
 	Sweeps        uint64 `json:"sweeps"`
 	ProbesTotal   uint64 `json:"probes_total"`
 	FailuresTotal uint64 `json:"failures_total"`
+	// ProbesRecent and FailuresRecent count the same over the last
+	// WindowSeconds: what a dashboard shows, where the counts since start
+	// would hide a recent run of failures.
+	ProbesRecent   uint64  `json:"probes_recent"`
+	FailuresRecent uint64  `json:"failures_recent"`
+	WindowSeconds  float64 `json:"window_seconds"`
 	// SkippedTotal counts due probes not sent because the policy's
 	// previous probe was still in flight.
 	SkippedTotal uint64 `json:"skipped_total"`

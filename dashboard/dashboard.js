@@ -82,6 +82,27 @@
     return "Weight floor " + s.min_version + " is unmet: " + who + " reached it (the highest version is " + f.highest_version +
       "), so all routing waits. Update the policies, or lower the floor with PUT /weights.";
   };
+  // probeCounts is the poller figure: its probes and failures over its
+  // recent window (window_seconds) rather than since start, where a router
+  // up for weeks would hide a new run of failures behind its old
+  // successes; and the span's words. An older router without a window:
+  // the counts since start.
+  const probeCounts = (poller) => {
+    if (poller.window_seconds == null) {
+      return { probes: poller.probes_total, failures: poller.failures_total, span: "since start" };
+    }
+    const w = poller.window_seconds;
+    return { probes: poller.probes_recent, failures: poller.failures_recent,
+      span: "last " + (w >= 60 ? Math.round(w / 60) + " min" : w + " s") };
+  };
+  // fmtPolicyProbes is a policy's probe line: over the span of probeCounts
+  // when the router counts one, and since start.
+  const fmtPolicyProbes = (p, span) => {
+    const inRow = p.consecutive_failures + " failing in a row";
+    if (p.probes_recent == null) return "probes " + p.probes_total + " (" + p.probe_failures_total + " failed), " + inRow;
+    return "probes in the " + span + ": " + p.probes_recent + " (" + p.probe_failures_recent + " failed), " + inRow +
+      "; since start " + p.probes_total + " (" + p.probe_failures_total + " failed)";
+  };
   const fmtDuration = (sec) => {
     if (!Number.isFinite(sec) || sec < 0) return "—";
     sec = Math.floor(sec);
@@ -181,7 +202,7 @@
     return t;
   };
 
-  const updateTile = (t, p, now, lateMS) => {
+  const updateTile = (t, p, now, lateMS, span) => {
     const state = STATES.includes(p.state) ? p.state : "unhealthy";
     const cls = "tile s-" + state;
     if (t.cls !== cls) {
@@ -247,7 +268,7 @@
       "selected " + p.selected_total + ", assigned " + p.assigned_total + ", completed " + p.completed_total,
       "throughput " + fmtRate(t.r) + "/s over the last " + RATE_WINDOW_MS / 1000 + " s",
       p.last_poll ? "last poll " + fmtMS(age) + " ago, latency " + fmtMS(p.latency_ms) : "not polled yet",
-      "probes " + p.probes_total + " (" + p.probe_failures_total + " failed), " + p.consecutive_failures + " failing in a row",
+      fmtPolicyProbes(p, span),
       p.last_error ? "last error: " + p.last_error : "",
       p.last_ok ? "last good probe " + fmtMS(Math.max(0, now - Date.parse(p.last_ok))) + " ago" : "",
     ].filter(Boolean).join("\n");
@@ -329,6 +350,7 @@
 
     const policies = (s.policies || []).slice().sort(byNodeThenIndex);
     const poller = s.poller || {};
+    const probes = probeCounts(poller);
     const interval = poller.interval_ms || 100;
     const lateMS = Math.max(5 * interval, interval + (poller.timeout_ms || 1000)) + 1500;
 
@@ -350,7 +372,7 @@
         t = newTile();
         tiles.set(key, t);
       }
-      updateTile(t, p, now, lateMS);
+      updateTile(t, p, now, lateMS, probes.span);
       t.node = node;
     }
     for (const [key, t] of tiles) {
@@ -421,9 +443,10 @@
     $("f-floor").classList.toggle("bad", alarm !== "");
     setText($("floor-banner"), alarm);
     $("floor-banner").hidden = alarm === "";
-    setText($("f-probes"), s.poller ? fmtCount(poller.probes_total) : "—");
-    setText($("f-failures"), s.poller ? fmtCount(poller.failures_total) : "—");
-    if (s !== lastStats) { // red while probes keep failing
+    setText($("f-probes"), s.poller ? fmtCount(probes.probes) : "—");
+    setText($("f-failures"), s.poller ? fmtCount(probes.failures) : "—");
+    setText($("f-probes-span"), s.poller ? probes.span : "—");
+    if (s !== lastStats) { // red while probes keep failing: failures since start grew
       const failures = poller.failures_total || 0;
       $("f-failures").classList.toggle("bad", lastFailures !== null && failures > lastFailures);
       lastFailures = failures;

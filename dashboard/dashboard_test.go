@@ -218,3 +218,47 @@ func TestFloorTexts(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeTexts runs the page's own probe figures in Node on /stats
+// documents: the poller figure and each policy's line count the recent
+// window the router reports, not the probes since start; a router that
+// reports no window gets the counts since start. It skips without Node.
+func TestProbeTexts(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skipf("node not installed: %v", err)
+	}
+	_, js := get(t, dashboard.Handler(), http.MethodGet, "/dashboard.js", nil)
+	recent := api.Stats{
+		Poller: &api.PollerStats{ProbesTotal: 900000, FailuresTotal: 40, ProbesRecent: 3000, FailuresRecent: 7, WindowSeconds: 300},
+		Policies: []api.PolicyStats{{ProbesTotal: 450000, ProbeFailuresTotal: 40, ProbesRecent: 1500, ProbeFailuresRecent: 7,
+			ConsecutiveFailures: 2}},
+	}
+	in, err := json.Marshal(recent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A router from before the window: no *_recent, no window_seconds.
+	older := `{"poller": {"probes_total": 900000, "failures_total": 40},
+		"policies": [{"probes_total": 450000, "probe_failures_total": 40, "consecutive_failures": 0}]}`
+	script := jsFunction(t, js, "probeCounts") + jsFunction(t, js, "fmtPolicyProbes") +
+		`process.stdout.write(JSON.stringify(process.argv.slice(1).map((doc) => { const s = JSON.parse(doc); const c = probeCounts(s.poller);
+			return [String(c.probes), String(c.failures), c.span, fmtPolicyProbes(s.policies[0], c.span)]; })));`
+	out, err := exec.Command(node, "-e", script, string(in), older).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var got [][4]string
+	if err := json.Unmarshal(out, &got); err != nil || len(got) != 2 {
+		t.Fatalf("node printed %s (%v); want 2 results", out, err)
+	}
+	want := [][4]string{
+		{"3000", "7", "last 5 min", "probes in the last 5 min: 1500 (7 failed), 2 failing in a row; since start 450000 (40 failed)"},
+		{"900000", "40", "since start", "probes 450000 (40 failed), 0 failing in a row"},
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("document %d: got %q; want %q", i, got[i], want[i])
+		}
+	}
+}

@@ -125,9 +125,10 @@ const (
 // their names (API validation, --default-engine, OpenAPI enums, which a
 // test ties to this table).
 var table = map[string]Engine{
-	Native: native{},
-	SGLang: sglang{},
-	VLLM:   vllm{},
+	Native:   native{},
+	SGLang:   sglang{},
+	VLLM:     vllm{},
+	LlamaCpp: llamacpp{},
 }
 
 // Names returns the registration names of the engines, Native (the

@@ -3,10 +3,13 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/fakepolicy"
@@ -56,7 +59,7 @@ func count(calls []string, call string) int {
 // every name is found.
 func TestNames(t *testing.T) {
 	names := engine.Names()
-	if !slices.Equal(names, []string{engine.Native, engine.SGLang, engine.VLLM}) {
+	if !slices.Equal(names, []string{engine.Native, engine.LlamaCpp, engine.SGLang, engine.VLLM}) {
 		t.Fatalf("Names() = %v", names)
 	}
 	for _, n := range names {
@@ -81,6 +84,9 @@ func TestServes(t *testing.T) {
 		{engine.VLLM, engine.RouteChat, true},
 		{engine.Native, engine.RouteGenerate, true},
 		{engine.SGLang, "/v1/embeddings", false},
+		{engine.LlamaCpp, engine.RouteGenerate, false},
+		{engine.LlamaCpp, engine.RouteCompletions, true},
+		{engine.LlamaCpp, engine.RouteChat, true},
 	} {
 		p := routing.Policy{Engine: tt.engine}
 		if got := engine.Serves(&p, tt.route); got != tt.want {
@@ -194,3 +200,128 @@ func TestSGLangVersionKeepsRequests(t *testing.T) {
 		t.Errorf("call %s %s", call.Path, call.Body)
 	}
 }
+
+// llama.cpp: the load is the slots processing (a request beyond the
+// slots waits and does not show), idle below the capacity; models from
+// /v1/models; no version, never paused or asleep.
+func TestLlamaCppProbe(t *testing.T) {
+	f, err := fakepolicy.New(1, nil, fakepolicy.Options{Engine: engine.LlamaCpp, MaxRunning: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	fp := f.Policy(0)
+	s, err := engine.NewServer(routing.Policy{ID: "p", URL: f.URL(0), Engine: engine.LlamaCpp, Capacity: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &engine.Client{HTTP: http.DefaultClient}
+	for _, want := range []struct {
+		load int64
+		idle bool
+	}{{0, true}, {1, true}, {2, false}, {2, false}} {
+		a := probe(t, c, s)
+		if first := want.load == 0; first && (!a.HasModels || !slices.Equal(a.Models, []string{"fake-policy"})) {
+			t.Errorf("first probe: models %v (has %t); want [fake-policy]", a.Models, a.HasModels)
+		}
+		if !a.HasLoad || a.Load != want.load || a.Idle != want.idle {
+			t.Errorf("load %d idle %t (has %t); want load %d idle %t", a.Load, a.Idle, a.HasLoad, want.load, want.idle)
+		}
+		if a.HasVersion || a.Paused || a.Asleep {
+			t.Errorf("got %+v; want no version, not paused or asleep", a)
+		}
+		fp.StartWorkFor(time.Minute)
+	}
+	if calls := fp.Calls(); count(calls, "GET /slots") != 4 {
+		t.Errorf("calls %v; want GET /slots on each of 4 probes", calls)
+	}
+}
+
+// A llama.cpp probe that fails names /slots; a server whose /health
+// answers while /slots does not (started with --no-slots) is told apart
+// from one that is down; an answer of another shape is a DecodeError.
+func TestLlamaCppProbeErrors(t *testing.T) {
+	f, err := fakepolicy.New(1, nil, fakepolicy.Options{Engine: engine.LlamaCpp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	c := &engine.Client{HTTP: http.DefaultClient}
+	s, err := engine.NewServer(routing.Policy{ID: "p", URL: f.URL(0), Engine: engine.LlamaCpp, Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Policy(0).SetMode(fakepolicy.ModeFail)
+	_, err = engine.Probe(context.Background(), c, s)
+	if !engine.IsStatus(err, http.StatusInternalServerError) || !strings.Contains(err.Error(), "/slots") || strings.Contains(err.Error(), "--no-slots") {
+		t.Errorf("failing server: %v; want status 500 naming /slots, the server not up", err)
+	}
+	f.Policy(0).SetMode(fakepolicy.ModeGarbage)
+	var de *engine.DecodeError
+	if _, err = engine.Probe(context.Background(), c, s); !errors.As(err, &de) {
+		t.Errorf("garbage answer: %v; want a DecodeError", err)
+	}
+
+	noSlots := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			_, _ = w.Write([]byte(`{"status": "ok"}`))
+		case "/slots":
+			w.WriteHeader(http.StatusNotImplemented)
+			_, _ = w.Write([]byte(`{"error": {"code": 501, "message": "This server does not support slots endpoint. Start it with ` + "`--slots`" + `", "type": "not_supported_error"}}`))
+		default:
+			_, _ = w.Write([]byte(`[{"id": 0, "n_ctx": 4096}]`))
+		}
+	}))
+	t.Cleanup(noSlots.Close)
+	s, err = engine.NewServer(routing.Policy{ID: "n", URL: noSlots.URL, Engine: engine.LlamaCpp, Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = engine.Probe(context.Background(), c, s); !engine.IsStatus(err, http.StatusNotImplemented) || !strings.Contains(err.Error(), "--no-slots") {
+		t.Errorf("--no-slots server: %v; want status 501 and the hint", err)
+	}
+}
+
+// llama.cpp's capacity is its /props total_slots; a server that does not
+// answer gets llama-server's default.
+func TestLlamaCppCapacity(t *testing.T) {
+	f, err := fakepolicy.New(1, nil, fakepolicy.Options{Engine: engine.LlamaCpp, MaxRunning: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	c := &engine.Client{HTTP: http.DefaultClient}
+	if n, err := c.Capacity(context.Background(), routing.Policy{URL: f.URL(0), Engine: engine.LlamaCpp}); n != 6 || err != nil {
+		t.Errorf("Capacity = %d, %v; want 6 (total_slots)", n, err)
+	}
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	n, err := c.Capacity(context.Background(), routing.Policy{URL: dead.URL, Engine: engine.LlamaCpp})
+	if n != engine.LlamaCppDefaultCapacity || n != engine.DefaultCapacity(engine.LlamaCpp) || err == nil || !strings.Contains(err.Error(), "/props") {
+		t.Errorf("Capacity of a dead server = %d, %v; want %d and an error naming /props", n, err, engine.LlamaCppDefaultCapacity)
+	}
+}
+
+// llama.cpp has no update steps and no lifecycle calls: an update only
+// drains it, and the fleet's sleep and wake skip it.
+func TestLlamaCppHasNoSteps(t *testing.T) {
+	e, ok := engine.Lookup(engine.LlamaCpp)
+	if !ok {
+		t.Fatal("llamacpp is not in the table")
+	}
+	if !slices.Equal(e.PauseModes(), []string{engine.PauseWait}) {
+		t.Errorf("pause modes %v; want [wait]", e.PauseModes())
+	}
+	for name, has := range map[string]bool{
+		"pause": second(e.Pause(engine.PauseWait)), "load": second(e.LoadFromDisk("/ckpt", "1")),
+		"version": second(e.SetVersion("1")), "resume": second(e.Resume()),
+		"sleep": second(e.Sleep(1)), "wake": second(e.Wake(nil)),
+	} {
+		if has {
+			t.Errorf("llamacpp has a %s call; llama-server has no such endpoint", name)
+		}
+	}
+}
+
+func second(_ engine.Call, ok bool) bool { return ok }

@@ -46,8 +46,9 @@ func routes(engine string) []route {
 // native one, by engine name: each engine_*.go file's routes, one line
 // each. A test checks that every engine of the table has its line.
 var engineRoutes = map[string][]route{
-	EngineSGLang: sglangRoutes,
-	EngineVLLM:   vllmRoutes,
+	EngineSGLang:   sglangRoutes,
+	EngineVLLM:     vllmRoutes,
+	EngineLlamaCpp: llamacppRoutes,
 }
 
 // engineState is what a simulated engine adds to a policy.

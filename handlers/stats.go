@@ -94,8 +94,10 @@ func (s *Server) buildStats() api.Stats {
 			out.Update = sum
 		}
 	}
+	var recent recentProber
 	if s.Poller != nil {
 		out.Poller = pollerStats(s.Poller.Stats())
+		recent, _ = s.Poller.(recentProber)
 	}
 	var quarantined map[string]string
 	if s.Updates != nil {
@@ -132,6 +134,10 @@ func (s *Server) buildStats() api.Stats {
 		if p.EngineLoadKnown {
 			ps.EngineLoad = &p.EngineLoad
 		}
+		if recent != nil {
+			c := recent.RecentProbes(p.Policy.ID)
+			ps.ProbesRecent, ps.ProbeFailuresRecent = c.Probes, c.Failures
+		}
 		out.Policies[i] = ps
 		node := out.Nodes[p.Node]
 		count(&node, p)
@@ -150,18 +156,29 @@ func utcOrNil(t time.Time) *time.Time {
 	return &t
 }
 
+// recentProber is a poller that counts each policy's probes of the last
+// poller.Window; *poller.Poller is one.
+type recentProber interface {
+	RecentProbes(id string) poller.ProbeCounts
+}
+
+var _ recentProber = (*poller.Poller)(nil)
+
 func pollerStats(s poller.Stats) *api.PollerStats {
 	return &api.PollerStats{
-		IntervalMS:    float64(s.Interval) / float64(time.Millisecond),
-		TimeoutMS:     float64(s.Timeout) / float64(time.Millisecond),
-		Concurrency:   s.Concurrency,
-		Policies:      s.Policies,
-		Sweeps:        s.Sweeps,
-		ProbesTotal:   s.ProbesTotal,
-		FailuresTotal: s.FailuresTotal,
-		SkippedTotal:  s.SkippedTotal,
-		InFlight:      s.InFlight,
-		LastPeriodMS:  float64(s.LastPeriod) / float64(time.Millisecond),
+		IntervalMS:     float64(s.Interval) / float64(time.Millisecond),
+		TimeoutMS:      float64(s.Timeout) / float64(time.Millisecond),
+		Concurrency:    s.Concurrency,
+		Policies:       s.Policies,
+		Sweeps:         s.Sweeps,
+		ProbesTotal:    s.ProbesTotal,
+		FailuresTotal:  s.FailuresTotal,
+		ProbesRecent:   s.Recent.Probes,
+		FailuresRecent: s.Recent.Failures,
+		WindowSeconds:  poller.Window.Seconds(),
+		SkippedTotal:   s.SkippedTotal,
+		InFlight:       s.InFlight,
+		LastPeriodMS:   float64(s.LastPeriod) / float64(time.Millisecond),
 	}
 }
 

@@ -144,6 +144,10 @@ type Poller struct {
 	pending  atomic.Int64 // probes dispatched and not yet reported
 	npol     atomic.Int64
 	period   atomic.Int64 // nanoseconds
+	// recent counts the probes of the last Window, and recentByID each
+	// policy's (its members' windows, by id: published by refresh).
+	recent     probeWindow
+	recentByID atomic.Pointer[map[string]*probeWindow]
 
 	// Owned by the Run goroutine.
 	workers int // started in this Run, at most conc
@@ -164,6 +168,9 @@ type member struct {
 	srv   *engine.Server // what the engine learns of the server
 	busy  atomic.Bool    // a probe is in flight
 	gone  atomic.Bool    // no longer registered: results are dropped
+	// recent counts the policy's probes of the last Window; a member that
+	// replaces another of the same id takes it over.
+	recent *probeWindow
 	// Owned by the Run goroutine: probed once dispatched; early while the
 	// current period probed it at once rather than at its offset.
 	probed, early bool
@@ -171,7 +178,7 @@ type member struct {
 
 func newMember(p routing.Policy) *member {
 	srv, err := engine.NewServer(p)
-	m := &member{id: p.ID, index: p.Index, url: p.URL, shown: srv.Shown, pol: p, srv: srv}
+	m := &member{id: p.ID, index: p.Index, url: p.URL, shown: srv.Shown, pol: p, srv: srv, recent: &probeWindow{}}
 	if err != nil {
 		m.err = fmt.Errorf("policy %s: %w", p.ID, err)
 	}
@@ -252,6 +259,9 @@ type Stats struct {
 	// SkippedTotal counts due probes not sent because the policy's previous
 	// probe was still in flight.
 	SkippedTotal uint64
+	// Recent counts the probes of the last Window (RecentProbes: one
+	// policy's).
+	Recent ProbeCounts
 	// LastPeriod is how long the last completed period took: Interval, or
 	// more when the poller fell behind.
 	LastPeriod time.Duration
@@ -263,6 +273,7 @@ type Stats struct {
 // concurrently with Run.
 func (p *Poller) Stats() Stats {
 	return Stats{
+		Recent:        p.recent.counts(p.now()),
 		Interval:      p.interval,
 		Timeout:       p.timeout,
 		Concurrency:   p.conc,
@@ -274,6 +285,18 @@ func (p *Poller) Stats() Stats {
 		InFlight:      int(p.inflight.Load()),
 		LastPeriod:    time.Duration(p.period.Load()),
 	}
+}
+
+// RecentProbes returns the probes of the last Window of the registered
+// policy id (none for an id not registered, or not probed yet). It is safe
+// to call concurrently with Run.
+func (p *Poller) RecentProbes(id string) ProbeCounts {
+	if windows := p.recentByID.Load(); windows != nil {
+		if w := (*windows)[id]; w != nil {
+			return w.counts(p.now())
+		}
+	}
+	return ProbeCounts{}
 }
 
 // ErrRunning is returned by Run when the poller is already running.
@@ -412,16 +435,22 @@ func (p *Poller) refresh() []*member {
 	pols := snap.Policies()
 	members := make([]*member, 0, len(pols))
 	byID := make(map[string]*member, len(pols))
+	recent := make(map[string]*probeWindow, len(pols))
 	for _, pol := range pols {
 		if pol.URL == "" {
 			continue // nothing to probe; routing keeps the policy as it is
 		}
 		m := p.byID[pol.ID]
 		if m == nil || m.url != pol.URL || m.index != pol.Index || !sameProbe(m.pol, pol) {
-			m = newMember(pol)
+			nm := newMember(pol)
+			if m != nil {
+				nm.recent = m.recent // the same policy, registered anew
+			}
+			m = nm
 		}
 		members = append(members, m)
 		byID[pol.ID] = m
+		recent[pol.ID] = m.recent
 	}
 	for id, m := range p.byID {
 		if byID[id] != m {
@@ -429,6 +458,7 @@ func (p *Poller) refresh() []*member {
 		}
 	}
 	p.snap, p.members, p.byID = snap, members, byID
+	p.recentByID.Store(&recent)
 	p.npol.Store(int64(len(members)))
 	return members
 }

@@ -30,6 +30,8 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 		pr.Models, pr.HasModels = ans.Models, ans.HasModels
 	}
 	p.probes.Add(1)
+	p.recent.add(sent, err != nil)
+	m.recent.add(sent, err != nil)
 	if err != nil {
 		pr.Err, pr.ErrKind = err.Error(), errKind(err)
 		p.failures.Add(1)

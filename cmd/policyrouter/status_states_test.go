@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -54,5 +58,41 @@ func TestStatusStatesAndReasons(t *testing.T) {
 				t.Errorf("verdict %v; want %v (exit 1)", err, c.want)
 			}
 		})
+	}
+}
+
+// The status command itself, against a router whose /stats shows a
+// policy failed by an update: it prints the policy with its error and
+// returns errAttention, on which main exits 1; once the policy is back,
+// nil (exit 0).
+func TestStatusCommandFailedPolicy(t *testing.T) {
+	failed := api.PolicyStats{Policy: api.Policy{Index: 0, ID: "p0", Engine: "sglang", State: api.StateUpdateFailed},
+		UpdateError: "step load: status 500: CUDA out of memory"}
+	doc := api.Stats{Policies: []api.PolicyStats{failed}, Totals: api.StateCounts{Policies: 1, UpdateFailed: 1}}
+	router := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/stats" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(doc)
+	}))
+	defer router.Close()
+
+	var out strings.Builder
+	err := statusCommand(context.Background(), &out, []string{"--url", router.URL})
+	if !errors.Is(err, errAttention) || !errors.Is(err, errUpdateFailed) {
+		t.Errorf("status with a failed policy: %v; want %v, which exits 1", err, errUpdateFailed)
+	}
+	for _, want := range []string{"1 update_failed", "CUDA out of memory"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status prints:\n%s\nwant %q in it", out.String(), want)
+		}
+	}
+
+	doc.Policies[0].State, doc.Policies[0].UpdateError, doc.Totals = "idle", "", api.StateCounts{Policies: 1, Idle: 1}
+	out.Reset()
+	if err := statusCommand(context.Background(), &out, []string{"--url", router.URL}); err != nil {
+		t.Errorf("status with the policy back: %v; want nil (exit 0)\n%s", err, out.String())
 	}
 }

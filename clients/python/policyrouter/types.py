@@ -41,7 +41,7 @@ Sticky = Literal["home", "moved", "spilled"]
 
 #: The kind of server a policy is: the ``GET /idle`` contract or an
 #: inference engine; openapi.yaml's ``EngineName`` (a test ties the two).
-Engine = Literal["policyrouter", "sglang", "vllm"]
+Engine = Literal["policyrouter", "llamacpp", "sglang", "vllm"]
 
 
 class _PolicyRequired(TypedDict):
@@ -97,6 +97,8 @@ class _PolicyStatsRequired(TypedDict):
     last_ok: Optional[str]
     probes_total: int
     probe_failures_total: int
+    probes_recent: int
+    probe_failures_recent: int
     expired_total: int
     tasks_expired_total: int
     version: int
