@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,10 +20,11 @@ import (
 
 // An engine paused by someone else (vLLM's POST /pause), outside any
 // update, reads paused, never unhealthy and without last_error, and gets
-// none of N proxied requests; the first probe after its resume routes it
-// again. (SGLang has no endpoint that says it is paused: engine/sglang.go.)
+// none of 10 s of proxied load from 8 clients; the first probe after its
+// resume routes it again. (SGLang has no endpoint that says it is paused: engine/sglang.go.)
 func TestPausedEngineGetsNoRequest(t *testing.T) {
 	const attempts = 40
+	const pausedFor = 10 * time.Second
 	for _, c := range []struct{ eng, pause, resume, body string }{
 		{engine.VLLM, "/pause?mode=keep", "/resume", ""},
 	} {
@@ -49,19 +52,39 @@ func TestPausedEngineGetsNoRequest(t *testing.T) {
 			enginePost(t, f.URL(0)+c.pause, c.body)
 			poll.Until(t, "policy 0 paused", func() bool { return stats(0).State == routing.StatePaused })
 
+			// Load from 8 clients for pausedFor: the paused engine gets none
+			// of it, and reads paused, never unhealthy, all along.
 			before := f.Policy(0).Works()
-			for n := range attempts {
-				rec := ts.do(t, "POST", "/v1/completions", `{"prompt": "hi", "max_tokens": 1}`)
-				if rec.Code != http.StatusOK || rec.Header().Get("X-Policy-Index") != "1" {
-					t.Fatalf("request %d while policy 0 is paused: %d, X-Policy-Index %q; want 200 from policy 1", n, rec.Code, rec.Header().Get("X-Policy-Index"))
-				}
-				if ps := stats(0); ps.State != routing.StatePaused || ps.LastError != "" {
-					t.Fatalf("paused policy after request %d: state %s, last_error %q; want paused, none", n, ps.State, ps.LastError)
-				}
+			probesBefore := stats(0).Probes
+			var sent atomic.Int64
+			var wg sync.WaitGroup
+			end := time.Now().Add(pausedFor)
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(end) {
+						rec := ts.do(t, "POST", "/v1/completions", `{"prompt": "hi", "max_tokens": 1}`)
+						n := sent.Add(1)
+						if rec.Code != http.StatusOK || rec.Header().Get("X-Policy-Index") != "1" {
+							t.Errorf("request %d while policy 0 is paused: %d, X-Policy-Index %q; want 200 from policy 1", n, rec.Code, rec.Header().Get("X-Policy-Index"))
+							return
+						}
+						if ps := stats(0); ps.State != routing.StatePaused || ps.LastError != "" {
+							t.Errorf("paused policy after request %d: state %s, last_error %q; want paused, none", n, ps.State, ps.LastError)
+							return
+						}
+					}
+				}()
 			}
+			wg.Wait()
 			if got := f.Policy(0).Works() - before; got != 0 {
-				t.Errorf("the paused engine got %d of %d requests; want 0", got, attempts)
+				t.Errorf("the paused engine got %d of %d requests over %v; want 0", got, sent.Load(), pausedFor)
 			}
+			if probed := stats(0).Probes - probesBefore; probed < 2 {
+				t.Errorf("the paused engine was probed %d times under the load; want it probed all along", probed)
+			}
+			t.Logf("%d requests over %v, none to the paused engine, which was probed %d times", sent.Load(), pausedFor, stats(0).Probes-probesBefore)
 
 			probes := stats(0).Probes
 			enginePost(t, f.URL(0)+c.resume, "")
