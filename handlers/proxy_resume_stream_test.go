@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/policyrouter/policyrouter/fakepolicy"
@@ -80,12 +81,13 @@ func (sf streamFleet) run(t *testing.T) ([]streamResult, [][]int64, *fakepolicy.
 
 	results := make([]streamResult, sf.n)
 	prompts := make([][]int64, sf.n)
+	lines := make([]atomic.Int64, sf.n) // newlines each client has read
 	var wg sync.WaitGroup
 	for i := range sf.n {
 		prompts[i] = []int64{int64(i), 7, 8, 9}
 		body, _ := json.Marshal(map[string]any{"input_ids": prompts[i], "return_logprob": true, "stream": true,
 			"sampling_params": map[string]any{"max_new_tokens": sf.tokens, "temperature": 0}})
-		wg.Go(func() { results[i] = postStream(t, srv.URL, body, sf.hdr) })
+		wg.Go(func() { results[i] = postStream(t, srv.URL, body, sf.hdr, &lines[i]) })
 	}
 	poll.Until(t, "every stream running on policy 0", func() bool { return f.Policy(0).Load() == sf.n })
 	if !sf.alone {
@@ -99,25 +101,25 @@ func (sf streamFleet) run(t *testing.T) ([]streamResult, [][]int64, *fakepolicy.
 			t.Fatalf("POST /policies: %d", reg.StatusCode)
 		}
 	}
-	// A few tokens generated: a stream of policy 0's own has had five.
-	res, err := http.Post(f.URL(0)+"/generate", "application/json", strings.NewReader(`{"input_ids":[1],"stream":true,"sampling_params":{"max_new_tokens":1000}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(res.Body)
-	for events := 0; events < 5 && sc.Scan(); {
-		if strings.HasPrefix(sc.Text(), "data: ") {
-			events++
+	// A few chunks read by every client, so that each stream shows its
+	// chunks' form (incremental or cumulative) before it is ended: the
+	// first chunk alone cannot say.
+	poll.Until(t, "three events read by every client", func() bool {
+		for i := range lines {
+			if lines[i].Load() < 6 { // an event is a data line and a blank one
+				return false
+			}
 		}
-	}
+		return true
+	})
 	sf.end(t, f)
-	res.Body.Close()
 	wg.Wait()
 	return results, prompts, f
 }
 
-// postStream posts a streamed /generate and reads the whole stream.
-func postStream(tb testing.TB, url string, body []byte, hdr map[string]string) streamResult {
+// postStream posts a streamed /generate and reads the whole stream,
+// counting in lines the newlines read so far.
+func postStream(tb testing.TB, url string, body []byte, hdr map[string]string, lines *atomic.Int64) streamResult {
 	req, _ := http.NewRequest(http.MethodPost, url+"/generate", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range hdr {
@@ -129,7 +131,7 @@ func postStream(tb testing.TB, url string, body []byte, hdr map[string]string) s
 	}
 	defer res.Body.Close()
 	r := streamResult{status: res.StatusCode, header: res.Header}
-	raw, err := io.ReadAll(res.Body)
+	raw, err := io.ReadAll(lineCounter{res.Body, lines})
 	if err != nil {
 		r.err = err
 		return r
@@ -159,6 +161,18 @@ func postStream(tb testing.TB, url string, body []byte, hdr map[string]string) s
 		r.err = sc.Err()
 	}
 	return r
+}
+
+// lineCounter counts the newlines read through it.
+type lineCounter struct {
+	r     io.Reader
+	lines *atomic.Int64
+}
+
+func (c lineCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.lines.Add(int64(bytes.Count(p[:n], []byte{'\n'})))
+	return n, err
 }
 
 type errorString string
