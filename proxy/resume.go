@@ -216,13 +216,22 @@ func parseResumable(body []byte) (*resumeState, string) {
 		}
 	}
 	rs.minNew = p.MinNewTokens
-	if raw, ok := rs.sampling["max_new_tokens"]; !ok {
-		n := sglangDefaultMaxNewTokens
-		rs.maxNew = &n
-	} else if !isNull(raw) {
-		rs.maxNew = p.MaxNewTokens
-	}
+	rs.maxNew = tokenBudget(rs.sampling, "max_new_tokens", p.MaxNewTokens, sglangDefaultMaxNewTokens)
 	return rs, ""
+}
+
+// tokenBudget is a request's bound on new tokens, field key of fields
+// decoded as parsed: the engine's default def when the field is absent,
+// nil (no bound) when it is null.
+func tokenBudget(fields map[string]json.RawMessage, key string, parsed *int, def int) *int {
+	raw, ok := fields[key]
+	switch {
+	case !ok:
+		return &def
+	case isNull(raw):
+		return nil
+	}
+	return parsed
 }
 
 // isNull reports whether raw is absent or JSON null.

@@ -101,12 +101,7 @@ func parseResumableCompletion(body []byte) (*resumeState, string) {
 		}
 	}
 	rs.minNew = p.MinTokens
-	if raw, ok := rs.req["max_tokens"]; !ok {
-		n := vllmDefaultMaxTokens
-		rs.maxNew = &n
-	} else if !isNull(raw) {
-		rs.maxNew = p.MaxTokens
-	}
+	rs.maxNew = tokenBudget(rs.req, "max_tokens", p.MaxTokens, vllmDefaultMaxTokens)
 	return rs, ""
 }
 
