@@ -102,11 +102,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, err
 		}
-		res, err := t.exchange(ctx, c, req)
+		res, answered, err := t.exchange(ctx, c, req)
 		if err == nil {
 			return res, nil
 		}
-		if retried || !c.reused || !isClosedConn(err) || ctx.Err() != nil || (req.Body != nil && req.GetBody == nil) {
+		hasBody := req.Body != nil && req.Body != http.NoBody
+		if retried || !c.reused || answered || !isClosedConn(err) || ctx.Err() != nil || (hasBody && req.GetBody == nil) {
 			if ctx.Err() != nil {
 				err = ctx.Err()
 			}
@@ -120,7 +121,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// on a new connection. (A server that read the request and then died
 		// without a byte of answer is the one case this repeats; the new
 		// connection then fails to connect, or the server answers.)
-		if req.Body != nil {
+		if hasBody {
 			body, gerr := req.GetBody()
 			if gerr != nil {
 				return nil, err
@@ -150,20 +151,21 @@ func (t *transport) handles(req *http.Request) bool {
 	return true
 }
 
-// exchange writes req on c and reads its answer's head. Any error closes
-// c; the answer's body returns c to the pool at its end.
-func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request) (*http.Response, error) {
+// exchange writes req on c and reads its answer's head; answered says
+// whether any byte of the answer arrived. Any error closes c; the
+// answer's body returns c to the pool at its end.
+func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request) (res *http.Response, answered bool, err error) {
 	// A cancelled request unblocks its write or read by a deadline in the
 	// past; no goroutine waits on ctx meanwhile.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
-	fail := func(err error) (*http.Response, error) {
+	fail := func(err error) (*http.Response, bool, error) {
 		stop()
 		_ = c.nc.Close()
-		return nil, err
+		return nil, answered, err
 	}
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(c.nc)
-	err := req.Write(bw)
+	err = req.Write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -178,7 +180,7 @@ func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	if _, err := c.br.Peek(1); err != nil {
 		return fail(err)
 	}
-	var res *http.Response
+	answered = true
 	for n := 0; ; n++ {
 		res, err = http.ReadResponse(c.br, req)
 		if err != nil {
@@ -201,10 +203,10 @@ func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 		} else {
 			_ = c.nc.Close()
 		}
-		return res, nil
+		return res, true, nil
 	}
 	res.Body = &body{rc: res.Body, c: c, t: t, ctx: ctx, stop: stop, keep: keep}
-	return res, nil
+	return res, true, nil
 }
 
 // body is an answer's body. At its end the connection goes back to the

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -581,4 +582,63 @@ func TestTransportFallback(t *testing.T) {
 	if got := dials.Load(); got != 0 {
 		t.Fatalf("%d connections of its own for https and 100-continue, want 0", got)
 	}
+}
+
+// A reused connection reset once part of the answer arrived is not
+// retried: the server was answering, so it had read the request.
+func TestTransportDoesNotRetryPartAnswered(t *testing.T) {
+	const answer, part = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "HTTP/1.1 200 OK\r\n"
+	var requests atomic.Int32
+	url := newRawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
+		for i := 0; ; i++ {
+			if _, _, err := readRequest(br); err != nil {
+				return
+			}
+			requests.Add(1)
+			if n == 0 && i == 1 {
+				_, _ = io.WriteString(c, part)
+				_, _ = br.ReadByte() // until the client closes
+				return
+			}
+			_, _ = io.WriteString(c, answer)
+		}
+	})
+	tr, dials := newTestTransport(t)
+	dial := tr.dial
+	tr.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &resetConn{Conn: c, left: len(answer) + len(part)}, nil
+	}
+	res, err := tr.RoundTrip(newRequest(t, context.Background(), url, "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, res)
+	if res, err = tr.RoundTrip(newRequest(t, context.Background(), url, "second")); !errors.Is(err, syscall.ECONNRESET) {
+		if err == nil {
+			_ = res.Body.Close()
+		}
+		t.Fatalf("error %v, want the reset", err)
+	}
+	if r, d := requests.Load(), dials.Load(); r != 2 || d != 1 {
+		t.Fatalf("%d requests seen on %d connections, want 2 on 1", r, d)
+	}
+}
+
+// resetConn reads as if reset by the peer once left bytes were read.
+type resetConn struct {
+	net.Conn
+	left int
+}
+
+func (c *resetConn) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	}
+	n, err := c.Conn.Read(p[:min(len(p), c.left)])
+	c.left -= n
+	return n, err
 }

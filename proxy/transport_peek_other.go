@@ -3,5 +3,6 @@
 package proxy
 
 // peekAlive cannot look at the socket here: the connection is taken as
-// open, and one the server closed is retried (transport.RoundTrip).
+// open; a request sent on one the server closed is retried when its
+// body can be sent again (transport.RoundTrip).
 func peekAlive(uintptr) bool { return true }
