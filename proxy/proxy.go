@@ -6,7 +6,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -308,22 +307,6 @@ type bufferPool struct{ pool sync.Pool }
 func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
 func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
-// NewTransport is the transport of proxy mode: keep-alive connections
-// to the policies, up to 256 idle per policy (a batching engine takes tens
-// of requests at once; http.DefaultTransport keeps 2, and every other
-// request would pay a new connection), with tc's TLS towards https://
-// policies (nil: the system's roots). It adds no Accept-Encoding of its
-// own: a request goes out with the client's, and an answer comes back
-// as the policy sent it, never decompressed on the way.
-func NewTransport(tc *tls.Config) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 0
-	t.MaxIdleConnsPerHost = 256
-	t.DisableCompression = true
-	t.TLSClientConfig = tc
-	return t
-}
-
 // Forward serves POST /v1/completions, /v1/chat/completions and /generate.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.MaxBody))
@@ -417,6 +400,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d r
 	out := r.WithContext(ctx)
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
+	// Replayable: the transport sends a request again on a new connection
+	// when the server closed the idle one it went out on.
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	p.reverseProxy.ServeHTTP(w, out)
 	return a
 }

@@ -54,9 +54,20 @@ type completionLogprobs struct {
 // parseResumableCompletion reads a CompletionRequest; it returns why the
 // request cannot be resumed, or its state.
 func parseResumableCompletion(body []byte) (*resumeState, string) {
-	if !bytes.Contains(body, []byte(`"return_token_ids"`)) {
-		// Most completions: nothing to decode on their way.
-		return nil, "no return_token_ids"
+	// Most requests are not resumable for a reason that a decode of two
+	// fields tells (a stream, a text prompt): only the others are decoded
+	// whole, which costs several times more.
+	var head struct {
+		Stream bool            `json:"stream"`
+		Prompt json.RawMessage `json:"prompt"`
+	}
+	if len(body) > 0 && body[0] == '{' && json.Unmarshal(body, &head) == nil {
+		switch {
+		case head.Stream:
+			return nil, "streaming"
+		case len(head.Prompt) > 0 && head.Prompt[0] == '"':
+			return nil, "text prompt"
+		}
 	}
 	rs := &resumeState{completion: &completionState{}}
 	if json.Unmarshal(body, &rs.req) != nil || rs.req == nil {
