@@ -43,6 +43,9 @@ type Client struct {
 // one per registered policy and replaces it when the registration
 // changes.
 type Server struct {
+	// Policy is the registration the Server was made for; its
+	// SleepMarked is as it was then (SetSleepMarked changes what the
+	// probes read, not this copy).
 	Policy routing.Policy
 	// Shown is the URL without its password, for logs and errors.
 	Shown string
