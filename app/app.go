@@ -47,10 +47,7 @@ type App struct {
 	Metrics *metrics.Metrics
 	// Updates runs rolling weight updates.
 	Updates *updates.Manager
-	// Marks is what the fleet verbs did to engines that cannot report it
-	// (SGLang asleep), read by the poller's probes.
-	Marks  *engine.Marks
-	Server *handlers.Server
+	Server  *handlers.Server
 	// TLS is the listener's TLS configuration; nil serves plain HTTP.
 	TLS *tls.Config
 
@@ -106,7 +103,6 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		}
 	}()
 
-	a.Marks = &engine.Marks{}
 	a.State = routing.New(routing.Options{
 		Grace:         cfg.Grace,
 		FailThreshold: cfg.FailThreshold,
@@ -148,7 +144,6 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		Auth:              cfg.Auth,
 		OpenAPI:           policyrouter.OpenAPI,
 		PeerTLS:           peers,
-		Marks:             a.Marks,
 		Proxy: proxy.Options{
 			Retries:   cfg.ProxyRetries,
 			Timeout:   cfg.ProxyTimeout,
@@ -173,7 +168,6 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 			TLSClientConfig: ptls,
 			Logger:          cfg.Logger,
 			OnProbe:         func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
-			Marks:           a.Marks,
 		})
 		hcfg.Poller = a.Poller
 		hcfg.EngineCapacity = a.Poller.EngineCapacity

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/policyrouter/policyrouter/routing"
@@ -37,9 +36,6 @@ const userAgent = "policyrouter"
 type Client struct {
 	// HTTP sends the requests; it should not follow redirects.
 	HTTP *http.Client
-	// Marks holds what the fleet verbs did to engines that cannot report
-	// it themselves (Lifecycle.SleepReported); nil records nothing.
-	Marks *Marks
 }
 
 // Server is one policy server as the engines see it: its registration,
@@ -47,6 +43,9 @@ type Client struct {
 // one per registered policy and replaces it when the registration
 // changes.
 type Server struct {
+	// Policy is the registration the Server was made for; its
+	// SleepMarked is as it was then (SetSleepMarked changes what the
+	// probes read, not this copy).
 	Policy routing.Policy
 	// Shown is the URL without its password, for logs and errors.
 	Shown string
@@ -64,6 +63,9 @@ type Server struct {
 	// /is_sleeping (not in dev mode, or older).
 	legacyLoad, legacyModelInfo        atomic.Bool
 	noPauseInfo, noWeightInfo, noSleep atomic.Bool
+	// sleepMarked is the policy's asleep record (Policy.SleepMarked), as
+	// last registered: SetSleepMarked changes it without a new Server.
+	sleepMarked atomic.Bool
 	// probes counts the probes, for the occasional GET /v1/models.
 	probes atomic.Uint64
 }
@@ -71,6 +73,7 @@ type Server struct {
 // NewServer parses p's URL. The error keeps the URL's password out.
 func NewServer(p routing.Policy) (*Server, error) {
 	s := &Server{Policy: p, Shown: "(unparsable)"}
+	s.sleepMarked.Store(p.SleepMarked)
 	u, err := url.Parse(p.URL)
 	if err != nil {
 		return s, fmt.Errorf("parse url: %w", RedactURLError(err))
@@ -93,6 +96,12 @@ func NewServer(p routing.Policy) (*Server, error) {
 	}
 	return s, nil
 }
+
+// SetSleepMarked records a change of the policy's asleep record
+// (Policy.SleepMarked) for the probes that follow, and for one in flight
+// that has not yet had its answer: what the probes learnt of the server
+// is kept. Safe for concurrent use with Probe.
+func (s *Server) SetSleepMarked(marked bool) { s.sleepMarked.Store(marked) }
 
 // Endpoint returns the URL of path (which may carry a query) on the
 // server, and the same without its password, for errors.
@@ -231,34 +240,6 @@ func (c *Client) Send(ctx context.Context, baseURL, key string, call Call) (Repl
 		return Reply{Status: resp.StatusCode}, fmt.Errorf("read answer: %w", err)
 	}
 	return Reply{Status: resp.StatusCode, Body: b}, nil
-}
-
-// Marks records, per policy id, what the fleet verbs did to engines that
-// do not report it (SGLang has no endpoint that says its memory is
-// released): the probe reads it back. Safe for concurrent use.
-type Marks struct{ asleep sync.Map }
-
-// SetAsleep records that the policy's engine was put to sleep (true) or
-// woken (false).
-func (m *Marks) SetAsleep(id string, asleep bool) {
-	if m == nil {
-		return
-	}
-	if asleep {
-		m.asleep.Store(id, true)
-	} else {
-		m.asleep.Delete(id)
-	}
-}
-
-// Asleep reports whether the policy's engine was put to sleep and not
-// woken since.
-func (m *Marks) Asleep(id string) bool {
-	if m == nil {
-		return false
-	}
-	_, ok := m.asleep.Load(id)
-	return ok
 }
 
 // ModelsEvery is how often a probe also asks GET /v1/models: on the first

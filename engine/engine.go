@@ -110,7 +110,8 @@ type Lifecycle interface {
 	// restore first (e.g. "weights", "kv_cache").
 	Wake(tags []string) (Call, bool)
 	// SleepReported says whether the probe reads the asleep state from
-	// the server itself; when false, the fleet verbs record it (Marks).
+	// the server itself; when false, only the fleet verbs' record
+	// (Policy.SleepMarked) says it.
 	SleepReported() bool
 }
 
@@ -169,12 +170,15 @@ func Of(p routing.Policy) Engine {
 
 // Probe asks s's server once in its engine's wire format. The answer is
 // asleep when the engine says so, or when a fleet verb put it to sleep
-// and has not woken it (Client.Marks): from before the sleep call is
-// sent, so that no request lands on it meanwhile, and for engines that
-// cannot say it at all (SleepReported false).
+// and has not woken it (Policy.SleepMarked, stored, so that a restarted
+// router and every replica read it): from before the sleep call is sent,
+// so that no request lands on it meanwhile, and for engines that cannot
+// say it at all (SleepReported false). The record is read once the
+// engine has answered, so that a probe reported after the record changed
+// has read it.
 func Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
 	a, err := Of(s.Policy).Probe(ctx, c, s)
-	if err == nil && c.Marks.Asleep(s.Policy.ID) {
+	if err == nil && s.sleepMarked.Load() {
 		a.Asleep = true
 	}
 	return a, err

@@ -151,21 +151,34 @@ func TestVLLMLegacy(t *testing.T) {
 
 // SGLang: /model_info first; a server without it (older than 0.5.15)
 // is read on /get_model_info, and /model_info is not asked again. Asleep
-// comes from the marks of the fleet verbs.
+// comes from the policy's asleep record (Policy.SleepMarked), as
+// registered or changed since.
 func TestSGLangVersionAndAsleep(t *testing.T) {
 	fp, s := fake(t, engine.SGLang)
 	fp.SetWeightVersion("v3")
-	marks := &engine.Marks{}
-	c := &engine.Client{HTTP: http.DefaultClient, Marks: marks}
+	c := &engine.Client{HTTP: http.DefaultClient}
 	if a := probe(t, c, s); a.Version != 3 || a.Asleep {
 		t.Fatalf("got %+v; want version 3, awake", a)
 	}
 	if calls := fp.Calls(); count(calls, "GET /model_info") != 1 || count(calls, "GET /get_model_info") != 0 {
 		t.Errorf("calls %v; want /model_info only", calls)
 	}
-	marks.SetAsleep("p", true)
+	s.SetSleepMarked(true)
 	if a := probe(t, c, s); !a.Asleep {
 		t.Errorf("marked asleep: %+v", a)
+	}
+	s.SetSleepMarked(false)
+	if a := probe(t, c, s); a.Asleep {
+		t.Errorf("mark cleared: %+v; want awake", a)
+	}
+	// Registered with the record (a restarted router): asleep from the
+	// first probe.
+	marked, err := engine.NewServer(routing.Policy{ID: "m", URL: fp.URL(), Engine: engine.SGLang, Capacity: 1, SleepMarked: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := probe(t, c, marked); !a.Asleep {
+		t.Errorf("registered marked: %+v; want asleep", a)
 	}
 
 	old, ls := fake(t, engine.SGLang)

@@ -20,7 +20,7 @@ import (
 //     info has no weight_version, GET /get_weight_version (404: none);
 //   - models: GET /v1/models, on the first probe and every ModelsEvery;
 //   - asleep: SGLang has no endpoint that says its memory is released:
-//     Probe reads what the fleet verbs recorded (Client.Marks);
+//     Probe reads what the fleet verbs recorded (Policy.SleepMarked);
 //   - paused: no endpoint either in the sources read; an SGLang paused by
 //     someone else answers its loads as before and is routed (its
 //     requests wait in its queue). A pause of our own update is the

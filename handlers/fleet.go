@@ -31,6 +31,9 @@ const (
 	// fleetCallTimeout bounds one fleet verb: waking an engine reloads
 	// its weights.
 	fleetCallTimeout = 10 * time.Minute
+	// fleetRecordTimeout bounds the store write that clears the asleep
+	// record after the engine calls.
+	fleetRecordTimeout = 30 * time.Second
 )
 
 // fleetSelect resolves a selector over the registered policies: a
@@ -70,21 +73,32 @@ func (s *Server) fleetSleep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	// Out of routing first: marked asleep, the next probe says so, and no
-	// request lands on an engine that is releasing its memory.
+	// Out of routing first: marked asleep (a stored record, which a
+	// restarted router and every replica read), the next probe says so,
+	// and no request lands on an engine that is releasing its memory. A
+	// record that cannot be stored sends no sleep call.
 	var marked []string
 	for _, p := range pols {
 		if _, ok := engine.Of(p).Sleep(req.Level); ok {
-			s.marks.SetAsleep(p.ID, true)
 			marked = append(marked, p.ID)
 		}
 	}
+	if err := s.Registry.SetSleepMarked(r.Context(), true, marked...); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	s.awaitState(r.Context(), marked, routing.StateAsleep)
 	results := s.fanOut(r.Context(), pols, func(p routing.Policy) (engine.Call, bool) { return engine.Of(p).Sleep(req.Level) })
+	var failed []string
 	for _, res := range results {
 		if !res.OK() {
-			s.marks.SetAsleep(res.Policy.ID, false) // not asleep: routed again
+			failed = append(failed, res.Policy.ID) // not asleep: routed again
 		}
+	}
+	if err := s.clearSleepMarks(r.Context(), failed); err != nil {
+		// Still out of routing, as if asleep, until a wake succeeds:
+		// their failure is in the answer already.
+		s.logger.Warn("fleet sleep: policies whose sleep call failed stay marked asleep", "policies", failed, "error", err)
 	}
 	s.writeFleet(w, results)
 }
@@ -102,12 +116,30 @@ func (s *Server) fleetWake(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	results := s.fanOut(r.Context(), pols, func(p routing.Policy) (engine.Call, bool) { return engine.Of(p).Wake(req.Tags) })
+	var woken []string
 	for _, res := range results {
 		if res.OK() {
-			s.marks.SetAsleep(res.Policy.ID, false) // routed again from the next probe
+			woken = append(woken, res.Policy.ID) // routed again from the next probe
+		}
+	}
+	if err := s.clearSleepMarks(r.Context(), woken); err != nil {
+		// Awake, but out of routing: the caller must know, and wake again.
+		for i := range results {
+			if results[i].OK() {
+				results[i].Err = "woken, but still marked asleep (not routed): " + err.Error()
+			}
 		}
 	}
 	s.writeFleet(w, results)
+}
+
+// clearSleepMarks clears the asleep record of the policies with the given
+// ids, even when the request that made the engine calls has ended: the
+// record must follow what the engines did.
+func (s *Server) clearSleepMarks(ctx context.Context, ids []string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fleetRecordTimeout)
+	defer cancel()
+	return s.Registry.SetSleepMarked(ctx, false, ids...)
 }
 
 // fleetEngine forwards one engine-native call, POST /fleet/engine/{path},

@@ -19,19 +19,16 @@ import (
 	"github.com/policyrouter/policyrouter/routing"
 )
 
-// polledServer is a router whose poller probes the policies every 10 ms,
-// with the marks of the fleet verbs shared between the two, as app wires
-// them.
+// polledServer is a router whose poller probes the policies every 10 ms.
 func polledServer(tb testing.TB) (*testServer, *routing.State) {
 	tb.Helper()
 	st := routing.New(routing.Options{Polled: true, Serves: engine.Serves})
-	marks := &engine.Marks{}
-	pl := poller.New(st, poller.Config{Interval: 10 * time.Millisecond, Logger: discardLogger(), Marks: marks})
+	pl := poller.New(st, poller.Config{Interval: 10 * time.Millisecond, Logger: discardLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = pl.Run(ctx); close(done) }()
 	tb.Cleanup(func() { cancel(); <-done })
-	return newTestServer(tb, Config{State: st, Poller: pl, Marks: marks}), st
+	return newTestServer(tb, Config{State: st, Poller: pl}), st
 }
 
 func fakeFleet(tb testing.TB, n int, opts fakepolicy.Options) *fakepolicy.Fleet {
@@ -112,6 +109,18 @@ func TestFleetSleepWakeMixed(t *testing.T) {
 		t.Fatalf("sleep answer %+v", out)
 	}
 	poll.Until(t, "every policy asleep", states(routing.StateAsleep))
+	// The record is the registration's, stored: a restarted router or
+	// another replica reads it.
+	marks := func() []bool {
+		var out []bool
+		for _, p := range ts.Registry.Current().Policies {
+			out = append(out, p.SleepMarked)
+		}
+		return out
+	}
+	if got := marks(); !slices.Equal(got, []bool{true, true, true, true}) {
+		t.Errorf("asleep records %v; want all set", got)
+	}
 	served := make([]uint64, len(fps))
 	for i, fp := range fps {
 		served[i] = fp.Works()
@@ -137,6 +146,9 @@ func TestFleetSleepWakeMixed(t *testing.T) {
 		t.Fatalf("wake: %d %s", rec.Code, rec.Body)
 	}
 	poll.Until(t, "every policy idle again", states(routing.StateIdle))
+	if got := marks(); !slices.Equal(got, []bool{false, false, false, false}) {
+		t.Errorf("asleep records after the wake %v; want none", got)
+	}
 	wantCalls := map[string][]string{
 		engine.SGLang: {"POST /release_memory_occupation", "POST /resume_memory_occupation"},
 		engine.VLLM:   {"POST /sleep?level=1", "POST /wake_up?tags=weights&tags=kv_cache"},
@@ -231,4 +243,33 @@ func mustJSON(tb testing.TB, replace []byte) string {
 	}
 	b, _ := json.Marshal(r.Policies[0])
 	return string(b)
+}
+
+// A sleep call that fails leaves its policy awake: its asleep record is
+// cleared and it is routed again, while the others stay asleep.
+func TestFleetSleepFailureClearsRecord(t *testing.T) {
+	ts, st := polledServer(t)
+	f := fakeFleet(t, 2, fakepolicy.Options{Engine: engine.SGLang, APIKey: "k"})
+	var pols []api.PolicyRequest
+	for i := range 2 {
+		idx, key, admin := i, "k", "k"
+		if i == 1 {
+			admin = "wrong" // probes pass, the sleep call is 401
+		}
+		pols = append(pols, api.PolicyRequest{URL: f.URL(i), Index: &idx, Engine: engine.SGLang, APIKey: &key, AdminAPIKey: &admin})
+	}
+	body, _ := json.Marshal(api.ReplacePoliciesRequest{Policies: pols})
+	want(t, ts.do(t, "PUT", "/policies", string(body)), http.StatusOK, nil)
+	state := func(i int) string { return st.Stats().Policies[i].State }
+	poll.Until(t, "both idle", func() bool { return state(0) == routing.StateIdle && state(1) == routing.StateIdle })
+
+	rec := ts.do(t, "POST", "/fleet/sleep", `{}`)
+	if out := fleetAnswer(t, rec); rec.Code != http.StatusMultiStatus || len(out.Failed) != 1 || out.Failed[0].Index != 1 {
+		t.Fatalf("sleep: %d %+v; want 207 with policy 1 failed", rec.Code, out)
+	}
+	got := ts.Registry.Current().Policies
+	if !got[0].SleepMarked || got[1].SleepMarked {
+		t.Errorf("asleep records %v, %v; want true, false", got[0].SleepMarked, got[1].SleepMarked)
+	}
+	poll.Until(t, "policy 0 asleep, policy 1 idle", func() bool { return state(0) == routing.StateAsleep && state(1) == routing.StateIdle })
 }

@@ -32,13 +32,12 @@ func TestPausedEngineGetsNoRequest(t *testing.T) {
 			// Probes every 50 ms, each bounded by 500 ms: a loaded test
 			// machine does not turn a slow probe into an unhealthy policy.
 			st := routing.New(routing.Options{Polled: true, Serves: engine.Serves})
-			marks := &engine.Marks{}
-			pl := poller.New(st, poller.Config{Interval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond, Logger: discardLogger(), Marks: marks})
+			pl := poller.New(st, poller.Config{Interval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond, Logger: discardLogger()})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { _ = pl.Run(ctx); close(done) }()
 			t.Cleanup(func() { cancel(); <-done })
-			ts := newTestServer(t, Config{State: st, Poller: pl, Marks: marks})
+			ts := newTestServer(t, Config{State: st, Poller: pl})
 			f := fakeFleet(t, 2, fakepolicy.Options{Engine: c.eng, MinWork: time.Millisecond, MaxWork: 2 * time.Millisecond})
 			for i := range 2 {
 				idx := i

@@ -101,10 +101,6 @@ type Config struct {
 	Proxy proxy.Options
 	// Now is the clock; default time.Now.
 	Now func() time.Time
-	// Marks records what the fleet verbs did to engines (asleep), read by
-	// the poller's probes: the poller's Config.Marks. Nil: the server's
-	// own.
-	Marks *engine.Marks
 	// FleetLocks is the refit lock of the fleet verbs; nil: the server's
 	// own.
 	FleetLocks *fleet.Locks
@@ -143,7 +139,6 @@ type Server struct {
 	unmapped unmappedEnvs
 	// engines sends the fleet verbs' calls (fleet.go).
 	engines    *engine.Client
-	marks      *engine.Marks
 	fleetLocks *fleet.Locks
 }
 
@@ -183,14 +178,11 @@ func New(cfg Config) *Server {
 		s.leases = newReplicaLeaser(s, *cfg.Replica)
 	}
 	s.proxy = s.newProxy()
-	s.marks, s.fleetLocks = cfg.Marks, cfg.FleetLocks
-	if s.marks == nil {
-		s.marks = &engine.Marks{}
-	}
+	s.fleetLocks = cfg.FleetLocks
 	if s.fleetLocks == nil {
 		s.fleetLocks = &fleet.Locks{}
 	}
-	s.engines = &engine.Client{HTTP: &http.Client{Transport: s.proxy.RoundTripper(), CheckRedirect: noRedirect}, Marks: s.marks}
+	s.engines = &engine.Client{HTTP: &http.Client{Transport: s.proxy.RoundTripper(), CheckRedirect: noRedirect}}
 	peers := http.DefaultTransport.(*http.Transport).Clone()
 	peers.TLSClientConfig = cfg.PeerTLS
 	if s.leases != nil {

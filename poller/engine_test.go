@@ -221,3 +221,44 @@ func wrapAuth(h http.Handler, mu *sync.Mutex, got *[]string) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// A change of a policy's asleep record (Policy.SleepMarked, written by the
+// fleet verbs through the registry, which publishes it like a drain) reaches
+// the probes of the member already probing it: asleep while marked, routed
+// again once cleared, and what the probes learnt of the server (here: an
+// SGLang without /v1/loads) is kept rather than learnt again.
+func TestSleepMarkReachesProbes(t *testing.T) {
+	f := newEngineFleet(t, engine.SGLang, "", 0)
+	fp := f.Policy(0)
+	fp.SetLegacySGLang(true)
+	st := routing.New(routing.Options{Polled: true})
+	pol := routing.Policy{ID: "p", URL: f.URL(0), Capacity: 1, Engine: engine.SGLang}
+	publish := func(marked bool) {
+		t.Helper()
+		pol.SleepMarked = marked
+		if err := st.Update([]routing.Policy{pol}, routing.Topology{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(false)
+	start(t, st, Config{Interval: 20 * time.Millisecond, Timeout: 500 * time.Millisecond})
+	state := func(want string) func() bool {
+		return func() bool { return policyStats(st, 0).State == want }
+	}
+	poll.Until(t, "idle", state(routing.StateIdle))
+
+	publish(true)
+	poll.Until(t, "asleep once marked", state(routing.StateAsleep))
+	publish(false)
+	poll.Until(t, "idle once the mark is cleared", state(routing.StateIdle))
+
+	var loads int
+	for _, c := range fp.Calls() {
+		if c == "GET /p/0/v1/loads" || c == "GET /v1/loads" {
+			loads++
+		}
+	}
+	if loads != 1 {
+		t.Errorf("GET /v1/loads asked %d times; want once: the server was learnt again", loads)
+	}
+}

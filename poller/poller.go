@@ -113,9 +113,6 @@ type Config struct {
 	// target, with the transition it caused, e.g. to update metrics. It is
 	// called from many goroutines at once and must not block.
 	OnProbe func(id string, p routing.Probe, tr routing.Transition)
-	// Marks, when set, is what the fleet verbs did to engines that cannot
-	// report it (engine.Marks): the probes read it.
-	Marks *engine.Marks
 }
 
 // Poller probes the target's policies in the background. Create it with
@@ -157,17 +154,20 @@ type Poller struct {
 }
 
 // member is one policy as the poller sees it. It is replaced when the
-// policy's URL, index, engine, capacity or keys change.
+// policy's URL, index, engine, capacity or keys change; a change of its
+// asleep record is applied to it in place.
 type member struct {
 	id    string
 	index int
 	url   string // as registered
 	shown string // url without its password, for logs
 	err   error  // the URL does not parse
-	pol   routing.Policy
-	srv   *engine.Server // what the engine learns of the server
-	busy  atomic.Bool    // a probe is in flight
-	gone  atomic.Bool    // no longer registered: results are dropped
+	// pol is the registration the member probes as, its SleepMarked kept
+	// current by refresh (owned by the Run goroutine).
+	pol  routing.Policy
+	srv  *engine.Server // what the engine learns of the server
+	busy atomic.Bool    // a probe is in flight
+	gone atomic.Bool    // no longer registered: results are dropped
 	// recent counts the policy's probes of the last Window; a member that
 	// replaces another of the same id takes it over.
 	recent *probeWindow
@@ -230,12 +230,12 @@ func New(target Target, cfg Config) *Poller {
 	if cfg.Client != nil {
 		c := *cfg.Client
 		c.CheckRedirect = noRedirect
-		p.client = &engine.Client{HTTP: &c, Marks: cfg.Marks}
+		p.client = &engine.Client{HTTP: &c}
 	} else {
 		p.own = newTransport(conc, p.timeout, cfg.TLSClientConfig)
 		// No Client.Timeout: each probe's context carries the timeout, and a
 		// client timeout would cost a timer and a goroutine per request.
-		p.client = &engine.Client{HTTP: &http.Client{Transport: p.own, CheckRedirect: noRedirect}, Marks: cfg.Marks}
+		p.client = &engine.Client{HTTP: &http.Client{Transport: p.own, CheckRedirect: noRedirect}}
 	}
 	return p
 }
@@ -426,7 +426,10 @@ func (p *Poller) probeNew(ctx context.Context, early bool) bool {
 // refresh returns the members of the target's current snapshot in index
 // order, rebuilding them when the snapshot changed. Members of policies
 // that keep their id, index and URL carry over, with their in-flight
-// probe; the others are marked gone.
+// probe; the others are marked gone. A carried-over member whose asleep
+// record (Policy.SleepMarked) changed takes the new one, and is probed
+// again at once (unless a probe is in flight, which reads it when its
+// answer comes): a fleet verb's mark takes effect within one probe.
 func (p *Poller) refresh() []*member {
 	snap := p.target.Snapshot()
 	if snap == p.snap {
@@ -447,6 +450,10 @@ func (p *Poller) refresh() []*member {
 				nm.recent = m.recent // the same policy, registered anew
 			}
 			m = nm
+		} else if m.pol.SleepMarked != pol.SleepMarked {
+			m.pol.SleepMarked = pol.SleepMarked
+			m.srv.SetSleepMarked(pol.SleepMarked)
+			m.probed = false
 		}
 		members = append(members, m)
 		byID[pol.ID] = m

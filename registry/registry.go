@@ -292,7 +292,8 @@ func (r *Registry) lowestFreeLocked(taken map[int]bool) int {
 // topology. A spec without an id keeps the id of the policy registered at
 // the same index with the same URL, so that a trainer re-sending its set at
 // start-up keeps the live state (loads, leases) of its policies; drain
-// flags stay with their ids. Removing a policy the topology names as an
+// flags stay with their ids, and asleep records with their ids while their
+// URL and engine stay the same. Removing a policy the topology names as an
 // eval worker is ErrConflict: PUT /registration changes both at once.
 func (r *Registry) Replace(ctx context.Context, specs []Spec) ([]routing.Policy, error) {
 	r.mu.Lock()
@@ -454,6 +455,10 @@ func (r *Registry) fromSpecKeeping(s Spec, freeIndex int, old map[int]routing.Po
 	for _, prev := range old {
 		if prev.ID == p.ID {
 			p.Draining = prev.Draining
+			// The asleep record is of the server put to sleep: a policy
+			// registered again at another URL or as another engine is
+			// another server, awake as far as the router knows.
+			p.SleepMarked = prev.SleepMarked && prev.URL == p.URL && prev.EngineName() == p.EngineName()
 			if s.Version == nil {
 				p.Version = prev.Version
 			}
@@ -508,6 +513,35 @@ func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) (r
 		return routing.Policy{}, err
 	}
 	return p.Clone(), nil
+}
+
+// SetSleepMarked records (or clears) that a fleet verb put the engines of
+// the policies with the given ids to sleep: Policy.SleepMarked, read by
+// their probes. The record is stored and published in one write for all
+// of them, so that a restarted router and every replica know it. Ids not
+// registered (removed meanwhile) are skipped; nothing is written when no
+// flag changes.
+func (r *Registry) SetSleepMarked(ctx context.Context, marked bool, ids ...string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.applyLocked(ctx, func() (*store.Change, error) {
+		want := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			want[id] = true
+		}
+		var put []routing.Policy
+		for _, p := range r.cur.Policies {
+			if p.SleepMarked != marked && want[p.ID] {
+				p = p.Clone()
+				p.SleepMarked = marked
+				put = append(put, p)
+			}
+		}
+		if len(put) == 0 {
+			return nil, nil
+		}
+		return &store.Change{Put: put}, nil
+	})
 }
 
 // Weights returns the weights setting.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyrouter/policyrouter/internal/poll"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
 )
@@ -56,6 +57,7 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 		"replace":  func() error { _, err := r.Replace(ctx, []Spec{{URL: "http://c:1"}}); return err },
 		"delete":   func() error { return r.Delete(ctx, "a") },
 		"drain":    func() error { _, err := r.SetDraining(ctx, "a", true); return err },
+		"sleep":    func() error { return r.SetSleepMarked(ctx, true, "a") },
 		"topology": func() error { return r.SetTopology(ctx, topo) },
 		"registration": func() error {
 			_, err := r.ReplaceRegistration(ctx, []Spec{{URL: "http://d:1", Index: ptr(0)}}, topo)
@@ -68,7 +70,7 @@ func TestFailedWriteChangesNothing(t *testing.T) {
 		}
 	}
 	cur := r.Current()
-	if len(cur.Policies) != 1 || cur.Policies[0].ID != "a" || cur.Policies[0].Draining || cur.Topology != nil {
+	if len(cur.Policies) != 1 || cur.Policies[0].ID != "a" || cur.Policies[0].Draining || cur.Policies[0].SleepMarked || cur.Topology != nil {
 		t.Errorf("registry changed by failed writes: %+v", cur)
 	}
 	if ps := state.Snapshot().Policies(); len(ps) != 1 || ps[0].ID != "a" {
@@ -416,4 +418,106 @@ func TestOneServerOnePolicy(t *testing.T) {
 	if p, created, err := r.Register(ctx, Spec{URL: "http://127.0.0.1:9000/p/0", Index: ptr(0), ID: "p0"}); err != nil || created || p.ID != "p0" {
 		t.Errorf("Register the same again = %+v, %v, %v; want p0, not created", p, created, err)
 	}
+}
+
+// marked returns the SleepMarked flag of every policy of ps by id.
+func marked(ps []routing.Policy) map[string]bool {
+	out := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		out[p.ID] = p.SleepMarked
+	}
+	return out
+}
+
+// The asleep record of the fleet verbs is stored and published in one
+// write, restored by a registry opened on the same store, and kept when
+// the same server is registered again, but not for another server.
+func TestSleepMarked(t *testing.T) {
+	ctx := context.Background()
+	r, st, state := open(t)
+	specs := []Spec{{URL: "http://a:1", ID: "a", Engine: "sglang"}, {URL: "http://b:1", ID: "b", Engine: "sglang"}, {URL: "http://c:1", ID: "c"}}
+	if _, err := r.Replace(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetSleepMarked(ctx, true, "a", "b", "gone"); err != nil {
+		t.Fatalf("SetSleepMarked: %v", err)
+	}
+	wantMarks := map[string]bool{"a": true, "b": true, "c": false}
+	stored, _ := st.Load(ctx)
+	for what, got := range map[string]map[string]bool{
+		"registry": marked(r.Current().Policies), "store": marked(stored.Policies), "routing state": marked(state.Snapshot().Policies()),
+	} {
+		if fmt.Sprint(got) != fmt.Sprint(wantMarks) {
+			t.Errorf("%s marks %v; want %v", what, got, wantMarks)
+		}
+	}
+	// Marking what is marked writes nothing.
+	if err := r.SetSleepMarked(ctx, true, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := st.Load(ctx); again.Revision != stored.Revision {
+		t.Errorf("a mark that changes nothing wrote revision %d (was %d)", again.Revision, stored.Revision)
+	}
+
+	// A router started on the same store knows it.
+	restarted := routing.New(routing.Options{})
+	r2, err := Open(ctx, st, restarted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := marked(restarted.Snapshot().Policies()); fmt.Sprint(got) != fmt.Sprint(wantMarks) {
+		t.Errorf("after a restart, marks %v; want %v", got, wantMarks)
+	}
+
+	// The trainer sends its set again: a keeps its mark (same server), b
+	// moved to another URL and is another server.
+	specs[1].URL = "http://b2:1"
+	if _, err := r2.Replace(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	wantMarks = map[string]bool{"a": true, "b": false, "c": false}
+	if got := marked(r2.Current().Policies); fmt.Sprint(got) != fmt.Sprint(wantMarks) {
+		t.Errorf("after re-registration, marks %v; want %v", got, wantMarks)
+	}
+	// Registering a again, same body, changes nothing.
+	if _, created, err := r2.Register(ctx, Spec{URL: "http://a:1", ID: "a", Engine: "sglang"}); err != nil || created {
+		t.Fatalf("Register again: created %v, %v", created, err)
+	}
+	if p, _ := r2.Get("a"); !p.SleepMarked {
+		t.Error("a lost its mark when registered again")
+	}
+	if err := r2.SetSleepMarked(ctx, false, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := r2.Get("a"); p.SleepMarked {
+		t.Error("a still marked after it was cleared")
+	}
+}
+
+// A replica following the store sees another's mark: the replica that
+// becomes leader keeps asleep policies out of routing.
+func TestSleepMarkedReachesFollower(t *testing.T) {
+	ctx := context.Background()
+	shared := store.NewMemory()
+	stateB := routing.New(routing.Options{})
+	a, err := Open(ctx, shared, routing.New(routing.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(ctx, shared, stateB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go b.Follow(fctx, func(err error) { t.Errorf("follow: %v", err) })
+	if _, _, err := a.Register(ctx, Spec{URL: "http://a:1", ID: "a", Engine: "sglang"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetSleepMarked(ctx, true, "a"); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "b's routing state has a's mark", func() bool {
+		return marked(stateB.Snapshot().Policies())["a"]
+	})
 }

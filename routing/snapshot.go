@@ -25,6 +25,12 @@ type Policy struct {
 	Labels map[string]string
 	// Draining stops new work to the policy without removing it.
 	Draining bool
+	// SleepMarked records that a fleet verb put the policy's engine to
+	// sleep (POST /fleet/sleep) and none has woken it since: its probes
+	// then answer asleep whatever the engine says, for engines that cannot
+	// say it (SGLang). Stored, so that a restarted router and every
+	// replica know it.
+	SleepMarked bool
 	// Version is the weight version the policy was registered with; its
 	// /idle answers replace it with the version they report.
 	Version int64

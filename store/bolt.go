@@ -370,9 +370,11 @@ type policyRecord struct {
 	Capacity int               `json:"capacity"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	Draining bool              `json:"draining,omitempty"`
-	Version  int64             `json:"version,omitempty"`
-	Engine   string            `json:"engine,omitempty"`
-	Models   []string          `json:"models,omitempty"`
+	// SleepMarked is routing.Policy.SleepMarked.
+	SleepMarked bool     `json:"sleep_marked,omitempty"`
+	Version     int64    `json:"version,omitempty"`
+	Engine      string   `json:"engine,omitempty"`
+	Models      []string `json:"models,omitempty"`
 	// The policy's credentials are stored as they were given (the store
 	// is the operator's; keep --data-dir and etcd private): the router
 	// needs them back after a restart to call the policy. They are plain
@@ -384,13 +386,13 @@ type policyRecord struct {
 // recordOf returns how p is stored.
 func recordOf(p routing.Policy) policyRecord {
 	return policyRecord{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: p.Labels,
-		Draining: p.Draining, Version: p.Version, Engine: p.Engine, Models: p.Models, APIKey: p.APIKey.Reveal(), AdminAPIKey: p.AdminAPIKey.Reveal()}
+		Draining: p.Draining, SleepMarked: p.SleepMarked, Version: p.Version, Engine: p.Engine, Models: p.Models, APIKey: p.APIKey.Reveal(), AdminAPIKey: p.AdminAPIKey.Reveal()}
 }
 
 // policy returns the stored policy.
 func (r policyRecord) policy() routing.Policy {
 	return routing.Policy{Index: r.Index, ID: r.ID, URL: r.URL, NodeID: r.NodeID, Capacity: r.Capacity, Labels: r.Labels,
-		Draining: r.Draining, Version: r.Version, Engine: r.Engine, Models: r.Models, APIKey: routing.Secret(r.APIKey), AdminAPIKey: routing.Secret(r.AdminAPIKey)}
+		Draining: r.Draining, SleepMarked: r.SleepMarked, Version: r.Version, Engine: r.Engine, Models: r.Models, APIKey: routing.Secret(r.APIKey), AdminAPIKey: routing.Secret(r.AdminAPIKey)}
 }
 
 // encodePolicy returns p's key and stored value.

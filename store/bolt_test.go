@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -32,6 +33,7 @@ func TestBoltReopenKeepsEverything(t *testing.T) {
 	}
 	changed := testPolicy(1)
 	changed.Draining = !changed.Draining
+	changed.SleepMarked = !changed.SleepMarked
 	mustPut(t, s, changed, testPolicy(3))
 	if err := deletePolicy(ctx, s, testPolicy(0).ID); err != nil {
 		t.Fatalf("DeletePolicy: %v", err)
@@ -486,4 +488,31 @@ func BenchmarkBoltPutPolicy(b *testing.B) {
 			}
 		})
 	})
+}
+
+// The asleep record is part of the stored format, of bolt's policy values
+// and etcd's registration alike: "sleep_marked", left out when false so
+// that records written before it existed read the same.
+func TestPolicyRecordSleepMarked(t *testing.T) {
+	for _, marked := range []bool{false, true} {
+		p := testPolicy(0)
+		p.SleepMarked = marked
+		b, err := json.Marshal(recordOf(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(b), `"sleep_marked":true`); got != marked {
+			t.Errorf("marked %v: stored %s", marked, b)
+		}
+		if !marked && strings.Contains(string(b), "sleep_marked") {
+			t.Errorf("unmarked: stored %s; want no sleep_marked", b)
+		}
+		var rec policyRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.policy(); !reflect.DeepEqual(got, p) {
+			t.Errorf("read back %+v; want %+v", got, p)
+		}
+	}
 }

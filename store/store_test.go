@@ -108,6 +108,9 @@ func testPolicy(i int) routing.Policy {
 		Capacity: 1 + i%3,
 		Labels:   map[string]string{"gpu": "a100", "shard": fmt.Sprint(i % 2)},
 		Draining: i%5 == 0,
+		// The fleet verbs' asleep record is stored too: a restarted router
+		// must not route to an engine put to sleep before.
+		SleepMarked: i%4 == 1,
 		// Engine and the write-only keys are stored too: the router needs
 		// them back after a restart to probe and update the policy.
 		Engine:      []string{"policyrouter", "sglang", "vllm"}[i%3],
@@ -259,7 +262,9 @@ var storeCases = []struct {
 		p0, p1 := testPolicy(0), testPolicy(1)
 		p0.Labels = map[string]string{"zone": "eu-west-1", "weights": "v17"}
 		p0.Draining = true
+		p0.SleepMarked = true
 		p1.NodeID = ""
+		p1.SleepMarked = false
 		p1.Labels = nil
 		mustPut(t, s, p1, p0)
 		wantPolicies(t, s, []routing.Policy{p0, p1})
@@ -270,6 +275,7 @@ var storeCases = []struct {
 		p.URL = "http://replaced:9000"
 		p.Index = 7
 		p.Draining = !p.Draining
+		p.SleepMarked = !p.SleepMarked
 		p.Labels = map[string]string{"new": "label"}
 		mustPut(t, s, p)
 		wantPolicies(t, s, []routing.Policy{testPolicy(4), p})
