@@ -33,10 +33,13 @@ import (
 // concurrent proxied requests never exceed its capacity.
 //
 // The request is forwarded unchanged by httputil.ReverseProxy, event
-// streams without buffering. Connect errors and 502/503 answers, which
-// reach the client before any byte, are retried on another policy; nothing
-// is retried once the response began. An upstream that dies mid-stream
-// ends the client's event stream with an error event.
+// streams without buffering, over transport.go's connections for plain
+// http. Connect errors and 502/503 answers, which reach the client before
+// any byte, are retried on another policy. Once the response began, only a
+// resumable generation goes on (resume.go, resume_stream.go,
+// resume_completions.go: an abort or a death mid-answer continues on
+// another policy as one answer); any other stream whose upstream dies ends
+// with an error event in the API's own format.
 
 // Proxy defaults.
 const (
