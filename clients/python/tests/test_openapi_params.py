@@ -95,6 +95,12 @@ NOT_COVERED = {
     # vllm-router's session release: a no-op here (a session's home follows
     # from its key by consistent hashing; there is no table to clear).
     "finishSession": "vllm-router compatibility, a no-op on this router",
+    # Replica to replica: a follower that proxies takes and returns its
+    # leases from the leader (README: several routers).
+    "takeLease": "between router replicas, not for clients",
+    "returnLease": "between router replicas, not for clients",
+    "adoptLease": "between router replicas, not for clients",
+    "routable": "between router replicas, not for clients",
 }
 
 
