@@ -558,6 +558,9 @@ func TestFollowerStatsOverMutualTLS(t *testing.T) {
 			continue
 		}
 		poll.Until(t, "the follower to hear of the policy", func() bool { return len(r.a.State.Snapshot().Policies()) == 1 })
+		// A replica learns who leads from the election, apart from the
+		// registration: on a loaded machine the policy can reach it first.
+		poll.Until(t, "the follower to know the leader", func() bool { _, l := r.a.Leader(); return l == leaderURL })
 		from, states := statsOf(r.url)
 		switch {
 		case r.withPeer && (from != leaderURL || fmt.Sprint(states) != "[idle]"):
