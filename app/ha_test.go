@@ -87,7 +87,8 @@ func post(t *testing.T, url, path string, body any) (int, http.Header, map[strin
 	return resp.StatusCode, resp.Header, out
 }
 
-// leaderOf returns the replica that leads, once exactly one does.
+// leaderOf returns the replica that leads, once exactly one does and
+// every other knows it.
 func leaderOf(t *testing.T, rs ...*replica) (leader *replica, followers []*replica) {
 	t.Helper()
 	poll.Until(t, "one leader", func() bool {
@@ -102,7 +103,17 @@ func leaderOf(t *testing.T, rs ...*replica) (leader *replica, followers []*repli
 				followers = append(followers, r)
 			}
 		}
-		return leader != nil
+		if leader == nil {
+			return false
+		}
+		// Each follower learns the leader from the election on its own
+		// time: until it has, it answers not_leader to what it forwards.
+		for _, f := range followers {
+			if _, l := f.app.Leader(); l != leader.url {
+				return false
+			}
+		}
+		return true
 	})
 	return leader, followers
 }
