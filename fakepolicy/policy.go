@@ -179,6 +179,16 @@ func (p *Policy) cancelWork(it *workItem) {
 // PeakLoad returns the most work items the policy has held at once.
 func (p *Policy) PeakLoad() int64 { return p.peak.Load() }
 
+// ResetPeak starts the peak over from the work the policy holds now, so
+// that a test can hold one phase of a run to its capacity apart from the
+// others.
+func (p *Policy) ResetPeak() {
+	now := p.fleet.opts.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.peak.Store(int64(p.pruneLocked(now)))
+}
+
 // servePeak answers GET /peak with the policy's peak and current load,
 // and the work items it was given: a test's view, from another process,
 // of how much work the router let pile up on it and whether it still
