@@ -402,12 +402,17 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 	case aborted:
 		why = "--proxy-retries exhausted"
 	}
-	out := rs.merged()
+	rs.answerWith(res, rs.merged(), why)
+	return nil
+}
+
+// answerWith makes out the body of res, the client's one answer, with
+// the resume headers (why: what kept it incomplete, or "").
+func (rs *resumeState) answerWith(res *http.Response, out []byte, why string) {
 	res.Body = io.NopCloser(bytes.NewReader(out))
 	res.ContentLength = int64(len(out))
 	res.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	rs.setHeaders(res.Header, why)
-	return nil
 }
 
 // outputIDs are an answer's output tokens: output_ids, or the token ids

@@ -1,12 +1,9 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"unicode/utf8"
 )
 
@@ -152,11 +149,7 @@ func (rs *resumeState) completionAnswer(res *http.Response, a *attempt, raw []by
 	case aborted:
 		why = "--proxy-retries exhausted"
 	}
-	out := rs.mergedCompletion()
-	res.Body = io.NopCloser(bytes.NewReader(out))
-	res.ContentLength = int64(len(out))
-	res.Header.Set("Content-Length", strconv.Itoa(len(out)))
-	rs.setHeaders(res.Header, why)
+	rs.answerWith(res, rs.mergedCompletion(), why)
 	return nil
 }
 
