@@ -67,13 +67,7 @@ type streamFleet struct {
 
 func (sf streamFleet) run(t *testing.T) ([]streamResult, [][]int64, *fakepolicy.Fleet) {
 	t.Helper()
-	f, err := fakepolicy.New(2, rand.NewPCG(1, 2), fakepolicy.Options{Engine: fakepolicy.EngineSGLang, TokensPerSecond: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	f.Policy(0).SetWeightVersion("step-3")
-	f.Policy(1).SetWeightVersion("step-4")
+	f := stepFleet(t)
 	if sf.setup != nil {
 		sf.setup(f)
 	}
@@ -91,15 +85,7 @@ func (sf streamFleet) run(t *testing.T) ([]streamResult, [][]int64, *fakepolicy.
 	}
 	poll.Until(t, "every stream running on policy 0", func() bool { return f.Policy(0).Load() == sf.n })
 	if !sf.alone {
-		reg, err := http.Post(srv.URL+"/policies", "application/json",
-			strings.NewReader(`{"url":"`+f.URL(1)+`","index":1,"capacity":`+strconv.Itoa(sf.n)+`}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg.Body.Close()
-		if reg.StatusCode != http.StatusCreated {
-			t.Fatalf("POST /policies: %d", reg.StatusCode)
-		}
+		joinPolicy1(t, srv.URL, f, sf.n)
 	}
 	// A few chunks read by every client, so that each stream shows its
 	// chunks' form (incremental or cumulative) before it is ended: the

@@ -58,13 +58,9 @@ type generateResult struct {
 	err    error
 }
 
-// abortedFleet is two simulated SGLang engines behind a router on a real
-// listener: "step-3" (policy 0, which every request goes to first) and
-// "step-4" (policy 1, registered once they run). It sends n /generate requests of `tokens` tokens
-// each through the router, waits until they run on policy 0 and have
-// generated some tokens, aborts them all there with POST /abort_request
-// abort_all, and returns the answers and the prompts.
-func abortedFleet(t *testing.T, n, tokens int, hdr map[string]string) ([]generateResult, [][]int64) {
+// stepFleet is two simulated SGLang engines at 100 tokens/s, policy 0
+// at "step-3" and policy 1 at "step-4".
+func stepFleet(t *testing.T) *fakepolicy.Fleet {
 	t.Helper()
 	f, err := fakepolicy.New(2, rand.NewPCG(1, 2), fakepolicy.Options{Engine: fakepolicy.EngineSGLang, TokensPerSecond: 100})
 	if err != nil {
@@ -73,6 +69,33 @@ func abortedFleet(t *testing.T, n, tokens int, hdr map[string]string) ([]generat
 	t.Cleanup(func() { f.Close() })
 	f.Policy(0).SetWeightVersion("step-3")
 	f.Policy(1).SetWeightVersion("step-4")
+	return f
+}
+
+// joinPolicy1 registers the fleet's policy 1, of capacity n, with the
+// router at url.
+func joinPolicy1(t *testing.T, url string, f *fakepolicy.Fleet, n int) {
+	t.Helper()
+	reg, err := http.Post(url+"/policies", "application/json",
+		strings.NewReader(`{"url":"`+f.URL(1)+`","index":1,"capacity":`+strconv.Itoa(n)+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Body.Close()
+	if reg.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /policies: %d", reg.StatusCode)
+	}
+}
+
+// abortedFleet is two simulated SGLang engines behind a router on a real
+// listener: "step-3" (policy 0, which every request goes to first) and
+// "step-4" (policy 1, registered once they run). It sends n /generate requests of `tokens` tokens
+// each through the router, waits until they run on policy 0 and have
+// generated some tokens, aborts them all there with POST /abort_request
+// abort_all, and returns the answers and the prompts.
+func abortedFleet(t *testing.T, n, tokens int, hdr map[string]string) ([]generateResult, [][]int64) {
+	t.Helper()
+	f := stepFleet(t)
 	// Policy 1 joins once every request runs on policy 0.
 	srv := proxyServer(t, Config{Proxy: proxy.Options{Resume: true, Retries: 2}}, n, f.URL(0))
 
@@ -103,15 +126,7 @@ func abortedFleet(t *testing.T, n, tokens int, hdr map[string]string) ([]generat
 		})
 	}
 	poll.Until(t, "every request running on policy 0", func() bool { return f.Policy(0).Load() == n })
-	reg, err := http.Post(srv.URL+"/policies", "application/json",
-		strings.NewReader(`{"url":"`+f.URL(1)+`","index":1,"capacity":`+strconv.Itoa(n)+`}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.Body.Close()
-	if reg.StatusCode != http.StatusCreated {
-		t.Fatalf("POST /policies: %d", reg.StatusCode)
-	}
+	joinPolicy1(t, srv.URL, f, n)
 	// A stream on policy 0 itself shows the generations have made
 	// progress: its fifth token comes after five tokens' time.
 	res, err := http.Post(f.URL(0)+"/generate", "application/json", strings.NewReader(`{"input_ids":[1],"stream":true,"sampling_params":{"max_new_tokens":1000}}`))
