@@ -56,6 +56,10 @@ type LeaseReleaseRequest struct {
 	// Failure, when present, says why the attempt counts against the
 	// policy's health.
 	Failure *LeaseFailure `json:"failure,omitempty"`
+	// Unfinished says that the policy may still be working on the
+	// attempt (proxy.Outcome): its slot stays taken until a probe says
+	// what the engine runs.
+	Unfinished bool `json:"unfinished,omitempty"`
 }
 
 // LeaseFailure is a failed attempt: when it began, and what happened.

@@ -163,6 +163,9 @@ func TestThreeReplicasProxyWithinCapacityAcrossFailOver(t *testing.T) {
 		}
 		fleet.Policy(i).ResetPeak()
 	}
+	// The kill cuts the leader's own streams. The fakes, as an engine
+	// that has not noticed yet, run them on: their leases end unfinished,
+	// and their slots stay taken until a probe shows the work gone.
 	killed.Store(leader)
 	leader.srv.CloseClientConnections()
 	leader.stop()
@@ -174,16 +177,15 @@ func TestThreeReplicasProxyWithinCapacityAcrossFailOver(t *testing.T) {
 	for _, f := range failures {
 		t.Error(f)
 	}
-	// From the kill on, the bound is not asserted: in about one run in
-	// five under -race a policy ran one request more than its capacity
-	// after the new leader took over (README, "Streams survive a leader
-	// change"); the cause is not found yet. The peaks are logged.
-	var peaks []int64
+	// From the kill on, across the old leader's last hand-outs, the new
+	// leader's adoptions and its own: never above capacity either.
 	for i := range fleet.Len() {
-		peaks = append(peaks, fleet.Policy(i).PeakLoad())
+		if peak := fleet.Policy(i).PeakLoad(); peak > capacity {
+			t.Errorf("from the kill on: policy %d ran %d requests at once; capacity %d", i, peak, capacity)
+		}
 	}
-	t.Logf("streams served by replica: %d, %d, %d (leader %d killed); %d after the kill; peaks from the kill on %v (capacity %d)",
-		served[0].Load(), served[1].Load(), served[2].Load(), leaderAt, afterOK.Load(), peaks, capacity)
+	t.Logf("streams served by replica: %d, %d, %d (leader %d killed); %d after the kill",
+		served[0].Load(), served[1].Load(), served[2].Load(), leaderAt, afterOK.Load())
 }
 
 // A leader that loses its term but lives on (its etcd session expired)

@@ -54,7 +54,7 @@ func (s *Server) takeLease(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil && r.Context().Err() != nil:
 		// The replica left (its client did): the lease goes back at once.
-		_ = leaser.Release(r.Context(), d, nil)
+		_ = leaser.Release(r.Context(), d, proxy.Outcome{})
 	case err == nil:
 		writeSelected(w, decisionToAPI(d))
 	case r.Context().Err() != nil:
@@ -98,7 +98,11 @@ func (s *Server) returnLease(w http.ResponseWriter, r *http.Request) {
 	}
 	out := api.ReleaseResponse{LeaseID: id}
 	if lease, ok := s.State.ParseLeaseID(id); ok {
-		sel, err := s.State.Release(lease)
+		release := s.State.Release
+		if req.Unfinished {
+			release = s.State.ReleaseUnfinished
+		}
+		sel, err := release(lease)
 		switch {
 		case err == nil:
 			out.Released, out.Index, out.ID = true, &sel.Policy.Index, sel.Policy.ID

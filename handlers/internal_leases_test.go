@@ -5,8 +5,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 const otherLeaderLease = "0190f5c2-7a3b-8c4d-9e5f-0123456789ab" // another leader's
@@ -112,4 +114,28 @@ func TestInternalLeaseOnFollower(t *testing.T) {
 	if len(r.Available) != 1 || r.Models == nil {
 		t.Errorf("routable = %+v; want the one policy, and a models list", r)
 	}
+}
+
+// A replica returns a lease unfinished when its client left before the
+// answer's end: the leader keeps the policy's slot taken until a probe
+// shows what its engine runs.
+func TestInternalLeaseReturnedUnfinished(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ps := ts.register(t, 1)
+	probe := func(sentAt time.Time, load int64) {
+		ts.State.ObserveProbe(ps[0].ID, routing.Probe{SentAt: sentAt, OK: true, Idle: load == 0, Load: load, HasLoad: true})
+	}
+	probe(time.Now().Add(-time.Second), 0)
+	var sel api.SelectResponse
+	want(t, ts.do(t, "POST", "/internal/leases", `{"router": "idle_affinity", "timeout_ms": 0}`), http.StatusOK, &sel)
+	var rel api.ReleaseResponse
+	want(t, ts.do(t, "POST", "/internal/leases/"+sel.LeaseID+"/release", `{"policy_id": "`+sel.ID+`", "unfinished": true}`), http.StatusOK, &rel)
+	if !rel.Released {
+		t.Fatalf("return = %+v; want released", rel)
+	}
+	wantError(t, ts.do(t, "POST", "/internal/leases", `{"router": "idle_affinity", "timeout_ms": 0}`), http.StatusServiceUnavailable, api.CodeNoIdlePolicy, "")
+	probe(time.Now(), 1) // the engine runs on
+	wantError(t, ts.do(t, "POST", "/internal/leases", `{"router": "idle_affinity", "timeout_ms": 0}`), http.StatusServiceUnavailable, api.CodeNoIdlePolicy, "")
+	probe(time.Now(), 0) // it stopped
+	want(t, ts.do(t, "POST", "/internal/leases", `{"router": "idle_affinity", "timeout_ms": 0}`), http.StatusOK, &sel)
 }

@@ -139,7 +139,7 @@ func (l *replicaLeaser) hold(d routing.Decision, ttl time.Duration, with string)
 }
 
 // Release returns d's lease to the leader that counts it.
-func (l *replicaLeaser) Release(ctx context.Context, d routing.Decision, failure *proxy.Failure) error {
+func (l *replicaLeaser) Release(ctx context.Context, d routing.Decision, out proxy.Outcome) error {
 	l.mu.Lock()
 	h := l.held[d.LeaseID]
 	delete(l.held, d.LeaseID)
@@ -152,16 +152,16 @@ func (l *replicaLeaser) Release(ctx context.Context, d routing.Decision, failure
 		if lease, ok := l.s.State.ParseLeaseID(d.LeaseID); ok {
 			d.Lease = lease
 		}
-		return stateLeaser{l.s}.Release(ctx, d, failure)
+		return stateLeaser{l.s}.Release(ctx, d, out)
 	}
-	return l.returnTo(ctx, h.with, d.LeaseID, h.policyID, failure)
+	return l.returnTo(ctx, h.with, d.LeaseID, h.policyID, out)
 }
 
 // returnTo returns a lease to leader.
-func (l *replicaLeaser) returnTo(ctx context.Context, leader, id, policyID string, failure *proxy.Failure) error {
-	body := api.LeaseReleaseRequest{PolicyID: policyID}
-	if failure != nil {
-		body.Failure = &api.LeaseFailure{At: failure.At, Reason: failure.Reason}
+func (l *replicaLeaser) returnTo(ctx context.Context, leader, id, policyID string, out proxy.Outcome) error {
+	body := api.LeaseReleaseRequest{PolicyID: policyID, Unfinished: out.Unfinished}
+	if f := out.Failure; f != nil {
+		body.Failure = &api.LeaseFailure{At: f.At, Reason: f.Reason}
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replicaCallTimeout)
 	defer cancel()
@@ -406,13 +406,15 @@ func (l *replicaLeaser) adopt(ctx context.Context, leading bool, leader, id stri
 	return l.call(cctx, http.MethodPut, leader, "/internal/leases/"+id, body, nil)
 }
 
-// releaseAdopted returns a lease adopted after its request ended.
+// releaseAdopted returns a lease adopted after its request ended. How it
+// ended is not kept: it is returned unfinished, which holds its slot
+// until the next probe rather than risk counting running work as over.
 func (l *replicaLeaser) releaseAdopted(ctx context.Context, leading bool, leader, id, policyID string) {
 	if leading {
 		if lease, ok := l.s.State.ParseLeaseID(id); ok {
-			_, _ = l.s.State.Release(lease)
+			_, _ = l.s.State.ReleaseUnfinished(lease)
 		}
 		return
 	}
-	_ = l.returnTo(ctx, leader, id, policyID, nil)
+	_ = l.returnTo(ctx, leader, id, policyID, proxy.Outcome{Unfinished: true})
 }

@@ -42,16 +42,21 @@ func (l stateLeaser) Select(ctx context.Context, req proxy.Request) (routing.Dec
 	return d, err
 }
 
-// Release ends d's lease and records the failure, if any.
-func (l stateLeaser) Release(_ context.Context, d routing.Decision, failure *proxy.Failure) error {
+// Release ends d's lease, its work unfinished or not, and records the
+// failure, if any.
+func (l stateLeaser) Release(_ context.Context, d routing.Decision, out proxy.Outcome) error {
 	var err error
 	if d.Lease != 0 {
-		if _, err = l.s.State.Release(d.Lease); errors.Is(err, routing.ErrLeaseEnded) {
+		release := l.s.State.Release
+		if out.Unfinished {
+			release = l.s.State.ReleaseUnfinished
+		}
+		if _, err = release(d.Lease); errors.Is(err, routing.ErrLeaseEnded) {
 			err = nil
 		}
 	}
-	if failure != nil {
-		l.s.State.ObserveFailure(d.Policy.ID, failure.At, failure.Reason)
+	if f := out.Failure; f != nil {
+		l.s.State.ObserveFailure(d.Policy.ID, f.At, f.Reason)
 	}
 	return err
 }

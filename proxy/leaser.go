@@ -24,12 +24,11 @@ type Leaser interface {
 	// *routing.ModelNotFoundError, routing.ErrReset, ...), or ctx.Err()
 	// when the caller left; the proxy writes them with Config.WriteError.
 	Select(ctx context.Context, req Request) (routing.Decision, error)
-	// Release ends d's lease: the attempt is over, however it ended. A
-	// failure, when not nil, counts against the policy's health, as a
-	// failed probe does. A lease that ended already (its TTL, its
-	// policy's removal, an abort) is not an error; the error is for a
-	// release that could not be made, and the proxy only logs it.
-	Release(ctx context.Context, d routing.Decision, failure *Failure) error
+	// Release ends d's lease: the attempt is over, however it ended, as
+	// out says. A lease that ended already (its TTL, its policy's
+	// removal, an abort) is not an error; the error is for a release that
+	// could not be made, and the proxy only logs it.
+	Release(ctx context.Context, d routing.Decision, out Outcome) error
 	// Available returns the policies that can be routed to now, in index
 	// order.
 	Available(ctx context.Context) ([]routing.Policy, error)
@@ -63,6 +62,21 @@ type Request struct {
 	Route string
 	// Exclude names the policies (by id) this request failed on already.
 	Exclude []string
+}
+
+// Outcome is how an attempt ended, as Release reports it.
+type Outcome struct {
+	// Failure, when not nil, counts against the policy's health, as a
+	// failed probe does.
+	Failure *Failure
+	// Unfinished says that the policy may still be working on the
+	// attempt: the request reached it and its answer was not read to the
+	// end (the client left, --proxy-timeout, the answer was cut). The
+	// lease's work then keeps counting against the policy's capacity
+	// until a probe shows what the engine still runs
+	// (routing.State.ReleaseUnfinished): an engine goes on with a request
+	// until it notices the connection closed, if it ever does.
+	Unfinished bool
 }
 
 // Failure is why an attempt counts against its policy's health.

@@ -25,7 +25,7 @@ type fakeLeaser struct {
 	mu       sync.Mutex
 	next     uint64
 	selects  []Request
-	released map[uint64]*Failure
+	released map[uint64]Outcome
 }
 
 var _ Leaser = (*fakeLeaser)(nil)
@@ -46,16 +46,16 @@ func (l *fakeLeaser) Select(_ context.Context, req Request) (routing.Decision, e
 	return routing.Decision{}, routing.ErrAllExcluded
 }
 
-func (l *fakeLeaser) Release(_ context.Context, d routing.Decision, failure *Failure) error {
+func (l *fakeLeaser) Release(_ context.Context, d routing.Decision, out Outcome) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.released[d.Lease]; ok {
 		return errors.New("lease " + d.LeaseID + " released twice")
 	}
 	if l.released == nil {
-		l.released = make(map[uint64]*Failure)
+		l.released = make(map[uint64]Outcome)
 	}
-	l.released[d.Lease] = failure
+	l.released[d.Lease] = out
 	return nil
 }
 
@@ -111,11 +111,13 @@ func TestForwardLeasesEachAttempt(t *testing.T) {
 		!slices.Equal(l.selects[1].Exclude, []string{"p0"}) {
 		t.Errorf("selects %+v; want two for env-3 on /generate, the second excluding p0", l.selects)
 	}
-	if f, ok := l.released[1]; !ok || f == nil || !strings.Contains(f.Reason, "connect") {
-		t.Errorf("lease 1 (p0): released %v, failure %+v; want released with a connect failure", ok, f)
+	// Neither is unfinished: the first request never reached p0, and p1's
+	// answer was read to its end.
+	if o, ok := l.released[1]; !ok || o.Failure == nil || !strings.Contains(o.Failure.Reason, "connect") || o.Unfinished {
+		t.Errorf("lease 1 (p0): released %v, %+v; want released finished, with a connect failure", ok, o)
 	}
-	if f, ok := l.released[2]; !ok || f != nil {
-		t.Errorf("lease 2 (p1): released %v, failure %+v; want released without failure", ok, f)
+	if o, ok := l.released[2]; !ok || o.Failure != nil || o.Unfinished {
+		t.Errorf("lease 2 (p1): released %v, %+v; want released finished, without failure", ok, o)
 	}
 	if len(ew.errs) != 0 {
 		t.Errorf("WriteError called with %v; want never", ew.errs)

@@ -184,6 +184,11 @@ type attempt struct {
 	start  time.Time
 	retry  bool // ended before the response began, retryably
 	failed bool // the policy failed: count it against its health
+	// over is set once the policy's work on the attempt is over as far
+	// as the proxy can tell: its answer was read to the end (or to its
+	// last chunk), it refused the request (502, 503), or the request
+	// never reached it. Otherwise the lease ends Unfinished.
+	over   bool
 	reason string
 	status int
 	ttfb   time.Duration
@@ -229,6 +234,7 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 			a := attemptFrom(res.Request.Context())
 			a.status, a.ttfb = res.StatusCode, time.Since(a.start)
 			if res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable {
+				a.over = true // refused: the policy runs nothing of it
 				return errRetryable
 			}
 			// The canonical keys, and one array for the three values.
@@ -258,7 +264,8 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 					a.reason = "answered " + strconv.Itoa(a.status)
 				}
 			case isDialError(err):
-				a.retry, a.failed, a.reason = true, true, "connect: "+err.Error()
+				// Never sent: nothing of it runs there.
+				a.retry, a.failed, a.over, a.reason = true, true, true, "connect: "+err.Error()
 			case errors.Is(err, context.DeadlineExceeded):
 				a.failed = true
 				p.WriteError(w, r, errorf(api.CodeUpstreamTimeout, "the policy did not answer within --proxy-timeout ("+p.Timeout.String()+")"))
@@ -372,7 +379,7 @@ func (p *Proxy) decide(w http.ResponseWriter, r *http.Request, req Request) (d r
 	d, err := p.Leaser.Select(r.Context(), req)
 	switch {
 	case err == nil && r.Context().Err() != nil:
-		_ = p.Leaser.Release(context.WithoutCancel(r.Context()), d, nil)
+		_ = p.Leaser.Release(context.WithoutCancel(r.Context()), d, Outcome{}) // nothing was sent
 		return d, false
 	case err == nil:
 		return d, true
@@ -418,7 +425,7 @@ func (p *Proxy) finish(ctx context.Context, a *attempt) {
 	if a.failed {
 		failure = &Failure{At: a.start, Reason: "proxy: " + a.reason}
 	}
-	if err := p.Leaser.Release(context.WithoutCancel(ctx), d, failure); err != nil {
+	if err := p.Leaser.Release(context.WithoutCancel(ctx), d, Outcome{Failure: failure, Unfinished: !a.over}); err != nil {
 		p.Logger.Warn("proxy: release", "policy_id", d.Policy.ID, "err", err)
 	}
 	if p.Metrics != nil {
@@ -516,7 +523,10 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	switch {
-	case err == nil || err == io.EOF:
+	case err == nil:
+		return n, nil
+	case err == io.EOF:
+		b.a.over = true
 		return n, err
 	case errors.Is(err, context.Canceled):
 		return n, err // the client left: the copy stops there

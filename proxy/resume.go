@@ -305,7 +305,7 @@ func (rs *resumeState) exclude(failed []string, id string) (stillFailed, exclude
 func (p *Proxy) decideQuiet(r *http.Request, req Request) (routing.Decision, error) {
 	d, err := p.Leaser.Select(r.Context(), req)
 	if err == nil && r.Context().Err() != nil {
-		_ = p.Leaser.Release(context.WithoutCancel(r.Context()), d, nil)
+		_ = p.Leaser.Release(context.WithoutCancel(r.Context()), d, Outcome{}) // nothing was sent
 		return d, r.Context().Err()
 	}
 	return d, err
@@ -350,13 +350,15 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 		return errResume
 	}
 	if len(raw) > resumeMaxAnswer {
-		res.Body = struct {
+		// Passed on as it is: over once the copy reaches its end.
+		res.Body = &upstreamBody{ReadCloser: struct {
 			io.Reader
 			io.Closer
-		}{io.MultiReader(bytes.NewReader(raw), res.Body), res.Body}
+		}{io.MultiReader(bytes.NewReader(raw), res.Body), res.Body}, a: a}
 		return nil
 	}
 	res.Body.Close()
+	a.over = true // read to its end
 	pass := func() error {
 		res.Body = io.NopCloser(bytes.NewReader(raw))
 		return nil

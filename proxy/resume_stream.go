@@ -220,6 +220,7 @@ func (rs *resumeState) resumeStream(res *http.Response, a *attempt) error {
 	}
 	if !readable {
 		res.Body.Close()
+		a.over = true // an answer other than a stream: nothing runs on
 		a.reason = "answered " + strconv.Itoa(res.StatusCode) + " " + res.Header.Get("Content-Type") + " to a continuation"
 		return errResume
 	}
@@ -296,7 +297,7 @@ func (b *streamBody) next() error {
 	case err != nil && errors.Is(err, context.Canceled):
 		return err // the client left
 	case err != nil && st.ended:
-		b.eof, st.done = true, true // the last chunk came, [DONE] did not
+		b.eof, st.done, b.a.over = true, true, true // the last chunk came, [DONE] did not
 		return nil
 	case err != nil && errors.Is(err, context.DeadlineExceeded):
 		b.died("did not finish within --proxy-timeout", false)
@@ -362,6 +363,7 @@ func (b *streamBody) next() error {
 	_ = json.Unmarshal(finish, &reason)
 	aborted := reason.Type == "abort" && reason.StatusCode != http.StatusBadRequest
 	b.rs.endSegment(finish)
+	b.a.over = true // the policy's last chunk: its generation ended
 	if aborted && b.rs.remaining() > 0 && b.rs.left > 0 {
 		st.pending = append([]byte(nil), data...)
 		b.continueElsewhere("aborted", false)

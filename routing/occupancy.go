@@ -1,6 +1,9 @@
 package routing
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Occupancy is how much of a policy's capacity is taken, from the two
 // sources the router has: what it handed out itself (leases, which
@@ -30,6 +33,16 @@ import "time"
 // holder says their work is over). An engine's count never ends a lease:
 // it cannot say which lease is done.
 //
+// A lease can end while its work may still run: its holder gave up on
+// the answer (a proxied request whose client left, or whose answer was
+// cut, ReleaseUnfinished), or its TTL ran out. The engine goes on with
+// such work until it notices, if it ever does, so the end frees nothing
+// by itself: the work stays in the engine's figure (it is not taken from
+// it), or, when the lease was handed out after the figure's probe was
+// sent, is added to it, until a probe sent after the hand-out reports
+// what the engine still runs. A policy with no engine figure (never
+// probed) counts its leases alone: there is no figure to wait for.
+//
 // occupancyState is a policy's part of it. Guarded by State.mu.
 type occupancyState struct {
 	// engineLoad is the engine's figure from the last good probe, sent at
@@ -43,6 +56,11 @@ type occupancyState struct {
 	// the probe was sent counts as one the probe may have seen.)
 	endedBefore int64
 	outAfter    int64
+	// unseen holds when each lease was handed out that ended unfinished
+	// (its work may still run) and was handed out after engineAt: work
+	// the engine's figure cannot hold yet. At most one per slot: more
+	// would only say again that the policy is full.
+	unseen []time.Time
 	// outside is the engine's load last seen with nothing out.
 	outside int64
 	// changedAt is when a lease of the policy was last handed out or
@@ -58,7 +76,7 @@ func (rt *policyRuntime) engineNow() int64 {
 	if !rt.occ.engineKnown {
 		return 0
 	}
-	return max(rt.occ.engineLoad-rt.occ.endedBefore, 0) + rt.occ.outAfter
+	return max(rt.occ.engineLoad-rt.occ.endedBefore, 0) + rt.occ.outAfter + int64(len(rt.occ.unseen))
 }
 
 // occupancy is max(engine load, outside load + leases out). Caller must
@@ -96,22 +114,28 @@ func (st *State) observeEngineLocked(rt *policyRuntime, p Probe) {
 		switch {
 		case s.lease != 0 && s.leasedAt.After(p.SentAt):
 			o.outAfter++
-		case s.lease == 0 && s.ended.at.After(p.SentAt) && !s.ended.leasedAt.After(p.SentAt) && !s.ended.byProbe:
-			// Ended since the probe was sent: newer news than its figure.
+		case s.lease == 0 && s.ended.at.After(p.SentAt) && !s.ended.leasedAt.After(p.SentAt) && s.ended.workOver:
+			// Ended since the probe was sent, its work over: newer news
+			// than its figure.
 			o.endedBefore++
 		}
 	}
+	// Unfinished work handed out before the probe was sent is in its
+	// figure if it still runs; the rest is not.
+	o.unseen = slices.DeleteFunc(o.unseen, func(at time.Time) bool { return !at.After(p.SentAt) })
 	if rt.inflight == 0 && o.changedAt.Before(p.SentAt) {
 		o.outside = load
 	}
 }
 
 // lastEnd is when a slot's last lease ended, when that lease was handed
-// out, and whether a probe ended it: a probe sent before the end may
-// count that lease's work in its figure.
+// out, and whether its work was over by then (its holder said so): a
+// probe sent before the end may count that lease's work in its figure,
+// and the end takes it out. A lease that a probe ended is not in the
+// figure (that is why it ended); one that ended unfinished may still run.
 type lastEnd struct {
 	at, leasedAt time.Time
-	byProbe      bool
+	workOver     bool
 }
 
 // handedOutLocked counts a lease of s handed out now. Caller must hold
@@ -124,17 +148,25 @@ func (rt *policyRuntime) handedOutLocked(now time.Time) {
 	rt.occ.changedAt = now
 }
 
-// endedLocked counts the end of s's lease, handed out at leasedAt, ended
-// now. A lease a probe ended is not in the engine's figure (that is why
-// it ended), so only the others are taken from it. Caller must hold
+// endedLocked counts the end of a lease of rt, handed out at leasedAt,
+// ended now; workOver says whether its work is over (lastEnd). Only work
+// that is over is taken from the engine's figure; unfinished work handed
+// out after the figure stays added to it (unseen). Caller must hold
 // State.mu.
-func (rt *policyRuntime) endedLocked(leasedAt, now time.Time, how EndHow) {
+func (rt *policyRuntime) endedLocked(leasedAt, now time.Time, how EndHow, workOver bool) {
 	rt.inflight--
 	rt.occ.changedAt = now
 	switch {
 	case leasedAt.After(rt.occ.engineAt):
 		rt.occ.outAfter = max(rt.occ.outAfter-1, 0)
-	case how != EndProbe:
+		if !workOver {
+			o := &rt.occ
+			if len(o.unseen) >= max(len(rt.slots), 1) {
+				o.unseen = slices.Delete(o.unseen, 0, 1)
+			}
+			o.unseen = append(o.unseen, leasedAt)
+		}
+	case workOver && how != EndProbe:
 		rt.occ.endedBefore++
 	}
 }

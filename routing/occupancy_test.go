@@ -280,3 +280,118 @@ func (st *State) leaseOn(tb testing.TB, id string) uint64 {
 	tb.Fatalf("no lease on %s", id)
 	return 0
 }
+
+// A lease that ends unfinished (its holder gave up on the answer; the
+// engine may run on) frees nothing by itself: its work counts until a
+// probe sent after the hand-out shows what the engine runs. A release
+// that says the work is over frees the slot at once. Three placements:
+// the lease handed out after the engine's figure, before it, and with a
+// probe in flight across the hand-out and the end.
+func TestUnfinishedEndHoldsTheSlot(t *testing.T) {
+	release := map[bool]func(*State, uint64) (Decision, error){
+		false: (*State).Release,
+		true:  (*State).ReleaseUnfinished,
+	}
+	for _, unfinished := range []bool{false, true} {
+		name := map[bool]string{false: "release", true: "unfinished"}[unfinished]
+		// want reports whether a slot is idle right after the end: only
+		// after a release.
+		want := func(t *testing.T, st *State) {
+			t.Helper()
+			if unfinished {
+				wantNoIdle(t, st, SelectIdle, "")
+				return
+			}
+			mustSelect(t, st, SelectIdle, "")
+		}
+
+		t.Run(name+"/handed out after the figure", func(t *testing.T) {
+			clock := fakeclock.New()
+			st := newState(t, Options{Polled: true, Now: clock.Now}, withCapacity(densePolicies(1), 2), Topology{})
+			loadAnswer(t, st, "p0", clock.Now(), 0, 2)
+			clock.Advance(time.Millisecond)
+			a := mustSelect(t, st, SelectIdle, "")
+			mustSelect(t, st, SelectIdle, "")
+			clock.Advance(time.Millisecond)
+			if _, err := release[unfinished](st, a.Lease); err != nil {
+				t.Fatal(err)
+			}
+			want(t, st)
+			if !unfinished {
+				return
+			}
+			if ps := policyStats(t, st, 0); ps.Occupancy != 2 || ps.Inflight != 1 {
+				t.Errorf("occupancy %d, in flight %d; want 2 (the lease out and the work left running), 1", ps.Occupancy, ps.Inflight)
+			}
+			// The engine still runs both; then only the lease's.
+			clock.Advance(time.Millisecond)
+			loadAnswer(t, st, "p0", clock.Now(), 2, 2)
+			wantNoIdle(t, st, SelectIdle, "")
+			clock.Advance(time.Millisecond)
+			loadAnswer(t, st, "p0", clock.Now(), 1, 2)
+			mustSelect(t, st, SelectIdle, "")
+		})
+
+		t.Run(name+"/handed out before the figure", func(t *testing.T) {
+			clock := fakeclock.New()
+			st := newState(t, Options{Polled: true, Now: clock.Now}, withCapacity(densePolicies(1), 1), Topology{})
+			loadAnswer(t, st, "p0", clock.Now(), 0, 1)
+			clock.Advance(time.Millisecond)
+			a := mustSelect(t, st, SelectIdle, "")
+			clock.Advance(time.Millisecond)
+			loadAnswer(t, st, "p0", clock.Now(), 1, 1) // its work runs
+			clock.Advance(time.Millisecond)
+			if _, err := release[unfinished](st, a.Lease); err != nil {
+				t.Fatal(err)
+			}
+			want(t, st)
+			if !unfinished {
+				return
+			}
+			clock.Advance(time.Millisecond)
+			loadAnswer(t, st, "p0", clock.Now(), 1, 1) // the engine runs on
+			wantNoIdle(t, st, SelectIdle, "")
+			clock.Advance(time.Millisecond)
+			loadAnswer(t, st, "p0", clock.Now(), 0, 1) // it noticed
+			mustSelect(t, st, SelectIdle, "")
+		})
+
+		t.Run(name+"/probe in flight", func(t *testing.T) {
+			clock := fakeclock.New()
+			st := newState(t, Options{Polled: true, Now: clock.Now}, withCapacity(densePolicies(1), 1), Topology{})
+			loadAnswer(t, st, "p0", clock.Now(), 0, 1)
+			clock.Advance(time.Millisecond)
+			sent := clock.Now() // a probe goes out
+			clock.Advance(time.Millisecond)
+			a := mustSelect(t, st, SelectIdle, "")
+			clock.Advance(time.Millisecond)
+			if _, err := release[unfinished](st, a.Lease); err != nil {
+				t.Fatal(err)
+			}
+			// Its answer, idle, was made before the lease's work began.
+			loadAnswer(t, st, "p0", sent, 0, 1)
+			want(t, st)
+		})
+	}
+}
+
+// A lease whose TTL ran out ended without its holder saying its work was
+// over: the work counts until a probe shows it gone.
+func TestExpiredLeaseHoldsTheSlot(t *testing.T) {
+	clock := fakeclock.New()
+	st := newState(t, Options{Polled: true, Now: clock.Now}, withCapacity(densePolicies(1), 1), Topology{})
+	loadAnswer(t, st, "p0", clock.Now(), 0, 1)
+	clock.Advance(time.Millisecond)
+	l, err := st.Select(cancelled(), SelectRequest{Router: SelectIdle, LeaseTTL: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the TTL to end the lease", func() bool { return !st.LeaseValid(l.Lease) })
+	wantNoIdle(t, st, SelectIdle, "")
+	clock.Advance(time.Millisecond)
+	loadAnswer(t, st, "p0", clock.Now(), 1, 1) // its holder's request runs on
+	wantNoIdle(t, st, SelectIdle, "")
+	clock.Advance(time.Millisecond)
+	loadAnswer(t, st, "p0", clock.Now(), 0, 1)
+	mustSelect(t, st, SelectIdle, "")
+}

@@ -190,7 +190,7 @@ func (st *State) settleLeasesLocked(rt *policyRuntime, p Probe) {
 		for _, s := range before {
 			if excess > 0 && s.onIdle && (s.seenWorking || !s.leasedAt.After(cutoff)) {
 				excess--
-				st.endLeaseLocked(s, EndProbe)
+				st.endLeaseLocked(s, EndProbe, false)
 				continue
 			}
 			kept = append(kept, s)

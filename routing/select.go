@@ -333,7 +333,7 @@ func (st *State) handOutLocked(rt *policyRuntime) Decision {
 func (st *State) giveBackLocked(w *waiter) {
 	if s := w.granted; s.lease == w.sel.Lease {
 		s.rt.selected.Add(^uint64(0))
-		st.endLeaseLocked(s, EndRelease)
+		st.endLeaseLocked(s, EndRelease, false)
 		st.endedN[EndRelease].Add(^uint64(0)) // never handed to anyone: not a lease that ended
 		st.offerLocked(s, true)
 	}
@@ -365,11 +365,21 @@ func (st *State) availabilityLocked(q *Query) error {
 	return ErrAllUnavailable
 }
 
-// Release returns a leased slot to idle at once. It returns ErrLeaseEnded
-// for a lease that was issued but is no longer out, so that releasing is
-// idempotent (ErrLeaseAborted, which is an ErrLeaseEnded, for one that
-// AbortLeases ended), and ErrUnknownLease for one never issued.
-func (st *State) Release(lease uint64) (Decision, error) {
+// Release returns a leased slot to idle at once: its holder says its work
+// is over. It returns ErrLeaseEnded for a lease that was issued but is no
+// longer out, so that releasing is idempotent (ErrLeaseAborted, which is
+// an ErrLeaseEnded, for one that AbortLeases ended), and ErrUnknownLease
+// for one never issued.
+func (st *State) Release(lease uint64) (Decision, error) { return st.release(lease, false) }
+
+// ReleaseUnfinished is Release for a holder that stopped without seeing
+// its work end: a proxied request whose client left, or whose answer was
+// cut. The engine may still be working on it, so its work keeps counting
+// against the policy's occupancy until a probe sent after the lease was
+// handed out reports what the engine runs (occupancy.go).
+func (st *State) ReleaseUnfinished(lease uint64) (Decision, error) { return st.release(lease, true) }
+
+func (st *State) release(lease uint64, unfinished bool) (Decision, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	s := st.leases[lease]
@@ -380,7 +390,7 @@ func (st *State) Release(lease uint64) (Decision, error) {
 		return Decision{}, ErrUnknownLease
 	}
 	sel := Decision{Policy: s.rt.policy, Node: s.rt.node, Lease: lease}
-	st.releaseLocked(s, EndRelease)
+	st.releaseLocked(s, EndRelease, unfinished)
 	return sel, nil
 }
 
@@ -405,7 +415,7 @@ func (st *State) ReleaseIndex(index int) (Decision, error) {
 		return Decision{}, ErrUnknownLease
 	}
 	sel := Decision{Policy: oldest.rt.policy, Node: oldest.rt.node, Lease: oldest.lease}
-	st.releaseLocked(oldest, EndRelease)
+	st.releaseLocked(oldest, EndRelease, false)
 	return sel, nil
 }
 

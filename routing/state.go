@@ -382,7 +382,7 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 		rt.removed = true
 		for _, s := range rt.slots {
 			if s.lease != 0 {
-				st.endLeaseLocked(s, EndRemoved)
+				st.endLeaseLocked(s, EndRemoved, false)
 			}
 		}
 		rt.slots = nil
@@ -392,7 +392,7 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 	// beyond capacity) are in no policy's slots.
 	for _, s := range st.leases {
 		if s.rt.removed {
-			st.endLeaseLocked(s, EndRemoved)
+			st.endLeaseLocked(s, EndRemoved, false)
 		}
 	}
 	for _, rt := range snap.rts {
@@ -489,9 +489,10 @@ func (st *State) unlistLocked(s *slot) {
 }
 
 // endLeaseLocked ends the lease of a leased slot (released, freed by a
-// probe, expired, aborted or its policy removed), and counts how. Caller
-// must hold mu.
-func (st *State) endLeaseLocked(s *slot, how EndHow) {
+// probe, expired, aborted or its policy removed), and counts how.
+// unfinished says that its work may still run (occupancy.go): its holder
+// gave up on it, or no holder said. Caller must hold mu.
+func (st *State) endLeaseLocked(s *slot, how EndHow, unfinished bool) {
 	delete(st.leases, s.lease)
 	st.forgetAdoptedLocked(s)
 	if how != EndRelease {
@@ -500,8 +501,9 @@ func (st *State) endLeaseLocked(s *slot, how EndHow) {
 	st.endedN[how].Add(1)
 	s.lease = 0
 	now := st.opts.Now()
-	s.ended = lastEnd{at: now, leasedAt: s.leasedAt, byProbe: how == EndProbe}
-	s.rt.endedLocked(s.leasedAt, now, how)
+	workOver := !unfinished && how != EndProbe
+	s.ended = lastEnd{at: now, leasedAt: s.leasedAt, workOver: workOver}
+	s.rt.endedLocked(s.leasedAt, now, how, workOver)
 	if s.expiry != nil {
 		s.expiry.Stop()
 		s.expiry = nil
@@ -559,9 +561,10 @@ func (st *State) waiterForLocked(rt *policyRuntime) *waiter {
 	return nil
 }
 
-// releaseLocked ends a slot's lease and offers it. Caller must hold mu.
-func (st *State) releaseLocked(s *slot, how EndHow) {
-	st.endLeaseLocked(s, how)
+// releaseLocked ends a slot's lease and offers it; unfinished as for
+// endLeaseLocked. Caller must hold mu.
+func (st *State) releaseLocked(s *slot, how EndHow, unfinished bool) {
+	st.endLeaseLocked(s, how, unfinished)
 	st.offerLocked(s, false)
 	if s.rt.room() > 0 {
 		// The slot itself may be retired, or the end made more room than
@@ -600,7 +603,7 @@ func (st *State) expire(s *slot, lease uint64) {
 	}
 	s.expiry = nil // fired: nothing to stop
 	s.rt.expired.Add(1)
-	st.releaseLocked(s, EndTTL)
+	st.releaseLocked(s, EndTTL, true) // the holder never said its work ended
 }
 
 // SetDraining stops (or resumes) new work to the policy with the given id

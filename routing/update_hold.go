@@ -27,7 +27,7 @@ func (st *State) AbortLeases(id string) (int, error) {
 		if s.lease == 0 {
 			continue
 		}
-		st.releaseLocked(s, EndAborted)
+		st.releaseLocked(s, EndAborted, false) // the engine aborted the work
 		n++
 	}
 	return n, nil
