@@ -35,12 +35,14 @@ import (
 //     5bf23cf6bf99, yields it to a stream whatever its status_code).
 //
 // Chunks of the first policy reach the client as the engine sent them.
-// Which of the two forms they have is read from the chunks themselves:
-// after a chunk with tokens, the next one's output_ids are as many as
-// completion_tokens (cumulative) or as many as the new tokens
+// Which of the two forms a policy's chunks have is what Config.StreamForms
+// says of it, when it knows (the poller reads incremental_streaming_output
+// from each SGLang server's info); else it is read from the chunks
+// themselves: after a chunk with tokens, the next one's output_ids are as
+// many as completion_tokens (cumulative) or as many as the new tokens
 // (incremental). A stream aborted before its second chunk with tokens
-// cannot tell; its client is then sent SGLang's default, cumulative
-// chunks. Each continuation's chunks are rewritten to follow on: in the
+// cannot tell, and only then does the info matter: without it, its client
+// is sent SGLang's default, cumulative chunks. Each continuation's chunks are rewritten to follow on: in the
 // client's form, output_ids, text and the output logprob lists extended by
 // (or cut to) what the client has not had yet, completion_tokens and
 // output_token_logprobs_length counting from the first token, the
@@ -67,6 +69,7 @@ type streamState struct {
 	ended   bool // its last chunk went out: [DONE] follows
 	why     string
 
+	forms   StreamForms                // the policies' forms, when known (Config.StreamForms)
 	form    int                        // the client's form of chunks
 	sent    sentMarks                  // what the client has had, for incremental chunks
 	prompt  map[string]json.RawMessage // the first policy's prompt figures
@@ -228,10 +231,28 @@ func (rs *resumeState) resumeStream(res *http.Response, a *attempt) error {
 		st.started = true
 	}
 	st.live = true
-	st.seg = segmentStream{d: a.d, start: len(rs.ids), marks: sentMarks{lists: make(map[string]int)}}
+	st.seg = segmentStream{d: a.d, start: len(rs.ids), marks: sentMarks{lists: make(map[string]int)}, form: st.knownForm(a.d.Policy)}
+	if len(rs.segs) == 0 {
+		st.form = st.seg.form // the client's, unless unknown yet
+	}
 	st.last = nil
 	res.Body = &streamBody{rc: res.Body, br: bufio.NewReader(res.Body), rs: rs, a: a}
 	return nil
+}
+
+// knownForm is the form of p's chunks as Config.StreamForms knows it,
+// chunksUnknown when it does not.
+func (st *streamState) knownForm(p routing.Policy) int {
+	if st.forms == nil {
+		return chunksUnknown
+	}
+	switch incremental, known := st.forms.IncrementalStreaming(p); {
+	case !known:
+		return chunksUnknown
+	case incremental:
+		return chunksIncremental
+	}
+	return chunksCumulative
 }
 
 // continuationWriter is the client's ResponseWriter as an attempt after
@@ -479,7 +500,8 @@ func (c *sglangChunk) promptField(k string) json.RawMessage {
 }
 
 // absorb adds a chunk's new tokens, text and logprobs to the answer,
-// reading its form (cumulative or incremental) once it can tell.
+// reading its form (cumulative or incremental) once it can tell, unless
+// the policy's form is known already (streamState.knownForm).
 func (rs *resumeState) absorb(c *sglangChunk, ids []int64) {
 	st := rs.stream
 	seg := &st.seg
