@@ -35,16 +35,18 @@ import (
 //     5bf23cf6bf99, yields it to a stream whatever its status_code).
 //
 // Chunks of the first policy reach the client as the engine sent them.
-// Which of the two forms a policy's chunks have is what Config.StreamForms
-// says of it, when it knows (the poller reads incremental_streaming_output
-// from each SGLang server's info); else it is read from the chunks
+// Which of the two forms a policy's chunks have is read from the chunks
 // themselves: after a chunk with tokens, the next one's output_ids are as
 // many as completion_tokens (cumulative) or as many as the new tokens
-// (incremental). A stream aborted before its second chunk with tokens
-// cannot tell, and only then does the info matter: without it, its client
-// is sent SGLang's default, cumulative chunks. Each continuation's chunks are rewritten to follow on: in the
-// client's form, output_ids, text and the output logprob lists extended by
-// (or cut to) what the client has not had yet, completion_tokens and
+// (incremental). Until they show it, and when completion_tokens is
+// missing, the form is what Config.StreamForms says of the policy, when it
+// knows (the poller reads incremental_streaming_output from each SGLang
+// server's info). So a stream aborted before its second chunk with tokens
+// is continued in the form its engine's info says; without the info, its
+// client is sent SGLang's default, cumulative chunks. Each continuation's
+// chunks are rewritten to follow on: in the client's form, output_ids,
+// text and the output logprob lists extended by (or cut to) what the
+// client has not had yet, completion_tokens and
 // output_token_logprobs_length counting from the first token, the
 // prompt's figures the first policy's. The aborted chunk itself is held
 // back: its tokens reach the client in the continuation's first chunk, or
@@ -89,8 +91,9 @@ type sentMarks struct {
 // what its chunks held so far.
 type segmentStream struct {
 	d        routing.Decision
-	form     int
-	start    int // its first token's position in the answer
+	form     int  // as known (Config.StreamForms) or read
+	read     bool // its chunks have shown their form
+	start    int  // its first token's position in the answer
 	marks    sentMarks
 	version  json.RawMessage
 	versions json.RawMessage
@@ -500,17 +503,23 @@ func (c *sglangChunk) promptField(k string) json.RawMessage {
 }
 
 // absorb adds a chunk's new tokens, text and logprobs to the answer,
-// reading its form (cumulative or incremental) once it can tell, unless
-// the policy's form is known already (streamState.knownForm).
+// reading its form (cumulative or incremental) once it can tell; the
+// policy's form known beforehand (streamState.knownForm) holds until
+// then, and after unless completion_tokens says otherwise.
 func (rs *resumeState) absorb(c *sglangChunk, ids []int64) {
 	st := rs.stream
 	seg := &st.seg
-	if seg.form == chunksUnknown && seg.marks.ids > 0 {
-		switch {
-		case c.Meta.CompletionTokens != nil && *c.Meta.CompletionTokens == len(ids):
+	if !seg.read && seg.marks.ids > 0 {
+		// completion_tokens settles it, whatever the server's info said
+		// (the server may have restarted with other flags since it was
+		// read); without it the info stands, or the tokens decide.
+		seg.read = true
+		switch ct := c.Meta.CompletionTokens; {
+		case ct != nil && *ct == len(ids):
 			seg.form = chunksCumulative
-		case c.Meta.CompletionTokens != nil && *c.Meta.CompletionTokens == seg.marks.ids+len(ids):
+		case ct != nil && *ct == seg.marks.ids+len(ids):
 			seg.form = chunksIncremental
+		case seg.form != chunksUnknown:
 		case len(ids) >= seg.marks.ids && slices.Equal(ids[:seg.marks.ids], rs.ids[seg.start:]):
 			seg.form = chunksCumulative
 		default:
