@@ -66,6 +66,18 @@ type Server struct {
 	// sleepMarked is the policy's asleep record (Policy.SleepMarked), as
 	// last registered: SetSleepMarked changes it without a new Server.
 	sleepMarked atomic.Bool
+	// streamForm is how the server streams a native /generate, as its
+	// server info said (SGLang): one of the streamForm constants. The
+	// probes write it; IncrementalStreaming reads it from anywhere.
+	streamForm atomic.Int32
+	// infoTries counts the probes that asked for the server info without
+	// an answer; infoRead is set once one answered (or the tries ran
+	// out): the info is asked for again only after a failed probe (the
+	// server may have restarted with other flags). legacyServerInfo: an
+	// SGLang without /server_info (use /get_server_info). Written by the
+	// probes only.
+	infoTries                  atomic.Int32
+	infoRead, legacyServerInfo atomic.Bool
 	// probes counts the probes, for the occasional GET /v1/models.
 	probes atomic.Uint64
 }
@@ -95,6 +107,28 @@ func NewServer(p routing.Policy) (*Server, error) {
 		s.idleReq.Header.Set("Authorization", "Bearer "+key)
 	}
 	return s, nil
+}
+
+// Forms of a server's streamed native /generate chunks (Server.streamForm).
+const (
+	streamUnknown     = iota
+	streamCumulative  // each chunk holds every token so far
+	streamIncremental // each chunk holds its new tokens only
+)
+
+// IncrementalStreaming reports how the server streams a native /generate,
+// as its probes learnt it: incremental (each chunk holds its new tokens
+// only) or cumulative (every token so far), and known false when no probe
+// has learnt it (not probed yet, an engine or release that does not say).
+// Safe for concurrent use with Probe.
+func (s *Server) IncrementalStreaming() (incremental, known bool) {
+	switch s.streamForm.Load() {
+	case streamCumulative:
+		return false, true
+	case streamIncremental:
+		return true, true
+	}
+	return false, false
 }
 
 // SetSleepMarked records a change of the policy's asleep record

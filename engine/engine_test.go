@@ -194,6 +194,69 @@ func TestSGLangVersionAndAsleep(t *testing.T) {
 	}
 }
 
+// SGLang: the first probe reads how the server streams from its server
+// info (/server_info, else /get_server_info, remembered), and later
+// probes do not ask again until one fails (a restart may change the
+// flags). A server without the info leaves the form unknown, and is not
+// asked again either.
+func TestSGLangStreamForm(t *testing.T) {
+	c := &engine.Client{HTTP: http.DefaultClient}
+	for _, legacy := range []bool{false, true} {
+		fp, s := fake(t, engine.SGLang)
+		fp.SetLegacy(legacy)
+		if inc, known := s.IncrementalStreaming(); known {
+			t.Fatalf("legacy %v: known (%v) before any probe", legacy, inc)
+		}
+		fp.SetIncrementalStreaming(true)
+		for range 3 {
+			probe(t, c, s)
+		}
+		if inc, known := s.IncrementalStreaming(); !inc || !known {
+			t.Errorf("legacy %v: incremental %v, known %v; want incremental", legacy, inc, known)
+		}
+		newer, older := 1, 0
+		if legacy {
+			older = 1
+		}
+		if calls := fp.Calls(); count(calls, "GET /server_info") != newer || count(calls, "GET /get_server_info") != older {
+			t.Errorf("legacy %v: calls %v; want the info asked for once", legacy, calls)
+		}
+		// Restarted cumulative: a failed probe, then the info again.
+		fp.SetIncrementalStreaming(false)
+		fp.SetMode(fakepolicy.ModeFail)
+		if _, err := engine.Probe(context.Background(), c, s); err == nil {
+			t.Fatalf("legacy %v: a failing server probed fine", legacy)
+		}
+		fp.SetMode(fakepolicy.ModeNormal)
+		probe(t, c, s)
+		if inc, known := s.IncrementalStreaming(); inc || !known {
+			t.Errorf("legacy %v, after the restart: incremental %v, known %v; want cumulative", legacy, inc, known)
+		}
+	}
+
+	fp, s := fake(t, engine.SGLang)
+	fp.SetIncrementalStreaming(true)
+	fp.SetNoServerInfo(true)
+	for range 3 {
+		probe(t, c, s)
+	}
+	if inc, known := s.IncrementalStreaming(); known {
+		t.Errorf("without server info: incremental %v, known; want unknown", inc)
+	}
+	if calls := fp.Calls(); count(calls, "GET /server_info") != 1 || count(calls, "GET /get_server_info") != 1 {
+		t.Errorf("without server info: calls %v; want each path asked once", calls)
+	}
+
+	// Engines that do not say: unknown.
+	for _, name := range []string{engine.VLLM, engine.Native} {
+		_, s := fake(t, name)
+		probe(t, c, s)
+		if _, known := s.IncrementalStreaming(); known {
+			t.Errorf("%s: stream form known", name)
+		}
+	}
+}
+
 // SGLang's /update_weight_version defaults abort_all_requests to true
 // upstream: the step sends false explicitly.
 func TestSGLangVersionKeepsRequests(t *testing.T) {

@@ -26,7 +26,12 @@ import (
 //     requests wait in its queue). A pause of our own update is the
 //     update's to track;
 //   - health: when the load endpoints fail, GET /health says whether the
-//     server itself is up, and the error says so.
+//     server itself is up, and the error says so;
+//   - stream form: GET /server_info (else the older /get_server_info),
+//     once per Server and again after a failed probe, for
+//     incremental_streaming_output (Server.IncrementalStreaming, which
+//     the proxy reads to continue an aborted stream in its client's
+//     form). Its failure is not the probe's.
 //
 // Update steps (all ADMIN_OPTIONAL endpoints: the admin key is sent):
 //   - pause: POST /pause_generation {"mode": "abort"|"retract"|"in_place"};
@@ -104,6 +109,10 @@ const (
 func (sglang) Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
 	load, err := sglangLoad(ctx, c, s)
 	if err != nil {
+		// Down, or restarting: the flags may change; the form known so far
+		// stands until the info is read again.
+		s.infoRead.Store(false)
+		s.infoTries.Store(0)
 		if _, herr := c.get(ctx, s, "/health", MaxJSONBytes); herr == nil {
 			return Answer{}, fmt.Errorf("%w (GET /health answers: the server is up but its load is unknown)", err)
 		}
@@ -115,7 +124,74 @@ func (sglang) Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
 		return Answer{}, err
 	}
 	c.probeModels(ctx, s, &a)
+	if !s.infoRead.Load() {
+		sglangStreamForm(ctx, c, s)
+	}
 	return a, nil
+}
+
+// sglangServerInfo is the part of GET /get_server_info read here: the
+// server's arguments, dataclasses.asdict(server_args) merged with the
+// scheduler info, "internal_states" and "version" (get_server_info in
+// python/sglang/srt/entrypoints/http_server.py, sgl-project/sglang
+// commit 0025436eab05). ServerArgs in python/sglang/srt/server_args.py
+// (commit 001067fffe33, the "Streaming" section) has
+// incremental_streaming_output: bool = False, the flag
+// --incremental-streaming-output: "Whether to output as a sequence of
+// disjoint segments", i.e. each streamed chunk holds its new tokens only.
+// Newer releases serve the same answer at GET /server_info and keep
+// /get_server_info as a deprecated alias (the index of sources read holds
+// no such http_server.py to quote).
+type sglangServerInfo struct {
+	IncrementalStreamingOutput *bool `json:"incremental_streaming_output"`
+}
+
+// Endpoints of the SGLang server info, newest first.
+const (
+	sglangServerInfoPath       = "/server_info"
+	sglangLegacyServerInfoPath = "/get_server_info"
+)
+
+// sglangInfoTries is how many probes ask for the server info before it
+// is given up on until the next failed probe: get_server_info awaits
+// every scheduler's internal state, and a server too busy to answer it
+// within the probe's timeout would otherwise hold each probe that long.
+const sglangInfoTries = 3
+
+// sglangStreamForm reads the server's stream form from its server info
+// into s. An answer without the flag, or none at all (a 404 on both
+// paths, a status error, an answer that does not decode), leaves the form
+// unknown until the server fails a probe; a transport error is tried
+// again on the next probes, sglangInfoTries in all.
+func sglangStreamForm(ctx context.Context, c *Client, s *Server) {
+	var info sglangServerInfo
+	path := sglangServerInfoPath
+	if s.legacyServerInfo.Load() {
+		path = sglangLegacyServerInfoPath
+	}
+	err := c.getJSON(ctx, s, path, &info)
+	if IsStatus(err, http.StatusNotFound) && path == sglangServerInfoPath {
+		s.legacyServerInfo.Store(true) // older than /server_info
+		err = c.getJSON(ctx, s, sglangLegacyServerInfoPath, &info)
+	}
+	var se *StatusError
+	var de *DecodeError
+	switch {
+	case err == nil && info.IncrementalStreamingOutput != nil:
+		form := int32(streamCumulative)
+		if *info.IncrementalStreamingOutput {
+			form = streamIncremental
+		}
+		s.streamForm.Store(form)
+	case err == nil, errors.As(err, &se), errors.As(err, &de):
+		s.streamForm.Store(streamUnknown)
+	default:
+		if s.infoTries.Add(1) < sglangInfoTries {
+			return
+		}
+		s.streamForm.Store(streamUnknown)
+	}
+	s.infoRead.Store(true)
 }
 
 // sglangVersion reads the weight version into a: /model_info, else

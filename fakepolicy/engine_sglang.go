@@ -13,7 +13,8 @@ import (
 // python/sglang/srt/entrypoints/http_server.py (commit 0025436eab05) for
 // /get_load, /get_model_info, /get_weight_version, /health,
 // /pause_generation, /continue_generation, /update_weights_from_disk and
-// /update_weight_version and /abort_request;
+// /update_weight_version, /abort_request and /get_server_info (its newer
+// name /server_info too);
 // python/sglang/srt/entrypoints/v1_loads.py (commit 0564b5215b33) for
 // /v1/loads.
 var sglangRoutes = []route{
@@ -24,6 +25,8 @@ var sglangRoutes = []route{
 	{"POST", "/release_memory_occupation", (*Policy).serveSGLangRelease},
 	{"POST", "/resume_memory_occupation", (*Policy).serveSGLangResume},
 	{"GET", "/get_weight_version", (*Policy).serveSGLangWeightVersion},
+	{"GET", "/server_info", (*Policy).serveSGLangServerInfo},
+	{"GET", "/get_server_info", (*Policy).serveSGLangServerInfo},
 	{"GET", "/health", (*Policy).serveHealth},
 	{"POST", "/pause_generation", (*Policy).serveSGLangPause},
 	{"POST", "/continue_generation", (*Policy).serveSGLangContinue},
@@ -84,6 +87,30 @@ func (p *Policy) serveSGLangModelInfo(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"model_path": "fake/model", "tokenizer_path": "fake/model", "is_generation": true,
 		"preferred_sampling_params": nil, "weight_version": p.WeightVersion(),
+	})
+}
+
+// serveSGLangServerInfo answers GET /get_server_info, and GET
+// /server_info (its newer name) unless the engine is told to be older
+// (SetLegacy), with a few of the server's arguments, as
+// dataclasses.asdict(server_args) has them, and the version:
+// incremental_streaming_output says how the fake streams a native
+// /generate (SetIncrementalStreaming). SetNoServerInfo makes both 404.
+func (p *Policy) serveSGLangServerInfo(w http.ResponseWriter, r *http.Request) {
+	newer := strings.HasSuffix(r.URL.Path, "/server_info") && !strings.HasSuffix(r.URL.Path, "/get_server_info")
+	if p.engine.noServerInfo.Load() || newer && p.engine.legacy.Load() {
+		p.engine.calls.add(r.Method + " " + r.URL.Path)
+		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+		return
+	}
+	if !p.called(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"model_path": "fake/model", "tokenizer_path": "fake/model", "stream_interval": 1,
+		"incremental_streaming_output": p.engine.incremental.Load(),
+		"max_running_requests":         p.fleet.opts.MaxRunning, "weight_version": p.WeightVersion(),
+		"internal_states": []map[string]any{{}}, "version": "0.0.0-fake",
 	})
 }
 

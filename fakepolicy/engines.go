@@ -71,8 +71,12 @@ type engineState struct {
 	// with --incremental-streaming-output does.
 	incremental atomic.Bool
 	// legacy makes vLLM's newer dev-mode endpoints (weight_info,
-	// update_weight_version, sleep) and SGLang's /model_info answer 404.
+	// update_weight_version, sleep) and SGLang's /model_info and
+	// /server_info answer 404.
 	legacy atomic.Bool
+	// noServerInfo makes SGLang's /server_info and /get_server_info
+	// answer 404.
+	noServerInfo atomic.Bool
 }
 
 // Asleep reports whether the simulated engine released its memory.
@@ -80,8 +84,14 @@ func (p *Policy) Asleep() bool { return p.engine.asleep.Load() }
 
 // SetLegacy makes the simulated engine an older release: vLLM without
 // /weight_info, /update_weight_version, /sleep, /wake_up and
-// /is_sleeping; SGLang without /model_info (0.5.15's name).
+// /is_sleeping; SGLang without /model_info (0.5.15's name) and
+// /server_info (/get_server_info's newer name).
 func (p *Policy) SetLegacy(legacy bool) { p.engine.legacy.Store(legacy) }
+
+// SetNoServerInfo makes a simulated SGLang answer GET /server_info and
+// /get_server_info with 404, like a server whose info cannot be had: how
+// it streams is then not known but from its chunks.
+func (p *Policy) SetNoServerInfo(on bool) { p.engine.noServerInfo.Store(on) }
 
 // sleep releases the engine's memory: the work in flight is aborted and
 // new work waits for the wake.

@@ -144,6 +144,58 @@ func TestSGLangStreamingModes(t *testing.T) {
 	}
 }
 
+// The SGLang fake's server info says how it streams, at /get_server_info
+// and its newer name /server_info; an older fake (SetLegacy) has only the
+// first, and SetNoServerInfo takes both away.
+func TestSGLangServerInfoStreamForm(t *testing.T) {
+	f, err := New(1, rand.NewPCG(1, 2), Options{Engine: EngineSGLang, TokensPerSecond: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	status := func(path string) (int, *bool) {
+		t.Helper()
+		res, err := http.Get(f.URL(0) + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var v struct {
+			Incremental *bool `json:"incremental_streaming_output"`
+		}
+		_ = json.NewDecoder(res.Body).Decode(&v)
+		return res.StatusCode, v.Incremental
+	}
+	body := `{"input_ids":[4,5,6],"stream":true,"sampling_params":{"max_new_tokens":3}}`
+	for _, incremental := range []bool{false, true} {
+		f.Policy(0).SetIncrementalStreaming(incremental)
+		for _, path := range []string{"/server_info", "/get_server_info"} {
+			if code, v := status(path); code != http.StatusOK || v == nil || *v != incremental {
+				t.Errorf("incremental %v: GET %s: %d, incremental_streaming_output %v", incremental, path, code, v)
+			}
+		}
+		// The chunks have the form the info says: the second one has one
+		// output id when incremental, two when cumulative.
+		chunks := generate(t, f.URL(0), body)
+		if want := map[bool]int{true: 1, false: 2}[incremental]; len(chunks) < 2 || len(chunks[1].OutputIDs) != want {
+			t.Errorf("incremental %v: chunks %+v; want %d output ids in the second", incremental, chunks, want)
+		}
+	}
+	f.Policy(0).SetLegacy(true)
+	if code, _ := status("/server_info"); code != http.StatusNotFound {
+		t.Errorf("legacy: GET /server_info: %d; want 404", code)
+	}
+	if code, v := status("/get_server_info"); code != http.StatusOK || v == nil {
+		t.Errorf("legacy: GET /get_server_info: %d, %v; want 200 with the flag", code, v)
+	}
+	f.Policy(0).SetNoServerInfo(true)
+	for _, path := range []string{"/server_info", "/get_server_info"} {
+		if code, _ := status(path); code != http.StatusNotFound {
+			t.Errorf("no server info: GET %s: %d; want 404", path, code)
+		}
+	}
+}
+
 // DropGenerations ends a stream in the middle, as a dying engine does:
 // no finish reason, no [DONE], the connection cut.
 func TestDropGenerations(t *testing.T) {

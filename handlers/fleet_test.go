@@ -62,7 +62,7 @@ func controlCalls(fp *fakepolicy.Policy) []string {
 			}
 		}
 		switch strings.SplitN(path, "?", 2)[0] {
-		case "/v1/loads", "/model_info", "/get_model_info", "/metrics", "/is_paused", "/is_sleeping", "/weight_info", "/v1/models", "/get_weight_version":
+		case "/v1/loads", "/model_info", "/get_model_info", "/metrics", "/is_paused", "/is_sleeping", "/weight_info", "/v1/models", "/get_weight_version", "/server_info", "/get_server_info":
 			continue
 		}
 		out = append(out, method+" "+path)

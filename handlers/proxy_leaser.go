@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/proxy"
 	"github.com/policyrouter/policyrouter/routing"
 )
@@ -23,6 +24,8 @@ import (
 type stateLeaser struct{ s *Server }
 
 var _ proxy.Leaser = stateLeaser{}
+
+var _ proxy.StreamForms = (*poller.Poller)(nil)
 
 // Select decides and leases the policy of one attempt. A graceful
 // shutdown (Stop) ends its wait with routing.ErrShuttingDown.
@@ -84,9 +87,14 @@ func (s *Server) newProxy() *proxy.Proxy {
 	if s.leases != nil {
 		leaser = s.leases
 	}
+	// The poller knows how each SGLang policy streams (its server info);
+	// where it does not (a follower's poller runs only while it leads),
+	// a stream's chunks say it.
+	forms, _ := s.Poller.(proxy.StreamForms)
 	return proxy.New(proxy.Config{
 		Options:           s.Proxy,
 		Leaser:            leaser,
+		StreamForms:       forms,
 		WriteError:        s.writeProxyError,
 		DefaultRouter:     s.DefaultRouter,
 		DefaultSelectWait: s.DefaultSelectWait,

@@ -262,3 +262,34 @@ func TestSleepMarkReachesProbes(t *testing.T) {
 		t.Errorf("GET /v1/loads asked %d times; want once: the server was learnt again", loads)
 	}
 }
+
+// The poller reports how each registered SGLang policy's server streams,
+// as its probes learnt it, for the policy of that id and URL only; a
+// policy registered anew at another URL is learnt anew.
+func TestPollerIncrementalStreaming(t *testing.T) {
+	inc, cum := newEngineFleet(t, engine.SGLang, "", 0), newEngineFleet(t, engine.SGLang, "", 0)
+	inc.Policy(0).SetIncrementalStreaming(true)
+	st := routing.New(routing.Options{})
+	pol := routing.Policy{ID: "p0", URL: inc.URL(0), Engine: engine.SGLang}
+	if err := st.Update([]routing.Policy{pol}, routing.Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, st, Config{Interval: 10 * time.Millisecond})
+	poll.Until(t, "the form of p0 known", func() bool { _, known := p.IncrementalStreaming(pol); return known })
+	if incremental, _ := p.IncrementalStreaming(pol); !incremental {
+		t.Errorf("p0 on the incremental server: cumulative")
+	}
+	for _, other := range []routing.Policy{{ID: "p0", URL: cum.URL(0)}, {ID: "p1", URL: inc.URL(0)}} {
+		if _, known := p.IncrementalStreaming(other); known {
+			t.Errorf("%+v: known; want unknown (not registered so)", other)
+		}
+	}
+	pol.URL = cum.URL(0)
+	if err := st.Update([]routing.Policy{pol}, routing.Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the form of p0 at its new URL known", func() bool { _, known := p.IncrementalStreaming(pol); return known })
+	if incremental, _ := p.IncrementalStreaming(pol); incremental {
+		t.Errorf("p0 on the cumulative server: incremental")
+	}
+}

@@ -141,10 +141,12 @@ type Poller struct {
 	pending  atomic.Int64 // probes dispatched and not yet reported
 	npol     atomic.Int64
 	period   atomic.Int64 // nanoseconds
-	// recent counts the probes of the last Window, and recentByID each
-	// policy's (its members' windows, by id: published by refresh).
-	recent     probeWindow
-	recentByID atomic.Pointer[map[string]*probeWindow]
+	// recent counts the probes of the last Window; shared holds the
+	// members by id, published by refresh for the readers of each
+	// policy's window and of what its engine learnt (RecentProbes,
+	// IncrementalStreaming).
+	recent probeWindow
+	shared atomic.Pointer[map[string]*member]
 
 	// Owned by the Run goroutine.
 	workers int // started in this Run, at most conc
@@ -291,12 +293,27 @@ func (p *Poller) Stats() Stats {
 // policy id (none for an id not registered, or not probed yet). It is safe
 // to call concurrently with Run.
 func (p *Poller) RecentProbes(id string) ProbeCounts {
-	if windows := p.recentByID.Load(); windows != nil {
-		if w := (*windows)[id]; w != nil {
-			return w.counts(p.now())
+	if members := p.shared.Load(); members != nil {
+		if m := (*members)[id]; m != nil {
+			return m.recent.counts(p.now())
 		}
 	}
 	return ProbeCounts{}
+}
+
+// IncrementalStreaming reports how the server of pol streams a native
+// /generate, as the probes of the registered policy of pol's id and URL
+// learnt it (engine.Server.IncrementalStreaming): incremental or
+// cumulative chunks, and known false when no probe learnt it (not
+// probed yet, not registered, an engine that does not say). It is the
+// proxy's proxy.StreamForms, safe to call concurrently with Run.
+func (p *Poller) IncrementalStreaming(pol routing.Policy) (incremental, known bool) {
+	if members := p.shared.Load(); members != nil {
+		if m := (*members)[pol.ID]; m != nil && m.url == pol.URL {
+			return m.srv.IncrementalStreaming()
+		}
+	}
+	return false, false
 }
 
 // ErrRunning is returned by Run when the poller is already running.
@@ -438,7 +455,6 @@ func (p *Poller) refresh() []*member {
 	pols := snap.Policies()
 	members := make([]*member, 0, len(pols))
 	byID := make(map[string]*member, len(pols))
-	recent := make(map[string]*probeWindow, len(pols))
 	for _, pol := range pols {
 		if pol.URL == "" {
 			continue // nothing to probe; routing keeps the policy as it is
@@ -457,7 +473,6 @@ func (p *Poller) refresh() []*member {
 		}
 		members = append(members, m)
 		byID[pol.ID] = m
-		recent[pol.ID] = m.recent
 	}
 	for id, m := range p.byID {
 		if byID[id] != m {
@@ -465,7 +480,7 @@ func (p *Poller) refresh() []*member {
 		}
 	}
 	p.snap, p.members, p.byID = snap, members, byID
-	p.recentByID.Store(&recent)
+	p.shared.Store(&byID)
 	p.npol.Store(int64(len(members)))
 	return members
 }

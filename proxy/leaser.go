@@ -37,6 +37,19 @@ type Leaser interface {
 	ServedModels(ctx context.Context) ([]string, error)
 }
 
+// StreamForms says how policy servers stream a native /generate, for
+// continuing an aborted stream in the form its client has been reading
+// (resume_stream.go) when the stream ended before its chunks showed it.
+// The poller, which reads it from each SGLang server's info, is one.
+// Implementations must be safe for concurrent use and must not block.
+type StreamForms interface {
+	// IncrementalStreaming reports whether p's server streams
+	// incremental chunks (SGLang's --incremental-streaming-output: each
+	// chunk holds its new tokens only) or cumulative ones (every token so
+	// far); known is false when that is not known.
+	IncrementalStreaming(p routing.Policy) (incremental, known bool)
+}
+
 // Request is the routing input of one attempt of a proxied request, read
 // from its headers and body: what /select takes, with the router by name.
 type Request struct {

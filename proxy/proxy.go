@@ -75,6 +75,10 @@ type Config struct {
 	Options
 	// Leaser selects and leases the policy of each attempt.
 	Leaser Leaser
+	// StreamForms, when set, says how each policy streams a native
+	// /generate, for resuming streams; nil, or a form it does not know:
+	// the stream's chunks say it, when they can.
+	StreamForms StreamForms
 	// WriteError answers a request the proxy cannot forward: the
 	// Leaser's errors, the proxy's own (*Error) and invalid input
 	// (*routing.InputError, naming the header or field).

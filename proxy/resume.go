@@ -156,6 +156,9 @@ func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (
 		return nil, nil
 	}
 	rs.body, rs.left = body, p.Retries
+	if rs.stream != nil {
+		rs.stream.forms = p.StreamForms
+	}
 	return rs, nil
 }
 

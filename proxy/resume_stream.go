@@ -35,14 +35,18 @@ import (
 //     5bf23cf6bf99, yields it to a stream whatever its status_code).
 //
 // Chunks of the first policy reach the client as the engine sent them.
-// Which of the two forms they have is read from the chunks themselves:
-// after a chunk with tokens, the next one's output_ids are as many as
-// completion_tokens (cumulative) or as many as the new tokens
-// (incremental). A stream aborted before its second chunk with tokens
-// cannot tell; its client is then sent SGLang's default, cumulative
-// chunks. Each continuation's chunks are rewritten to follow on: in the
-// client's form, output_ids, text and the output logprob lists extended by
-// (or cut to) what the client has not had yet, completion_tokens and
+// Which of the two forms a policy's chunks have is read from the chunks
+// themselves: after a chunk with tokens, the next one's output_ids are as
+// many as completion_tokens (cumulative) or as many as the new tokens
+// (incremental). Until they show it, and when completion_tokens is
+// missing, the form is what Config.StreamForms says of the policy, when it
+// knows (the poller reads incremental_streaming_output from each SGLang
+// server's info). So a stream aborted before its second chunk with tokens
+// is continued in the form its engine's info says; without the info, its
+// client is sent SGLang's default, cumulative chunks. Each continuation's
+// chunks are rewritten to follow on: in the client's form, output_ids,
+// text and the output logprob lists extended by (or cut to) what the
+// client has not had yet, completion_tokens and
 // output_token_logprobs_length counting from the first token, the
 // prompt's figures the first policy's. The aborted chunk itself is held
 // back: its tokens reach the client in the continuation's first chunk, or
@@ -67,6 +71,7 @@ type streamState struct {
 	ended   bool // its last chunk went out: [DONE] follows
 	why     string
 
+	forms   StreamForms                // the policies' forms, when known (Config.StreamForms)
 	form    int                        // the client's form of chunks
 	sent    sentMarks                  // what the client has had, for incremental chunks
 	prompt  map[string]json.RawMessage // the first policy's prompt figures
@@ -86,8 +91,9 @@ type sentMarks struct {
 // what its chunks held so far.
 type segmentStream struct {
 	d        routing.Decision
-	form     int
-	start    int // its first token's position in the answer
+	form     int  // as known (Config.StreamForms) or read
+	read     bool // its chunks have shown their form
+	start    int  // its first token's position in the answer
 	marks    sentMarks
 	version  json.RawMessage
 	versions json.RawMessage
@@ -229,10 +235,28 @@ func (rs *resumeState) resumeStream(res *http.Response, a *attempt) error {
 		st.started = true
 	}
 	st.live = true
-	st.seg = segmentStream{d: a.d, start: len(rs.ids), marks: sentMarks{lists: make(map[string]int)}}
+	st.seg = segmentStream{d: a.d, start: len(rs.ids), marks: sentMarks{lists: make(map[string]int)}, form: st.knownForm(a.d.Policy)}
+	if len(rs.segs) == 0 {
+		st.form = st.seg.form // the client's, unless unknown yet
+	}
 	st.last = nil
 	res.Body = &streamBody{rc: res.Body, br: bufio.NewReader(res.Body), rs: rs, a: a}
 	return nil
+}
+
+// knownForm is the form of p's chunks as Config.StreamForms knows it,
+// chunksUnknown when it does not.
+func (st *streamState) knownForm(p routing.Policy) int {
+	if st.forms == nil {
+		return chunksUnknown
+	}
+	switch incremental, known := st.forms.IncrementalStreaming(p); {
+	case !known:
+		return chunksUnknown
+	case incremental:
+		return chunksIncremental
+	}
+	return chunksCumulative
 }
 
 // continuationWriter is the client's ResponseWriter as an attempt after
@@ -481,16 +505,23 @@ func (c *sglangChunk) promptField(k string) json.RawMessage {
 }
 
 // absorb adds a chunk's new tokens, text and logprobs to the answer,
-// reading its form (cumulative or incremental) once it can tell.
+// reading its form (cumulative or incremental) once it can tell; the
+// policy's form known beforehand (streamState.knownForm) holds until
+// then, and after unless completion_tokens says otherwise.
 func (rs *resumeState) absorb(c *sglangChunk, ids []int64) {
 	st := rs.stream
 	seg := &st.seg
-	if seg.form == chunksUnknown && seg.marks.ids > 0 {
-		switch {
-		case c.Meta.CompletionTokens != nil && *c.Meta.CompletionTokens == len(ids):
+	if !seg.read && seg.marks.ids > 0 {
+		// completion_tokens settles it, whatever the server's info said
+		// (the server may have restarted with other flags since it was
+		// read); without it the info stands, or the tokens decide.
+		seg.read = true
+		switch ct := c.Meta.CompletionTokens; {
+		case ct != nil && *ct == len(ids):
 			seg.form = chunksCumulative
-		case c.Meta.CompletionTokens != nil && *c.Meta.CompletionTokens == seg.marks.ids+len(ids):
+		case ct != nil && *ct == seg.marks.ids+len(ids):
 			seg.form = chunksIncremental
+		case seg.form != chunksUnknown:
 		case len(ids) >= seg.marks.ids && slices.Equal(ids[:seg.marks.ids], rs.ids[seg.start:]):
 			seg.form = chunksCumulative
 		default:
