@@ -154,7 +154,9 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	}
 	if a.etcd != nil {
 		hcfg.Leader = a.Leader
-		hcfg.Replica = a.replicaConfig()
+		if hcfg.Replica, err = a.replicaConfig(); err != nil {
+			return nil, err
+		}
 	} else {
 		a.Metrics.SetLeader(true)
 	}

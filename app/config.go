@@ -120,6 +120,13 @@ type Config struct {
 	// are the client certificate it presents to a leader that requires
 	// one (--tls-client-ca); they are read again when they change.
 	PeerCA, PeerCert, PeerKey string
+	// ReplicaTokenFile is a file holding the bearer token (scope route) a
+	// follower presents to the leader, minted by the operator: how
+	// replicas that only verify tokens (JWTPublicKey) proxy on followers.
+	// It is read again when it changes, so a rotated token is used without
+	// a restart. With JWTSecret too, it wins over minting one. It needs
+	// StoreEtcd and a token key (or Auth).
+	ReplicaTokenFile string
 	// LeaderTTL is the etcd session TTL of the leader election, in whole
 	// seconds: a leader that dies is replaced after about that long.
 	LeaderTTL time.Duration
@@ -272,6 +279,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PeerCA, "peer-ca", c.PeerCA, "PEM file of CA certificates trusted, besides the system's, for the other replicas' https:// --advertise-url (a follower reads the leader's /stats and leases proxied requests from it) (--store etcd)")
 	fs.StringVar(&c.PeerCert, "peer-cert", c.PeerCert, "PEM file of the client certificate a follower presents to a leader that requires one (--tls-client-ca); read again when it changes (--store etcd)")
 	fs.StringVar(&c.PeerKey, "peer-key", c.PeerKey, "PEM file of the key of --peer-cert")
+	fs.StringVar(&c.ReplicaTokenFile, "replica-token-file", c.ReplicaTokenFile, "file holding the bearer token (scope route) a follower presents to the leader to lease proxied requests, minted by the operator with the private key of --jwt-public-key; read again when it changes; wins over minting one from --jwt-secret (--store etcd)")
 	fs.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "etcd session TTL of the leader election, whole seconds: a dead leader is replaced after about this long (--store etcd)")
 	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "this router's URL as clients reach it, named by followers as the leader's (--store etcd); default from --addr and the TLS flags")
 	fs.StringVar(&c.JWTSecret, "jwt-secret", c.JWTSecret, "HS256 secret for bearer tokens (at least 32 bytes)")
@@ -408,6 +416,9 @@ func (c Config) validateStore() error {
 		if peerSet {
 			return errors.New("--peer-ca, --peer-cert and --peer-key are for replicas: they need --store etcd")
 		}
+		if c.ReplicaTokenFile != "" {
+			return errors.New("--replica-token-file is for replicas: it needs --store etcd")
+		}
 		if c.Store == StoreBolt && c.DataDir == "" {
 			return errors.New("--store bolt needs --data-dir")
 		}
@@ -489,11 +500,17 @@ func (c Config) validateTransport() error {
 }
 
 // validateAuth refuses an open server on a non-loopback address without
-// --insecure.
+// --insecure, and a replica token file without a token key.
 func (c Config) validateAuth() error {
 	keyed := c.JWTSecret != "" || c.JWTPublicKey != ""
 	if c.Auth != nil && (keyed || c.JWTIssuer != "" || c.JWTAudience != "") {
 		return errors.New("a verifier (Auth) and the --jwt-* settings are exclusive")
+	}
+	if c.Auth == nil && !keyed && c.ReplicaTokenFile != "" {
+		// Without a key the leader checks no token either: the file is a
+		// mistake, most likely a missing --jwt-public-key.
+		return errors.New("--replica-token-file is the token a follower presents to a leader that checks tokens: " +
+			"it needs --jwt-public-key (or --jwt-secret)")
 	}
 	if c.Auth == nil && !keyed && c.Addr != "" && !c.Insecure && !auth.IsLoopbackAddr(c.Addr) {
 		return fmt.Errorf("refusing to serve without authentication on %s, which is not a loopback address: "+

@@ -50,6 +50,10 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"peer key", func(c *Config) {
 			c.Store, c.EtcdEndpoints, c.PeerCert = StoreEtcd, []string{"http://e:2379"}, "c.pem"
 		}, "--peer-cert and --peer-key go together"},
+		{"replica token file without etcd", func(c *Config) { c.JWTPublicKey, c.ReplicaTokenFile = "k.pem", "token" }, "--replica-token-file is for replicas: it needs --store etcd"},
+		{"replica token file without a key", func(c *Config) {
+			c.Store, c.EtcdEndpoints, c.ReplicaTokenFile = StoreEtcd, []string{"http://e:2379"}, "token"
+		}, "--replica-token-file is the token a follower presents to a leader that checks tokens: it needs --jwt-public-key"},
 		{"etcd without endpoints", func(c *Config) { c.Store = StoreEtcd }, "--store etcd needs --etcd-endpoints"},
 		{"etcd endpoint", func(c *Config) { c.Store, c.EtcdEndpoints = StoreEtcd, []string{"e:2379"} }, `--etcd-endpoints: "e:2379" is not`},
 		{"leader ttl", func(c *Config) {
@@ -73,6 +77,17 @@ func TestValidateNamesTheFlag(t *testing.T) {
 				t.Errorf("Validate() = %v; want an error with %q", err, tt.want)
 			}
 		})
+	}
+	for _, key := range []func(*Config){
+		func(c *Config) { c.JWTPublicKey = "k.pem" },
+		func(c *Config) { c.JWTSecret = strings.Repeat("k", 32) },
+	} {
+		c := DefaultConfig()
+		c.Store, c.EtcdEndpoints, c.ReplicaTokenFile = StoreEtcd, []string{"http://e:2379"}, "token"
+		key(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("--replica-token-file with a token key: %v", err)
+		}
 	}
 	ok := DefaultConfig()
 	ok.Addr, ok.Insecure, ok.BehindTLSProxy = "0.0.0.0:8080", true, true
@@ -136,12 +151,13 @@ func TestRegisterFlags(t *testing.T) {
 		t.Errorf("--router default %s; want %s", got, routing.DefaultRouter)
 	}
 	err := fs.Parse([]string{"--addr", "127.0.0.1:0", "--max-waiters", "7", "--store", "etcd",
-		"--etcd-endpoints", "http://a:2379, ,http://b:2379", "--sticky-load-factor", "2", "--lease-ttl", "1m"})
+		"--etcd-endpoints", "http://a:2379, ,http://b:2379", "--sticky-load-factor", "2", "--lease-ttl", "1m",
+		"--replica-token-file", "/run/secrets/replica-token"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Addr != "127.0.0.1:0" || c.MaxWaiters != 7 || c.Store != StoreEtcd || c.StickyLoadFactor != 2 || c.LeaseTTL != time.Minute ||
-		!slices.Equal(c.EtcdEndpoints, []string{"http://a:2379", "http://b:2379"}) {
+		!slices.Equal(c.EtcdEndpoints, []string{"http://a:2379", "http://b:2379"}) || c.ReplicaTokenFile != "/run/secrets/replica-token" {
 		t.Errorf("parsed %+v", c)
 	}
 	if c.Grace != routing.DefaultGrace || c.PollInterval != 100*time.Millisecond {

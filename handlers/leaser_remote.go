@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -36,8 +37,14 @@ type ReplicaConfig struct {
 	// leases it hands to a new leader.
 	Holder func() string
 	// Token returns the bearer token (scope route) this replica presents
-	// to the leader; nil sends none (routers without auth).
+	// to the leader; nil sends none (routers without auth). When it fails,
+	// a request for a new lease is answered 502 upstream_failed, and
+	// logged; a lease granted already goes back with the last token a
+	// leader took.
 	Token func() (string, error)
+	// TokenSource says where Token's tokens come from (a flag), for the
+	// log when there is none or the leader refuses one.
+	TokenSource string
 }
 
 // replicaCallTimeout bounds a call to the leader other than a lease's
@@ -57,6 +64,11 @@ type replicaLeaser struct {
 
 	mu   sync.Mutex
 	held map[string]*heldLease // by lease id; guarded by mu
+
+	// accepted is the last token a leader did not refuse: a call about a
+	// lease granted already presents it when Token fails or the leader
+	// refuses Token's.
+	accepted atomic.Pointer[string]
 }
 
 // heldLease is a lease one of this replica's proxied requests holds.
@@ -102,7 +114,7 @@ func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.
 	cctx, cancel := context.WithTimeout(ctx, req.Wait+replicaCallTimeout)
 	defer cancel()
 	var sel api.SelectResponse
-	if err := l.call(cctx, http.MethodPost, leader, "/internal/leases", body, &sel); err != nil {
+	if err := l.call(cctx, http.MethodPost, leader, "/internal/leases", false, body, &sel); err != nil {
 		if ctx.Err() != nil {
 			return routing.Decision{}, ctx.Err()
 		}
@@ -165,7 +177,7 @@ func (l *replicaLeaser) returnTo(ctx context.Context, leader, id, policyID strin
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replicaCallTimeout)
 	defer cancel()
-	return l.call(cctx, http.MethodPost, leader, "/internal/leases/"+id+"/release", body, nil)
+	return l.call(cctx, http.MethodPost, leader, "/internal/leases/"+id+"/release", true, body, nil)
 }
 
 // Available returns the policies the leader can route to now.
@@ -204,7 +216,7 @@ func (l *replicaLeaser) routable(ctx context.Context) (api.Routable, error) {
 	cctx, cancel := context.WithTimeout(ctx, replicaCallTimeout)
 	defer cancel()
 	var r api.Routable
-	err := l.call(cctx, http.MethodGet, leader, "/internal/routable", nil, &r)
+	err := l.call(cctx, http.MethodGet, leader, "/internal/routable", false, nil, &r)
 	return r, err
 }
 
@@ -212,49 +224,66 @@ func (l *replicaLeaser) routable(ctx context.Context) (api.Routable, error) {
 // (when not nil). An error answer is returned as the leader's *Error, to
 // be passed on to the client as it is; a leader that does not answer is
 // not_leader (retry, the next leader may be elected by then).
-func (l *replicaLeaser) call(ctx context.Context, method, leader, path string, in, out any) error {
-	var body io.Reader
+//
+// granted says the call is about a lease the leader granted already
+// (handing it over, returning it). When Token fails, or the leader
+// refuses its token, such a call presents the last token a leader took
+// instead, so that a token file that went bad while a request ran does
+// not leave the request's lease counted until its TTL. A call for a new
+// lease fails: 502 upstream_failed, logged.
+func (l *replicaLeaser) call(ctx context.Context, method, leader, path string, granted bool, in, out any) error {
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(leader, "/")+path, body)
-	if err != nil {
-		return fmt.Errorf("replica: request to the leader %s: %w", leader, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set(api.FromFollowerHeader, "1")
+	var token string
 	if l.cfg.Token != nil {
-		token, err := l.cfg.Token()
+		var err error
+		token, err = l.cfg.Token()
 		if err != nil {
-			return fmt.Errorf("replica: token: %w", err)
+			last := l.accepted.Load()
+			if !granted || last == nil {
+				// This replica's own configuration: as when the leader
+				// refuses its token, the client is not at fault.
+				l.s.logger.Error("replica: no token to present to the leader", "token", l.cfg.TokenSource, "leader", leader, "err", err)
+				return errorf(api.CodeUpstreamFailed, "this replica has no token to present to the leader "+leader+"; see its log")
+			}
+			l.s.logger.Warn("replica: no token to present to the leader; a lease granted already goes with the last token it took",
+				"token", l.cfg.TokenSource, "leader", leader, "err", err)
+			token = *last
 		}
-		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := l.s.peers.Do(req)
+	status, raw, err := l.send(ctx, method, leader, path, body, token)
 	if err != nil {
-		return errorf(api.CodeNotLeader, "the leader "+leader+" did not answer; retry: "+err.Error())
+		return err
 	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-	if err != nil {
-		return errorf(api.CodeNotLeader, "the leader "+leader+" did not answer in full; retry: "+err.Error())
+	if refused(status) && granted {
+		if last := l.accepted.Load(); last != nil && *last != token {
+			l.s.logger.Warn("replica: the leader refused this replica's token; a lease granted already goes with the last token it took",
+				"token", l.cfg.TokenSource, "leader", leader, "status", status)
+			token = *last
+			if status, raw, err = l.send(ctx, method, leader, path, body, token); err != nil {
+				return err
+			}
+		}
 	}
-	if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
-		// This replica's own credentials, not the client's: the replicas
-		// do not share their token key.
-		l.s.logger.Error("replica: the leader refused this replica's token; do the replicas share --jwt-secret?", "leader", leader, "status", res.StatusCode)
-		return errorf(api.CodeUpstreamFailed, fmt.Sprintf("the leader %s refused this replica's token (%d)", leader, res.StatusCode))
+	if refused(status) {
+		// This replica's own credentials, not the client's.
+		l.s.logger.Error("replica: the leader refused this replica's token; do the replicas share their token key (--jwt-secret), "+
+			"and is the token of --replica-token-file unexpired, unrevoked and of scope route?", "token", l.cfg.TokenSource, "leader", leader, "status", status)
+		return errorf(api.CodeUpstreamFailed, fmt.Sprintf("the leader %s refused this replica's token (%d)", leader, status))
 	}
-	if res.StatusCode != http.StatusOK {
+	if token != "" {
+		l.accepted.Store(&token)
+	}
+	if status != http.StatusOK {
 		var env api.ErrorResponse
 		if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
-			return errorf(api.CodeUpstreamFailed, fmt.Sprintf("the leader %s answered %d", leader, res.StatusCode))
+			return errorf(api.CodeUpstreamFailed, fmt.Sprintf("the leader %s answered %d", leader, status))
 		}
 		e := env.Error
 		return &Error{Code: e.Code, Message: e.Message, Fields: e.Fields, Leader: e.Leader, Details: e.Details}
@@ -266,6 +295,42 @@ func (l *replicaLeaser) call(ctx context.Context, method, leader, path string, i
 		return errorf(api.CodeUpstreamFailed, "the leader "+leader+" answered an unreadable body: "+err.Error())
 	}
 	return nil
+}
+
+// refused reports whether a leader's status refuses this replica's token.
+func refused(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden
+}
+
+// send sends one request to the leader, with token when not "", and
+// returns its status and body; a leader that does not answer is
+// not_leader.
+func (l *replicaLeaser) send(ctx context.Context, method, leader, path string, body []byte, token string) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(leader, "/")+path, rd)
+	if err != nil {
+		return 0, nil, fmt.Errorf("replica: request to the leader %s: %w", leader, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set(api.FromFollowerHeader, "1")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := l.s.peers.Do(req)
+	if err != nil {
+		return 0, nil, errorf(api.CodeNotLeader, "the leader "+leader+" did not answer; retry: "+err.Error())
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return 0, nil, errorf(api.CodeNotLeader, "the leader "+leader+" did not answer in full; retry: "+err.Error())
+	}
+	return res.StatusCode, raw, nil
 }
 
 // LeaderChanged tells the replica that the leader may have changed (a
@@ -403,7 +468,7 @@ func (l *replicaLeaser) adopt(ctx context.Context, leading bool, leader, id stri
 	cctx, cancel := context.WithTimeout(ctx, replicaCallTimeout)
 	defer cancel()
 	body := api.AdoptRequest{PolicyID: h.policyID, Holder: l.cfg.Holder(), LeaseTTLMS: min(ttl, api.MaxLeaseTTL).Milliseconds()}
-	return l.call(cctx, http.MethodPut, leader, "/internal/leases/"+id, body, nil)
+	return l.call(cctx, http.MethodPut, leader, "/internal/leases/"+id, true, body, nil)
 }
 
 // releaseAdopted returns a lease adopted after its request ended. How it

@@ -3,10 +3,12 @@ package handlers
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,5 +192,68 @@ func TestFollowerBoundsItsLeaseRequest(t *testing.T) {
 	rec := rs.proxied(t, "/generate", `{"text": "hi"}`, map[string]string{"X-Select-Timeout-MS": "3600000"})
 	if rec.Code != http.StatusOK {
 		t.Fatalf("follower /generate with a 48h --proxy-timeout and an hour's wait = %d: %s", rec.Code, rec.Body)
+	}
+}
+
+// A follower without a token answers 502 upstream_failed, not a 500; a
+// token that fails, or that the leader refuses, while a request runs does
+// not strand its lease: it goes back with the last token the leader took.
+func TestFollowerWithoutAToken(t *testing.T) {
+	var hold atomic.Pointer[chan struct{}]
+	b := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {
+		<-*hold.Load()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"text": "ok"}`)
+	})
+	const (
+		good = iota
+		none
+		foreign // signed with a key the leader does not know
+	)
+	var mode atomic.Int32
+	rc := &ReplicaConfig{
+		Holder: func() string { return "http://follower.test" },
+		Token: func() (string, error) {
+			switch mode.Load() {
+			case none:
+				return "", errors.New("--replica-token-file: /run/token is empty")
+			case foreign:
+				return auth.Mint(auth.Config{Secret: bytes.Repeat([]byte("x"), 48)}, "replica", []string{auth.ScopeRoute}, time.Hour)
+			}
+			return mintRoute(t, "replica"), nil
+		},
+		TokenSource: "--replica-token-file /run/token",
+	}
+	rs := newReplicas(t, rc, b.URL)
+
+	for _, tt := range []struct {
+		name string
+		mode int32
+		code int
+	}{{"no token", none, http.StatusBadGateway}, {"a refused token", foreign, http.StatusBadGateway}} {
+		mode.Store(good)
+		ch := make(chan struct{})
+		hold.Store(&ch)
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- rs.proxied(t, "/generate", `{"text": "hi"}`, nil) }()
+		poll.Until(t, "the follower's request at the policy", func() bool { return b.inflight.Load() == 1 })
+		mode.Store(tt.mode)
+		close(ch)
+		if rec := <-done; rec.Code != http.StatusOK {
+			t.Fatalf("%s: follower /generate = %d: %s", tt.name, rec.Code, rec.Body)
+		}
+		if got := rs.leader.State.Stats().Leases; got != 0 {
+			t.Errorf("%s meanwhile: leases on the leader after the request: %d; want 0", tt.name, got)
+		}
+
+		rec := rs.proxied(t, "/generate", `{"text": "hi"}`, nil)
+		var env api.ErrorResponse
+		_ = json.Unmarshal(rec.Body.Bytes(), &env)
+		if rec.Code != tt.code || env.Error.Code != api.CodeUpstreamFailed {
+			t.Errorf("follower /generate with %s = %d %s; want %d upstream_failed", tt.name, rec.Code, rec.Body, tt.code)
+		}
+		if got := rs.leader.State.Stats().Leases; got != 0 {
+			t.Errorf("leases on the leader after a request with %s: %d; want 0", tt.name, got)
+		}
 	}
 }
