@@ -26,6 +26,7 @@ import (
 	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/handlers"
+	"github.com/policyrouter/policyrouter/internal/logbuf"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/poller"
 	"github.com/policyrouter/policyrouter/proxy"
@@ -53,7 +54,10 @@ type App struct {
 
 	ready atomic.Bool // the first probe round (of this term) has been answered
 	// etcd is the store when it is shared by replicas; nil otherwise.
-	etcd    *store.Etcd
+	etcd *store.Etcd
+	// logs holds the access log's lines when New made the logger; nil
+	// otherwise. Close flushes it.
+	logs    *logbuf.Writer
 	leading atomic.Bool            // this replica is the elected leader
 	leader  atomic.Pointer[string] // the leader's advertised URL; "" none known
 }
@@ -73,14 +77,22 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var logs *logbuf.Writer
+	var accessLogger *slog.Logger
 	if cfg.Logger == nil {
-		cfg.Logger = newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+		// The access log's ordinary lines are held up to
+		// logbuf.DefaultInterval and written together (one write for many
+		// requests); every other line goes out at once, after them.
+		logs = logbuf.New(os.Stderr, 0, 0)
+		format := logFormat(os.Stderr, cfg.LogFormat)
+		cfg.Logger = newLogger(logs, format, cfg.LogLevel)
+		accessLogger = newLogger(logs.Buffered(), format, cfg.LogLevel)
 	}
 	if cfg.Auth, err = cfg.Verifier(); err != nil {
 		return nil, err
 	}
 	cfg.Store = cfg.storeKind()
-	a := &App{Config: cfg}
+	a := &App{Config: cfg, logs: logs}
 	if a.TLS, err = serverTLS(cfg); err != nil {
 		return nil, err
 	}
@@ -139,6 +151,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		DefaultStickyWait: cfg.StickyWait,
 		RequestLogLevel:   cfg.RequestLogLevel,
 		NoAccessLog:       cfg.NoAccessLog,
+		AccessLogger:      accessLogger,
 		Ready:             a.readiness,
 		Metrics:           a.Metrics,
 		Auth:              cfg.Auth,
@@ -212,19 +225,23 @@ func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 	}
 }
 
-// newLogger returns a logger of the given format (text, json, or auto:
-// text on a terminal, else json) and level, which Validate has checked.
+// logFormat resolves the log format auto for the file f: text on a
+// terminal, else json. Other formats are as they are.
+func logFormat(f *os.File, format string) string {
+	if format != "auto" {
+		return format
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		return "text"
+	}
+	return "json"
+}
+
+// newLogger returns a logger of the given format (text or json, as
+// logFormat resolves it) and level, which Validate has checked.
 func newLogger(w io.Writer, format, level string) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(level))
-	if format == "auto" {
-		format = "json"
-		if f, ok := w.(*os.File); ok {
-			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-				format = "text"
-			}
-		}
-	}
 	if format == "text" {
 		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly}))
 	}
@@ -355,8 +372,15 @@ func (a *App) readiness() error {
 // graceful shutdown does not wait for them. Call it when shutdown begins.
 func (a *App) Stop() { a.Server.Stop() }
 
-// Close releases the store. Call it after Run has returned.
-func (a *App) Close() error { return a.Store.Close() }
+// Close releases the store and writes out the access log lines still
+// held. Call it after Run has returned.
+func (a *App) Close() error {
+	err := a.Store.Close()
+	if a.logs != nil {
+		_ = a.logs.Flush()
+	}
+	return err
+}
 
 // HTTPServer returns the router's HTTP server, with its timeouts and
 // limits set: a slow-header client is cut off after ReadHeaderTimeout.

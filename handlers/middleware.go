@@ -111,7 +111,11 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if s.NoAccessLog && level < slog.LevelWarn {
 			return
 		}
-		if !s.logger.Enabled(r.Context(), level) {
+		logger := s.logger
+		if level < slog.LevelWarn && s.AccessLogger != nil {
+			logger = s.AccessLogger
+		}
+		if !logger.Enabled(r.Context(), level) {
 			return
 		}
 		// The record as LogAttrs makes it, without the caller's PC: no
@@ -126,7 +130,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			slog.Int("bytes", ww.BytesWritten()),
 			slog.String("request_id", RequestIDFromContext(r.Context())),
 		)
-		_ = s.logger.Handler().Handle(r.Context(), rec)
+		_ = logger.Handler().Handle(r.Context(), rec)
 	})
 }
 

@@ -65,6 +65,10 @@ type Config struct {
 	// NoAccessLog turns the per-request log line off, but for the
 	// requests logged at Warn or Error.
 	NoAccessLog bool
+	// AccessLogger, when set, writes the per-request lines below Warn
+	// (those at Warn and above go to Logger): the serve command's writes
+	// them through a buffer, to the same output as Logger. Nil is Logger.
+	AccessLogger *slog.Logger
 	// Ready reports readiness for /readyz: nil when ready, else why not
 	// (an *Error sets the answer's code, else it is not_ready). A nil
 	// Ready means always ready. /readyz also requires an available policy

@@ -56,30 +56,44 @@ func requestModelJSON(body []byte) (string, error) {
 // there is none or b is not an object). ok is false when a key is not
 // plain ASCII, for encoding/json to match.
 func scanModel(b []byte) (raw []byte, ok bool) {
+	ok = scanTopLevel(b, func(key, val []byte) {
+		if bytes.EqualFold(key, []byte("model")) {
+			raw = val
+		}
+	})
+	if !ok {
+		return nil, false
+	}
+	return raw, true
+}
+
+// scanTopLevel calls f with each top-level key (without its quotes) and
+// value (its JSON text) of the valid JSON document b, in order; a b that
+// is not an object has none. ok is false, and the scan stops, at a key
+// that is not plain ASCII.
+func scanTopLevel(b []byte, f func(key, val []byte)) (ok bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return nil, true
+		return true
 	}
 	i++
 	for {
 		i = skipSpace(b, i)
 		if b[i] == '}' {
-			return raw, true
+			return true
 		}
 		end := skipValue(b, i) // the key, a string
 		key := b[i+1 : end-1]
 		if !plainASCII(key) {
-			return nil, false
+			return false
 		}
 		i = skipSpace(b, end) + 1 // past ':'
 		i = skipSpace(b, i)
 		end = skipValue(b, i)
-		if bytes.EqualFold(key, []byte("model")) {
-			raw = b[i:end]
-		}
+		f(key, b[i:end])
 		i = skipSpace(b, end)
 		if b[i] == '}' {
-			return raw, true
+			return true
 		}
 		i++ // past ','
 	}

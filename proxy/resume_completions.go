@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -54,17 +55,8 @@ func parseResumableCompletion(body []byte) (*resumeState, string) {
 	// Most requests are not resumable for a reason that a decode of two
 	// fields tells (a stream, a text prompt): only the others are decoded
 	// whole, which costs several times more.
-	var head struct {
-		Stream bool            `json:"stream"`
-		Prompt json.RawMessage `json:"prompt"`
-	}
-	if len(body) > 0 && body[0] == '{' && json.Unmarshal(body, &head) == nil {
-		switch {
-		case head.Stream:
-			return nil, "streaming"
-		case len(head.Prompt) > 0 && head.Prompt[0] == '"':
-			return nil, "text prompt"
-		}
+	if why := completionHead(body); why != "" {
+		return nil, why
 	}
 	rs := &resumeState{completion: &completionState{}}
 	if json.Unmarshal(body, &rs.req) != nil || rs.req == nil {
@@ -242,4 +234,63 @@ func (rs *resumeState) mergedCompletion() []byte {
 	}
 	b, _ := json.Marshal(out)
 	return b
+}
+
+// completionHead tells from the top-level "stream" and "prompt" of a
+// completion request whether it is a stream or has a text prompt (the
+// reason, else ""), as decoding the body into struct{ Stream bool;
+// Prompt json.RawMessage } would: keys matched without regard to case,
+// the last one winning, and nothing told when the body is not a JSON
+// object or "stream" is not a boolean or null. It scans the top-level
+// keys instead of decoding; keys it cannot read by bytes go to
+// encoding/json.
+func completionHead(body []byte) string {
+	if len(body) == 0 || body[0] != '{' || !json.Valid(body) {
+		return ""
+	}
+	var stream, prompt []byte
+	typeError := false // a "stream" that is not a boolean or null, even one overridden
+	ok := scanTopLevel(body, func(key, val []byte) {
+		switch {
+		case bytes.EqualFold(key, []byte("stream")):
+			switch string(val) {
+			case "true", "false":
+				stream = val
+			case "null": // leaves the field as it was
+			default:
+				typeError = true
+			}
+		case bytes.EqualFold(key, []byte("prompt")):
+			prompt = val
+		}
+	})
+	switch {
+	case !ok:
+		return completionHeadJSON(body)
+	case typeError:
+		return ""
+	case string(stream) == "true":
+		return "streaming"
+	}
+	if len(prompt) > 0 && prompt[0] == '"' {
+		return "text prompt"
+	}
+	return ""
+}
+
+// completionHeadJSON is completionHead by encoding/json alone.
+func completionHeadJSON(body []byte) string {
+	var head struct {
+		Stream bool            `json:"stream"`
+		Prompt json.RawMessage `json:"prompt"`
+	}
+	if len(body) > 0 && body[0] == '{' && json.Unmarshal(body, &head) == nil {
+		switch {
+		case head.Stream:
+			return "streaming"
+		case len(head.Prompt) > 0 && head.Prompt[0] == '"':
+			return "text prompt"
+		}
+	}
+	return ""
 }

@@ -35,3 +35,51 @@ func BenchmarkParseResumableCompletion(b *testing.B) {
 		parseResumableCompletion(body)
 	}
 }
+
+// headCases hold bodies completionHead must read as encoding/json does.
+var headCases = []string{
+	`{"model":"m","prompt":"hi"}`,
+	`{"prompt":"hi","stream":true}`,
+	`{"prompt":[1,2],"stream":false}`,
+	`{"prompt":[1,2],"stream":null}`,
+	`{"prompt":"hi","stream":"yes"}`,
+	`{"prompt":"hi","stream":1}`,
+	`{"STREAM":true,"prompt":[1]}`,
+	`{"stream":true,"Stream":false,"prompt":[1]}`,
+	`{"stream":"x","stream":true}`,
+	`{"stream":true,"stream":null}`,
+	`{"Prompt":"a","prompt":[1]}`,
+	`{"prompt":[1],"PROMPT":"a"}`,
+	`{"prompt":null}`,
+	`{"prompt":{"stream":true},"x":["stream",true]}`,
+	`{"str\u0065am":true}`,
+	"{\"stre\xc3\xa9m\":true}",
+	`{"prompt":"hi"`,
+	`{"prompt":"hi",}`,
+	`[{"stream":true}]`,
+	`"stream"`,
+	` {"stream":true}`,
+	``,
+	"{\"prompt\"\n:\n\"spaced\" ,\t\"stream\" : true }",
+}
+
+func TestCompletionHead(t *testing.T) {
+	for _, body := range headCases {
+		checkHead(t, []byte(body))
+	}
+}
+
+func FuzzCompletionHead(f *testing.F) {
+	for _, body := range headCases {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkHead(t, body) })
+}
+
+// checkHead compares completionHead with completionHeadJSON on body.
+func checkHead(t *testing.T, body []byte) {
+	t.Helper()
+	if got, want := completionHead(body), completionHeadJSON(body); got != want {
+		t.Errorf("%q: got %q, want %q", body, got, want)
+	}
+}
