@@ -114,7 +114,7 @@ func (st *State) observeEngineLocked(rt *policyRuntime, p Probe) {
 		switch {
 		case s.lease != 0 && s.leasedAt.After(p.SentAt):
 			o.outAfter++
-		case s.lease == 0 && s.ended.at.After(p.SentAt) && !s.ended.leasedAt.After(p.SentAt) && s.ended.workOver:
+		case s.lease == 0 && s.ended.at.After(p.SentAt) && !s.ended.leasedAt.After(p.SentAt) && s.ended.subtract:
 			// Ended since the probe was sent, its work over: newer news
 			// than its figure.
 			o.endedBefore++
@@ -129,13 +129,13 @@ func (st *State) observeEngineLocked(rt *policyRuntime, p Probe) {
 }
 
 // lastEnd is when a slot's last lease ended, when that lease was handed
-// out, and whether its work was over by then (its holder said so): a
-// probe sent before the end may count that lease's work in its figure,
-// and the end takes it out. A lease that a probe ended is not in the
-// figure (that is why it ended); one that ended unfinished may still run.
+// out, and whether the end takes the lease's work out of a figure from a
+// probe sent before it (subtract): only when its holder said the work is
+// over. A lease that a probe ended is not in the figure (that is why it
+// ended); one that ended unfinished may still run.
 type lastEnd struct {
 	at, leasedAt time.Time
-	workOver     bool
+	subtract     bool
 }
 
 // handedOutLocked counts a lease of s handed out now. Caller must hold
@@ -149,24 +149,24 @@ func (rt *policyRuntime) handedOutLocked(now time.Time) {
 }
 
 // endedLocked counts the end of a lease of rt, handed out at leasedAt,
-// ended now; workOver says whether its work is over (lastEnd). Only work
-// that is over is taken from the engine's figure; unfinished work handed
-// out after the figure stays added to it (unseen). Caller must hold
-// State.mu.
-func (rt *policyRuntime) endedLocked(leasedAt, now time.Time, how EndHow, workOver bool) {
+// ended now: subtract as lastEnd has it, unfinished when its work may
+// still run. Only work that is over is taken from the engine's figure;
+// unfinished work handed out after the figure stays added to it
+// (unseen). Caller must hold State.mu.
+func (rt *policyRuntime) endedLocked(leasedAt, now time.Time, subtract, unfinished bool) {
 	rt.inflight--
 	rt.occ.changedAt = now
 	switch {
 	case leasedAt.After(rt.occ.engineAt):
 		rt.occ.outAfter = max(rt.occ.outAfter-1, 0)
-		if !workOver {
+		if unfinished {
 			o := &rt.occ
 			if len(o.unseen) >= max(len(rt.slots), 1) {
 				o.unseen = slices.Delete(o.unseen, 0, 1)
 			}
 			o.unseen = append(o.unseen, leasedAt)
 		}
-	case workOver && how != EndProbe:
+	case subtract:
 		rt.occ.endedBefore++
 	}
 }

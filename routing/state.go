@@ -501,9 +501,9 @@ func (st *State) endLeaseLocked(s *slot, how EndHow, unfinished bool) {
 	st.endedN[how].Add(1)
 	s.lease = 0
 	now := st.opts.Now()
-	workOver := !unfinished && how != EndProbe
-	s.ended = lastEnd{at: now, leasedAt: s.leasedAt, workOver: workOver}
-	s.rt.endedLocked(s.leasedAt, now, how, workOver)
+	subtract := !unfinished && how != EndProbe
+	s.ended = lastEnd{at: now, leasedAt: s.leasedAt, subtract: subtract}
+	s.rt.endedLocked(s.leasedAt, now, subtract, unfinished)
 	if s.expiry != nil {
 		s.expiry.Stop()
 		s.expiry = nil
