@@ -98,11 +98,7 @@ func (s *Server) returnLease(w http.ResponseWriter, r *http.Request) {
 	}
 	out := api.ReleaseResponse{LeaseID: id}
 	if lease, ok := s.State.ParseLeaseID(id); ok {
-		release := s.State.Release
-		if req.Unfinished {
-			release = s.State.ReleaseUnfinished
-		}
-		sel, err := release(lease)
+		sel, err := s.endLease(lease, req.Unfinished)
 		switch {
 		case err == nil:
 			out.Released, out.Index, out.ID = true, &sel.Policy.Index, sel.Policy.ID

@@ -50,11 +50,7 @@ func (l stateLeaser) Select(ctx context.Context, req proxy.Request) (routing.Dec
 func (l stateLeaser) Release(_ context.Context, d routing.Decision, out proxy.Outcome) error {
 	var err error
 	if d.Lease != 0 {
-		release := l.s.State.Release
-		if out.Unfinished {
-			release = l.s.State.ReleaseUnfinished
-		}
-		if _, err = release(d.Lease); errors.Is(err, routing.ErrLeaseEnded) {
+		if _, err = l.s.endLease(d.Lease, out.Unfinished); errors.Is(err, routing.ErrLeaseEnded) {
 			err = nil
 		}
 	}
@@ -62,6 +58,15 @@ func (l stateLeaser) Release(_ context.Context, d routing.Decision, out proxy.Ou
 		l.s.State.ObserveFailure(d.Policy.ID, f.At, f.Reason)
 	}
 	return err
+}
+
+// endLease ends a proxied attempt's lease: unfinished when its work may
+// still run (proxy.Outcome).
+func (s *Server) endLease(lease uint64, unfinished bool) (routing.Decision, error) {
+	if unfinished {
+		return s.State.ReleaseUnfinished(lease)
+	}
+	return s.State.Release(lease)
 }
 
 // Available returns the policies that pass the availability filter.
