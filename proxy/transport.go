@@ -35,6 +35,13 @@ const (
 	defaultIdleTimeout    = 90 * time.Second
 	dialTimeout           = 30 * time.Second
 	max1xxResponses       = 5 // as net/http: more informational answers than this is an error
+	// checkAfterIdle is how long a connection sits idle before get looks
+	// at it (a system call) for the server's close. Servers close idle
+	// connections after seconds (uvicorn's keep-alive timeout is 5 s,
+	// nginx's 75 s); under load a connection goes out again within
+	// milliseconds, and the rare one the server closed meanwhile fails
+	// before any byte of its answer and is sent again (RoundTrip).
+	checkAfterIdle = time.Second
 )
 
 // NewTransport is the transport of proxy mode: keep-alive connections to
@@ -97,7 +104,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	key := canonicalAddr(req)
 	for retried := false; ; retried = true {
-		c, err := t.get(ctx, key)
+		c, err := t.get(ctx, key, retried)
 		if err != nil {
 			closeBody(req)
 			return nil, err
@@ -114,13 +121,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		// A connection that had carried requests failed before any byte of
-		// this one's answer: the server closed it while it sat idle, and the
-		// check in get raced with that close (its FIN had not arrived yet).
+		// this one's answer: the server closed it while it sat idle, and get
+		// did not look (it was idle briefly) or raced with that close (its
+		// FIN had not arrived yet).
 		// A keep-alive server closes only connections it is not reading a
 		// request from, so it never acted on this one: it is sent again, once,
 		// on a new connection. (A server that read the request and then died
 		// without a byte of answer is the one case this repeats; the new
-		// connection then fails to connect, or the server answers.)
+		// connection then fails to connect, or the server answers.) The new
+		// connection is dialled, not taken from the pool, where others may
+		// have been closed with it.
 		if hasBody {
 			body, gerr := req.GetBody()
 			if gerr != nil {
@@ -266,14 +276,15 @@ func (b *body) Close() error {
 	return nil
 }
 
-// get returns an idle connection to key that is still open, or a new one.
-func (t *transport) get(ctx context.Context, key string) (*conn, error) {
-	for {
+// get returns an idle connection to key that is still open as far as it
+// can tell, or, when there is none or fresh is set, a new one.
+func (t *transport) get(ctx context.Context, key string, fresh bool) (*conn, error) {
+	for !fresh {
 		c := t.popIdle(key)
 		if c == nil {
 			break
 		}
-		if isAlive(c.nc) {
+		if time.Since(c.idleSince) < checkAfterIdle || isAlive(c.nc) {
 			c.reused = true
 			return c, nil
 		}

@@ -217,9 +217,9 @@ func waitReadable(tb testing.TB, c net.Conn) {
 	}
 }
 
-// An idle connection the server closed is not used: the next request,
-// which could not be retried, goes out on a new connection, and the
-// server sees it once.
+// An idle connection the server closed is not used once it has been idle
+// for checkAfterIdle: the next request, which could not be retried, goes
+// out on a new connection, and the server sees it once.
 func TestTransportSkipsConnectionClosedWhileIdle(t *testing.T) {
 	var seen atomic.Int32
 	url := newRawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
@@ -245,13 +245,67 @@ func TestTransportSkipsConnectionClosedWhileIdle(t *testing.T) {
 		}
 		if i == 0 {
 			tr.mu.Lock()
-			c := tr.idle[canonicalAddr(res.Request)][0].nc
+			ic := tr.idle[canonicalAddr(res.Request)][0]
+			ic.idleSince = ic.idleSince.Add(-checkAfterIdle) // idle long enough to be looked at
+			c := ic.nc
 			tr.mu.Unlock()
 			waitReadable(t, c) // the server's close has arrived
 		}
 	}
 	if d, s := dials.Load(), seen.Load(); d != 2 || s != 2 {
 		t.Fatalf("%d connections, %d requests seen, want 2 and 2", d, s)
+	}
+}
+
+// Connections idle only briefly are not looked at: when the server has
+// closed them all meanwhile, a replayable request fails on one and is
+// sent again on a newly dialled connection, not on another closed one
+// from the pool.
+func TestTransportRetriesClosedIdleOnNewConnection(t *testing.T) {
+	var seen atomic.Int32
+	url := newRawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
+		if _, _, err := readRequest(br); err != nil {
+			return
+		}
+		seen.Add(1)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		_ = c.Close() // every connection, once idle
+	})
+	tr, dials := newTestTransport(t)
+	// Three requests at once: three connections go idle.
+	var wg sync.WaitGroup
+	res := make([]*http.Response, 3)
+	for i := range res {
+		r, err := tr.RoundTrip(newRequest(t, context.Background(), url, "x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res[i] = r
+	}
+	for _, r := range res {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, r.Body); _ = r.Body.Close() }()
+	}
+	wg.Wait()
+	key := canonicalAddr(res[0].Request)
+	if n := tr.idleCount(key); n != 3 {
+		t.Fatalf("%d idle connections, want 3", n)
+	}
+	tr.mu.Lock()
+	idle := append([]*conn(nil), tr.idle[key]...)
+	tr.mu.Unlock()
+	for _, c := range idle {
+		waitReadable(t, c.nc) // the server's close has arrived
+	}
+	r, err := tr.RoundTrip(newRequest(t, context.Background(), url, "y"))
+	if err != nil {
+		t.Fatalf("request after the server closed its idle connections: %v", err)
+	}
+	if got := readAll(t, r); got != "ok" {
+		t.Fatalf("answer %q", got)
+	}
+	if d, s := dials.Load(), seen.Load(); d != 4 || s != 4 {
+		t.Fatalf("%d connections, %d requests seen, want 4 and 4", d, s)
 	}
 }
 
