@@ -32,9 +32,10 @@ import (
 // leaves, which also cancels the upstream request at once. So a policy's
 // concurrent proxied requests never exceed its capacity.
 //
-// The request is forwarded unchanged by httputil.ReverseProxy, event
-// streams without buffering, over transport.go's connections for plain
-// http. Connect errors and 502/503 answers, which reach the client before
+// The request is forwarded unchanged, event streams without buffering:
+// a plain one to an http:// policy over direct.go's path (its head written
+// as httputil.ReverseProxy would, over transport.go's connections), any
+// other by httputil.ReverseProxy. Connect errors and 502/503 answers, which reach the client before
 // any byte, are retried on another policy. Once the response began, only a
 // resumable generation goes on (resume.go, resume_stream.go,
 // resume_completions.go: an abort or a death mid-answer continues on
@@ -197,6 +198,7 @@ type attempt struct {
 	status int
 	ttfb   time.Duration
 	resume *resumeState // a resumable request's (resume.go), or nil
+	body   upstreamBody // the answer's body, watched (one allocation with the attempt)
 }
 
 type attemptKey struct{}
@@ -219,7 +221,7 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 		BufferPool: copyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			a := attemptFrom(pr.In.Context())
-			pr.SetURL(p.target(a.d.Policy.URL))
+			pr.SetURL(p.target(a.d.Policy.URL).url)
 			pr.SetXForwarded()
 			if pr.Out.Body != nil {
 				// The attempt's in-memory copy of the body, which ReverseProxy
@@ -235,49 +237,62 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {
-			a := attemptFrom(res.Request.Context())
-			a.status, a.ttfb = res.StatusCode, time.Since(a.start)
-			if res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable {
-				a.over = true // refused: the policy runs nothing of it
-				return errRetryable
-			}
-			// The canonical keys, and one array for the three values.
-			h := res.Header
-			v := []string{strconv.Itoa(a.d.Policy.Index), a.d.Policy.ID, strconv.FormatInt(a.d.Version, 10)}
-			h[canonicalPolicyIndex], h[canonicalPolicyID], h[canonicalWeightVersion] = v[0:1:1], v[1:2:2], v[2:3:3]
-			if a.d.EnvUnmapped {
-				h.Set(HeaderEnvUnmapped, "true")
-			}
-			if a.resume != nil && a.resume.stream != nil {
-				return a.resume.resumeStream(res, a)
-			}
-			if a.resume != nil && !isEventStream(h) {
-				return a.resume.resumeAnswer(res, a)
-			}
-			res.Body = &upstreamBody{ReadCloser: res.Body, a: a, stream: isEventStream(res.Header)}
-			return nil
+			return p.answer(res, attemptFrom(res.Request.Context()))
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			a := attemptFrom(r.Context())
-			switch {
-			case r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded):
-				// The client left: nobody to answer.
-			case errors.Is(err, errRetryable):
-				a.retry = true
-				if a.reason == "" { // resumeAnswer may have said why
-					a.reason = "answered " + strconv.Itoa(a.status)
-				}
-			case isDialError(err):
-				// Never sent: nothing of it runs there.
-				a.retry, a.failed, a.over, a.reason = true, true, true, "connect: "+err.Error()
-			case errors.Is(err, context.DeadlineExceeded):
-				a.failed = true
-				p.WriteError(w, r, errorf(api.CodeUpstreamTimeout, "the policy did not answer within --proxy-timeout ("+p.Timeout.String()+")"))
-			default:
-				a.failed = true
-				p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "the policy failed before answering: "+err.Error()))
-			}
+			p.attemptError(w, r, attemptFrom(r.Context()), err)
 		},
+	}
+}
+
+// answer takes a policy's answer to an attempt before it is copied to
+// the client: its figures, the router's headers, the body watched (or
+// resumed); a 502 or 503 is errRetryable.
+func (p *Proxy) answer(res *http.Response, a *attempt) error {
+	a.status, a.ttfb = res.StatusCode, time.Since(a.start)
+	if res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable {
+		a.over = true // refused: the policy runs nothing of it
+		return errRetryable
+	}
+	// The canonical keys, and one array for the three values.
+	h := res.Header
+	v := []string{strconv.Itoa(a.d.Policy.Index), a.d.Policy.ID, strconv.FormatInt(a.d.Version, 10)}
+	h[canonicalPolicyIndex], h[canonicalPolicyID], h[canonicalWeightVersion] = v[0:1:1], v[1:2:2], v[2:3:3]
+	if a.d.EnvUnmapped {
+		h.Set(HeaderEnvUnmapped, "true")
+	}
+	if a.resume != nil && a.resume.stream != nil {
+		return a.resume.resumeStream(res, a)
+	}
+	if a.resume != nil && !isEventStream(h) {
+		return a.resume.resumeAnswer(res, a)
+	}
+	a.body = upstreamBody{ReadCloser: res.Body, a: a, stream: isEventStream(res.Header)}
+	res.Body = &a.body
+	return nil
+}
+
+// attemptError ends an attempt that failed before its answer began: to
+// be retried (a.retry), or answered here; r's context tells a client
+// that left.
+func (p *Proxy) attemptError(w http.ResponseWriter, r *http.Request, a *attempt, err error) {
+	switch {
+	case r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded):
+		// The client left: nobody to answer.
+	case errors.Is(err, errRetryable):
+		a.retry = true
+		if a.reason == "" { // resumeAnswer may have said why
+			a.reason = "answered " + strconv.Itoa(a.status)
+		}
+	case isDialError(err):
+		// Never sent: nothing of it runs there.
+		a.retry, a.failed, a.over, a.reason = true, true, true, "connect: "+err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		a.failed = true
+		p.WriteError(w, r, errorf(api.CodeUpstreamTimeout, "the policy did not answer within --proxy-timeout ("+p.Timeout.String()+")"))
+	default:
+		a.failed = true
+		p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "the policy failed before answering: "+err.Error()))
 	}
 }
 
@@ -293,22 +308,35 @@ var (
 // re-registered at new URLs for a long time) it starts again empty.
 const maxTargets = 4096
 
-// target returns the parsed URL of a policy, from the cache of those
-// already parsed. ReverseProxy's SetURL only reads it.
-func (p *Proxy) target(raw string) *url.URL {
-	if u, ok := p.targets.Load(raw); ok {
-		return u.(*url.URL)
+// target is a policy URL as the proxy sends to it.
+type target struct {
+	url  *url.URL // parsed; ReverseProxy's SetURL only reads it
+	key  string   // host:port, the transport's pool
+	wire bool     // the proxy's transport carries it itself (the direct path)
+}
+
+// target returns a policy URL's target, from the cache of those already
+// made.
+func (p *Proxy) target(raw string) *target {
+	if t, ok := p.targets.Load(raw); ok {
+		return t.(*target)
 	}
 	u, err := url.Parse(raw)
 	if err != nil { // registration checks URLs: cannot happen
 		u = &url.URL{Scheme: "http", Host: "invalid"}
 	}
+	t := &target{url: u}
+	if tr, ok := p.reverseProxy.Transport.(*transport); ok {
+		req := &http.Request{Method: http.MethodPost, URL: u, Header: http.Header{}}
+		t.wire = tr.handles(req)
+		t.key = canonicalAddr(req)
+	}
 	if p.targetCount.Add(1) > maxTargets {
 		p.targets.Clear()
 		p.targetCount.Store(1)
 	}
-	p.targets.Store(raw, u)
-	return u
+	p.targets.Store(raw, t)
+	return t
 }
 
 // copyBuffers are the buffers ReverseProxy copies answers through. A
@@ -405,13 +433,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d r
 	if p.APIKey != nil {
 		a.apiKey = p.APIKey(d.Policy)
 	}
-	ctx := context.WithValue(r.Context(), attemptKey{}, a)
+	ctx := r.Context()
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
 		defer cancel()
 	}
-	out := r.WithContext(ctx)
+	if t := p.target(d.Policy.URL); p.direct(r, t, a) {
+		p.forwardDirect(ctx, w, r, body, t, p.reverseProxy.Transport.(*transport), a)
+		return a
+	}
+	out := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
 	// Replayable: the transport sends a request again on a new connection

@@ -101,19 +101,33 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.handles(req) {
 		return t.fallback.RoundTrip(req)
 	}
-	ctx := req.Context()
-	key := canonicalAddr(req)
+	return t.roundTrip(req.Context(), canonicalAddr(req), req, nil)
+}
+
+// roundTripWire sends msg, a whole HTTP/1.1 request as it goes on the
+// wire (head and body), to key (host:port) over a pooled connection, and
+// reads its answer's head as RoundTrip does; req says the method the
+// answer is read for and becomes its Request. msg can always be sent
+// again.
+func (t *transport) roundTripWire(ctx context.Context, key string, msg []byte, req *http.Request) (*http.Response, error) {
+	return t.roundTrip(ctx, key, req, msg)
+}
+
+// roundTrip carries req, or msg in its stead when it is not nil, to key.
+func (t *transport) roundTrip(ctx context.Context, key string, req *http.Request, msg []byte) (*http.Response, error) {
 	for retried := false; ; retried = true {
 		c, err := t.get(ctx, key, retried)
 		if err != nil {
-			closeBody(req)
+			if msg == nil {
+				closeBody(req)
+			}
 			return nil, err
 		}
-		res, answered, err := t.exchange(ctx, c, req)
+		res, answered, err := t.exchange(ctx, c, req, msg)
 		if err == nil {
 			return res, nil
 		}
-		hasBody := req.Body != nil && req.Body != http.NoBody
+		hasBody := msg == nil && req.Body != nil && req.Body != http.NoBody
 		if retried || !c.reused || answered || !isClosedConn(err) || ctx.Err() != nil || (hasBody && req.GetBody == nil) {
 			if ctx.Err() != nil {
 				err = ctx.Err()
@@ -161,10 +175,11 @@ func (t *transport) handles(req *http.Request) bool {
 	return true
 }
 
-// exchange writes req on c and reads its answer's head; answered says
-// whether any byte of the answer arrived. Any error closes c; the
-// answer's body returns c to the pool at its end.
-func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request) (res *http.Response, answered bool, err error) {
+// exchange writes req on c (msg instead, when it is not nil) and reads
+// its answer's head; answered says whether any byte of the answer
+// arrived. Any error closes c; the answer's body returns c to the pool at
+// its end.
+func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request, msg []byte) (res *http.Response, answered bool, err error) {
 	// A cancelled request unblocks its write or read by a deadline in the
 	// past; no goroutine waits on ctx meanwhile.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
@@ -173,14 +188,18 @@ func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request) (r
 		_ = c.nc.Close()
 		return nil, answered, err
 	}
-	bw := writers.Get().(*bufio.Writer)
-	bw.Reset(c.nc)
-	err = req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
+	if msg != nil {
+		_, err = c.nc.Write(msg)
+	} else {
+		bw := writers.Get().(*bufio.Writer)
+		bw.Reset(c.nc)
+		err = req.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		bw.Reset(nil)
+		writers.Put(bw)
 	}
-	bw.Reset(nil)
-	writers.Put(bw)
 	if err != nil {
 		return fail(err)
 	}
@@ -206,7 +225,7 @@ func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request) (r
 	if res.StatusCode == http.StatusSwitchingProtocols { // never asked for: upgrades go to the fallback
 		return fail(errors.New("proxy: 101 Switching Protocols to a request without Upgrade"))
 	}
-	keep := !res.Close && !req.Close
+	keep := !res.Close && (msg != nil || !req.Close) // msg asks for no close: req is not what went out
 	if res.Body == http.NoBody {
 		if stop() && keep {
 			t.put(c)
