@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // The direct path. A plain proxied request (no resume, to an http://
@@ -49,10 +49,12 @@ func (p *Proxy) direct(r *http.Request, t *target, a *attempt) bool {
 
 // forwardDirect sends the attempt's request to t over tr and copies the
 // answer to w, ending as forward's ReverseProxy does.
-func (p *Proxy) forwardDirect(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, t *target, tr *transport, a *attempt) {
+// A deadline, when not zero, bounds the attempt (--proxy-timeout) as a
+// context's would: its errors are context.DeadlineExceeded.
+func (p *Proxy) forwardDirect(w http.ResponseWriter, r *http.Request, body []byte, t *target, tr *transport, a *attempt, deadline time.Time) {
 	buf := wireBuffers.Get().(*[]byte)
 	msg := appendRequest((*buf)[:0], r, t.url, a.apiKey, body)
-	res, err := tr.roundTripWire(ctx, t.key, msg, r)
+	res, err := tr.roundTripWire(r.Context(), t.key, msg, r, deadline)
 	putWireBuffer(buf, msg)
 	if err != nil {
 		p.attemptError(w, r, a, err)
@@ -66,7 +68,11 @@ func (p *Proxy) forwardDirect(ctx context.Context, w http.ResponseWriter, r *htt
 	removeHopByHop(res.Header)
 	dst := w.Header()
 	for k, vv := range res.Header {
-		dst[k] = append(dst[k], vv...)
+		if old := dst[k]; old != nil {
+			dst[k] = append(old, vv...)
+		} else {
+			dst[k] = vv // res is the attempt's alone: its slices need no copy
+		}
 	}
 	announced := len(res.Trailer)
 	if announced > 0 {
@@ -106,8 +112,9 @@ func (p *Proxy) forwardDirect(ctx context.Context, w http.ResponseWriter, r *htt
 // when flush is set. A read error other than the end is returned, as a
 // write error is.
 func copyAnswer(w http.ResponseWriter, body io.Reader, flush bool) error {
-	buf := copyBuffers.Get()
-	defer copyBuffers.Put(buf)
+	bp := copyBuffers.pool.Get().(*[]byte)
+	defer copyBuffers.pool.Put(bp)
+	buf := *bp
 	rc := http.NewResponseController(w)
 	for {
 		n, rerr := body.Read(buf)

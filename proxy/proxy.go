@@ -433,15 +433,19 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d r
 	if p.APIKey != nil {
 		a.apiKey = p.APIKey(d.Policy)
 	}
+	if t := p.target(d.Policy.URL); p.direct(r, t, a) {
+		var deadline time.Time // a deadline on the connection: no context and timer of its own
+		if p.Timeout > 0 {
+			deadline = a.start.Add(p.Timeout)
+		}
+		p.forwardDirect(w, r, body, t, p.reverseProxy.Transport.(*transport), a, deadline)
+		return a
+	}
 	ctx := r.Context()
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
 		defer cancel()
-	}
-	if t := p.target(d.Policy.URL); p.direct(r, t, a) {
-		p.forwardDirect(ctx, w, r, body, t, p.reverseProxy.Transport.(*transport), a)
-		return a
 	}
 	out := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	out.Body = io.NopCloser(bytes.NewReader(body))

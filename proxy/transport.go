@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -86,6 +87,7 @@ type conn struct {
 	key       string    // host:port, its pool
 	idleSince time.Time // when it went back to the pool
 	reused    bool      // it carried a request before this one
+	deadline  bool      // an exchange set a deadline on it
 }
 
 // writers are the buffers requests are written through: only during the
@@ -101,20 +103,22 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.handles(req) {
 		return t.fallback.RoundTrip(req)
 	}
-	return t.roundTrip(req.Context(), canonicalAddr(req), req, nil)
+	return t.roundTrip(req.Context(), canonicalAddr(req), req, nil, time.Time{})
 }
 
 // roundTripWire sends msg, a whole HTTP/1.1 request as it goes on the
 // wire (head and body), to key (host:port) over a pooled connection, and
 // reads its answer's head as RoundTrip does; req says the method the
 // answer is read for and becomes its Request. msg can always be sent
-// again.
-func (t *transport) roundTripWire(ctx context.Context, key string, msg []byte, req *http.Request) (*http.Response, error) {
-	return t.roundTrip(ctx, key, req, msg)
+// again. A deadline, when not zero, bounds the exchange, the answer's body
+// included, as a context's deadline would: past it the errors are
+// context.DeadlineExceeded.
+func (t *transport) roundTripWire(ctx context.Context, key string, msg []byte, req *http.Request, deadline time.Time) (*http.Response, error) {
+	return t.roundTrip(ctx, key, req, msg, deadline)
 }
 
 // roundTrip carries req, or msg in its stead when it is not nil, to key.
-func (t *transport) roundTrip(ctx context.Context, key string, req *http.Request, msg []byte) (*http.Response, error) {
+func (t *transport) roundTrip(ctx context.Context, key string, req *http.Request, msg []byte, deadline time.Time) (*http.Response, error) {
 	for retried := false; ; retried = true {
 		c, err := t.get(ctx, key, retried)
 		if err != nil {
@@ -123,7 +127,7 @@ func (t *transport) roundTrip(ctx context.Context, key string, req *http.Request
 			}
 			return nil, err
 		}
-		res, answered, err := t.exchange(ctx, c, req, msg)
+		res, answered, err := t.exchange(ctx, c, req, msg, deadline)
 		if err == nil {
 			return res, nil
 		}
@@ -179,14 +183,18 @@ func (t *transport) handles(req *http.Request) bool {
 // its answer's head; answered says whether any byte of the answer
 // arrived. Any error closes c; the answer's body returns c to the pool at
 // its end.
-func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request, msg []byte) (res *http.Response, answered bool, err error) {
+func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request, msg []byte, deadline time.Time) (res *http.Response, answered bool, err error) {
+	if !deadline.IsZero() {
+		_ = c.nc.SetDeadline(deadline)
+		c.deadline = true
+	}
 	// A cancelled request unblocks its write or read by a deadline in the
 	// past; no goroutine waits on ctx meanwhile.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	fail := func(err error) (*http.Response, bool, error) {
 		stop()
 		_ = c.nc.Close()
-		return nil, answered, err
+		return nil, answered, timedOut(ctx, err)
 	}
 	if msg != nil {
 		_, err = c.nc.Write(msg)
@@ -281,7 +289,17 @@ func (b *body) Read(p []byte) (int, error) {
 	if cerr := b.ctx.Err(); cerr != nil {
 		err = cerr
 	}
-	return n, err
+	return n, timedOut(b.ctx, err)
+}
+
+// timedOut is err, or context.DeadlineExceeded when err is the
+// connection's deadline set for the exchange (not ctx's cancellation,
+// which sets one in the past).
+func timedOut(ctx context.Context, err error) error {
+	if ctx.Err() == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 // Close closes the connection unless the body was read to its end:
@@ -348,6 +366,10 @@ func (t *transport) popIdle(key string) *conn {
 
 // put returns c to its pool, or closes it if the pool is full.
 func (t *transport) put(c *conn) {
+	if c.deadline {
+		_ = c.nc.SetDeadline(time.Time{})
+		c.deadline = false
+	}
 	c.idleSince = time.Now()
 	max := t.maxIdlePerHost
 	if max <= 0 {

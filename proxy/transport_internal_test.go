@@ -696,3 +696,38 @@ func (c *resetConn) Read(p []byte) (int, error) {
 	c.left -= n
 	return n, err
 }
+
+// A connection that carried an exchange under a deadline goes back to the
+// pool without it: a request after that deadline, with none of its own,
+// goes out on the same connection and is answered.
+func TestTransportClearsExchangeDeadline(t *testing.T) {
+	url := newRawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
+		for {
+			if _, _, err := readRequest(br); err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr, dials := newTestTransport(t)
+	req := newRequest(t, context.Background(), url, "")
+	msg := "POST / HTTP/1.1\r\nHost: " + req.URL.Host + "\r\nContent-Length: 0\r\n\r\n"
+	deadline := time.Now().Add(50 * time.Millisecond)
+	res, err := tr.roundTripWire(context.Background(), canonicalAddr(req), []byte(msg), req, deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, res); got != "ok" {
+		t.Fatalf("answer %q", got)
+	}
+	for time.Now().Before(deadline.Add(10 * time.Millisecond)) {
+		time.Sleep(10 * time.Millisecond) // until the first exchange's deadline has passed
+	}
+	res, err = tr.RoundTrip(newRequest(t, context.Background(), url, "x"))
+	if err != nil {
+		t.Fatalf("a request after the deadline of the connection's last exchange: %v", err)
+	}
+	if got := readAll(t, res); got != "ok" || dials.Load() != 1 {
+		t.Fatalf("answer %q on %d connections, want \"ok\" on 1", got, dials.Load())
+	}
+}
