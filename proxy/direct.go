@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The direct path. A plain proxied request (no resume, to an http://
@@ -40,7 +43,7 @@ import (
 
 // direct reports whether the attempt can take the direct path to t.
 func (p *Proxy) direct(r *http.Request, t *target, a *attempt) bool {
-	if !t.wire || a.resume != nil || len(r.Trailer) > 0 || !validHeaderValue(a.apiKey) {
+	if !t.wire || a.resume != nil || len(r.Trailer) > 0 || !httpguts.ValidHeaderFieldValue(a.apiKey) {
 		return false
 	}
 	h := r.Header
@@ -54,7 +57,7 @@ func (p *Proxy) direct(r *http.Request, t *target, a *attempt) bool {
 func (p *Proxy) forwardDirect(w http.ResponseWriter, r *http.Request, body []byte, t *target, tr *transport, a *attempt, deadline time.Time) {
 	buf := wireBuffers.Get().(*[]byte)
 	msg := appendRequest((*buf)[:0], r, t.url, a.apiKey, body)
-	res, err := tr.roundTripWire(r.Context(), t.key, msg, r, deadline)
+	res, err := tr.roundTrip(r.Context(), t.key, r, msg, deadline)
 	putWireBuffer(buf, msg)
 	if err != nil {
 		p.attemptError(w, r, a, err)
@@ -167,16 +170,25 @@ var hopHeaders = map[string]bool{
 // removeHopByHop drops an answer's hop-by-hop headers and those its
 // Connection header names.
 func removeHopByHop(h http.Header) {
-	for _, f := range h["Connection"] {
-		for sf := range strings.SplitSeq(f, ",") {
-			if sf = textproto.TrimString(sf); sf != "" {
-				h.Del(sf)
-			}
-		}
+	for name := range connectionTokens(h) {
+		h.Del(name)
 	}
 	for k := range h {
 		if hopHeaders[k] {
 			delete(h, k)
+		}
+	}
+}
+
+// connectionTokens yields the header names h's Connection header lists.
+func connectionTokens(h http.Header) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, f := range h["Connection"] {
+			for name := range strings.SplitSeq(f, ",") {
+				if name = textproto.TrimString(name); name != "" && !yield(name) {
+					return
+				}
+			}
 		}
 	}
 }
@@ -206,12 +218,8 @@ func appendRequest(dst []byte, r *http.Request, u *url.URL, key string, body []b
 	dst = strconv.AppendInt(dst, int64(len(body)), 10)
 	dst = append(dst, "\r\n"...)
 	var named []string // the headers the Connection header names
-	for _, f := range r.Header["Connection"] {
-		for sf := range strings.SplitSeq(f, ",") {
-			if sf = textproto.TrimString(sf); sf != "" {
-				named = append(named, http.CanonicalHeaderKey(sf))
-			}
-		}
+	for name := range connectionTokens(r.Header) {
+		named = append(named, http.CanonicalHeaderKey(name))
 	}
 	for k, vv := range r.Header {
 		if hopHeaders[k] || ownHeaders[k] || (named != nil && slices.Contains(named, k)) {
@@ -221,7 +229,7 @@ func appendRequest(dst []byte, r *http.Request, u *url.URL, key string, body []b
 			dst = appendField(dst, k, v)
 		}
 	}
-	if te := r.Header["Te"]; len(te) > 0 && hasToken(te, "trailers") {
+	if te := r.Header["Te"]; len(te) > 0 && httpguts.HeaderValuesContainsToken(te, "trailers") {
 		dst = appendField(dst, "Te", "trailers")
 	}
 	if key != "" {
@@ -289,28 +297,4 @@ func singleJoiningSlash(a, b string) string {
 		return a + "/" + b
 	}
 	return a + b
-}
-
-// hasToken reports whether a comma-separated header holds token, in any
-// case.
-func hasToken(values []string, token string) bool {
-	for _, v := range values {
-		for t := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(textproto.TrimString(t), token) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// validHeaderValue reports whether v can be written as a header value:
-// no control characters (a CR or LF would end the field).
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }

@@ -35,12 +35,13 @@ import (
 // The request is forwarded unchanged, event streams without buffering:
 // a plain one to an http:// policy over direct.go's path (its head written
 // as httputil.ReverseProxy would, over transport.go's connections), any
-// other by httputil.ReverseProxy. Connect errors and 502/503 answers, which reach the client before
-// any byte, are retried on another policy. Once the response began, only a
-// resumable generation goes on (resume.go, resume_stream.go,
-// resume_completions.go: an abort or a death mid-answer continues on
-// another policy as one answer); any other stream whose upstream dies ends
-// with an error event in the API's own format.
+// other by httputil.ReverseProxy. Connect errors and 502/503 answers,
+// which reach the client before any byte, are retried on another policy.
+// Once the response began, only a resumable generation goes on
+// (resume.go, resume_stream.go, resume_completions.go: an abort or a
+// death mid-answer continues on another policy as one answer); any other
+// stream whose upstream dies ends with an error event in the API's own
+// format.
 
 // Proxy defaults.
 const (
@@ -121,6 +122,7 @@ func fieldError(field, msg string) *routing.InputError {
 type Proxy struct {
 	Config
 	reverseProxy *httputil.ReverseProxy
+	wire         *transport // the reverse proxy's transport when it is the proxy's own, else nil
 	models       modelsCache
 	targets      sync.Map     // policy URL → its *url.URL, parsed once
 	targetCount  atomic.Int64 // entries of targets
@@ -212,6 +214,7 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 	if tr == nil {
 		tr = NewTransport(nil)
 	}
+	p.wire, _ = tr.(*transport)
 	return &httputil.ReverseProxy{
 		Transport: tr,
 		// FlushInterval stays 0: ReverseProxy flushes text/event-stream
@@ -326,9 +329,9 @@ func (p *Proxy) target(raw string) *target {
 		u = &url.URL{Scheme: "http", Host: "invalid"}
 	}
 	t := &target{url: u}
-	if tr, ok := p.reverseProxy.Transport.(*transport); ok {
+	if p.wire != nil {
 		req := &http.Request{Method: http.MethodPost, URL: u, Header: http.Header{}}
-		t.wire = tr.handles(req)
+		t.wire = p.wire.handles(req)
 		t.key = canonicalAddr(req)
 	}
 	if p.targetCount.Add(1) > maxTargets {
@@ -438,7 +441,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d r
 		if p.Timeout > 0 {
 			deadline = a.start.Add(p.Timeout)
 		}
-		p.forwardDirect(w, r, body, t, p.reverseProxy.Transport.(*transport), a, deadline)
+		p.forwardDirect(w, r, body, t, p.wire, a, deadline)
 		return a
 	}
 	ctx := r.Context()

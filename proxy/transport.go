@@ -106,18 +106,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.roundTrip(req.Context(), canonicalAddr(req), req, nil, time.Time{})
 }
 
-// roundTripWire sends msg, a whole HTTP/1.1 request as it goes on the
-// wire (head and body), to key (host:port) over a pooled connection, and
-// reads its answer's head as RoundTrip does; req says the method the
-// answer is read for and becomes its Request. msg can always be sent
-// again. A deadline, when not zero, bounds the exchange, the answer's body
-// included, as a context's deadline would: past it the errors are
-// context.DeadlineExceeded.
-func (t *transport) roundTripWire(ctx context.Context, key string, msg []byte, req *http.Request, deadline time.Time) (*http.Response, error) {
-	return t.roundTrip(ctx, key, req, msg, deadline)
-}
-
-// roundTrip carries req, or msg in its stead when it is not nil, to key.
+// roundTrip carries req to key (host:port) over a pooled connection and
+// reads its answer's head. When msg is not nil it goes on the wire in
+// req's stead: a whole HTTP/1.1 request (head and body), which can always
+// be sent again; req then only says the method the answer is read for and
+// becomes its Request. A deadline, when not zero, bounds the exchange, the
+// answer's body included, as a context's deadline would: past it the
+// errors are context.DeadlineExceeded.
 func (t *transport) roundTrip(ctx context.Context, key string, req *http.Request, msg []byte, deadline time.Time) (*http.Response, error) {
 	for retried := false; ; retried = true {
 		c, err := t.get(ctx, key, retried)

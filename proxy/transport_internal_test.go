@@ -199,6 +199,20 @@ func TestIsAlive(t *testing.T) {
 	}
 }
 
+// newOneAnswerServer starts a server that answers one request on each
+// connection with "ok" and then closes it; seen counts the requests.
+func newOneAnswerServer(tb testing.TB) (url string, seen *atomic.Int32) {
+	seen = new(atomic.Int32)
+	url = newRawServer(tb, func(_ int, c net.Conn, br *bufio.Reader) {
+		if _, _, err := readRequest(br); err != nil {
+			return
+		}
+		seen.Add(1)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	}) // the connection closes as the handler returns
+	return url, seen
+}
+
 // waitReadable blocks until c has something to read (bytes or EOF)
 // without reading it.
 func waitReadable(tb testing.TB, c net.Conn) {
@@ -221,17 +235,7 @@ func waitReadable(tb testing.TB, c net.Conn) {
 // for checkAfterIdle: the next request, which could not be retried, goes
 // out on a new connection, and the server sees it once.
 func TestTransportSkipsConnectionClosedWhileIdle(t *testing.T) {
-	var seen atomic.Int32
-	url := newRawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
-		if _, _, err := readRequest(br); err != nil {
-			return
-		}
-		seen.Add(1)
-		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		if n == 0 {
-			_ = c.Close() // the first connection, once idle
-		}
-	})
+	url, seen := newOneAnswerServer(t)
 	tr, dials := newTestTransport(t)
 	for i := range 2 {
 		req := newRequest(t, context.Background(), url, "x")
@@ -262,15 +266,7 @@ func TestTransportSkipsConnectionClosedWhileIdle(t *testing.T) {
 // sent again on a newly dialled connection, not on another closed one
 // from the pool.
 func TestTransportRetriesClosedIdleOnNewConnection(t *testing.T) {
-	var seen atomic.Int32
-	url := newRawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
-		if _, _, err := readRequest(br); err != nil {
-			return
-		}
-		seen.Add(1)
-		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		_ = c.Close() // every connection, once idle
-	})
+	url, seen := newOneAnswerServer(t)
 	tr, dials := newTestTransport(t)
 	// Three requests at once: three connections go idle.
 	var wg sync.WaitGroup
@@ -713,7 +709,7 @@ func TestTransportClearsExchangeDeadline(t *testing.T) {
 	req := newRequest(t, context.Background(), url, "")
 	msg := "POST / HTTP/1.1\r\nHost: " + req.URL.Host + "\r\nContent-Length: 0\r\n\r\n"
 	deadline := time.Now().Add(50 * time.Millisecond)
-	res, err := tr.roundTripWire(context.Background(), canonicalAddr(req), []byte(msg), req, deadline)
+	res, err := tr.roundTrip(context.Background(), canonicalAddr(req), req, []byte(msg), deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
