@@ -102,7 +102,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.BaseBinary, "base-binary", "", "a second policyrouter binary, measured as the base side in the same run")
 	fs.StringVar(&c.Nginx, "nginx", "auto", `nginx binary; "auto" looks for nginx in PATH and /usr/sbin, "none" skips nginx`)
 	fs.StringVar(&c.Upstream, "upstream", "auto", "what answers as the policies: nginx, go (a Go server), or auto (nginx when found)")
-	fs.StringVar(&c.Profile, "profile", "", "run the router side as this tree's router under a CPU profile written to this file (instead of -binary)")
+	fs.StringVar(&c.Profile, "profile", "", "run the router side as this tree's router under a CPU profile written to this file, and its allocations to FILE.allocs (instead of -binary)")
 	fs.StringVar(&serveArgs, "serve-args", "", "more flags of `serve` for both policyrouter sides, space-separated")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -100,7 +100,8 @@ func register(ctx context.Context, base string, policies []string, capacity int)
 // serveProfiled is the child that runs this tree's router as `policyrouter
 // serve` does (serve.go: app.DefaultConfig, its flags, app.New, Listen,
 // Serve) under a CPU profile written to the file of -cpuprofile when
-// SIGTERM ends it. Its arguments are -cpuprofile FILE -- serve's flags.
+// SIGTERM ends it, and its allocations to FILE.allocs. Its arguments are
+// -cpuprofile FILE -- serve's flags.
 func serveProfiled(args []string) error {
 	fs := flag.NewFlagSet("serve-profiled", flag.ContinueOnError)
 	profile := fs.String("cpuprofile", "", "write a CPU profile to this file")
@@ -137,5 +138,16 @@ func serveProfiled(args []string) error {
 		return err
 	}
 	defer pprof.StopCPUProfile()
-	return a.Serve(ctx, ln)
+	if err := a.Serve(ctx, ln); err != nil {
+		return err
+	}
+	af, err := os.Create(*profile + ".allocs")
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(af, 0); err != nil {
+		_ = af.Close()
+		return err
+	}
+	return af.Close()
 }
