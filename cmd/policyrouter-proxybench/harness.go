@@ -176,7 +176,8 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 // runPhase drives side s for the warm-up and then the measured window,
 // and reads the CPU its proxy and the upstream used over the window.
 func runPhase(ctx context.Context, cfg config, s *side, up *child) (phase, string, error) {
-	l := startLoad(s.addrs, cfg.Connections, "/v1/completions", completionsBody)
+	wl := workloads[cfg.Workload]
+	l := startLoad(s.addrs, cfg.Connections, wl.path, wl.body)
 	defer l.stop()
 	if !benchkit.SleepUntil(ctx, time.Now().Add(cfg.Warmup)) {
 		return phase{}, "", ctx.Err()

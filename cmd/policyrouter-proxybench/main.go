@@ -1,8 +1,9 @@
 // Command policyrouter-proxybench measures the CPU that proxy mode spends
 // per proxied request, beside nginx doing the same job, in one run.
 //
-// It starts an upstream that answers POST /v1/completions at once with a
-// fixed JSON answer (nginx when installed, else a small Go server, each a
+// It starts an upstream that answers POST /v1/completions (or, with
+// -workload generate, SGLang's POST /generate) at once with a fixed JSON
+// answer (nginx when installed, else a small Go server, each a
 // child process) on one port per policy, then the proxies, each a child
 // process: nginx (proxy_pass to the policies with keep-alive upstream
 // connections; skipped with a note when no nginx binary is found), a bare
@@ -82,6 +83,7 @@ type config struct {
 	BaseBinary  string
 	Nginx       string
 	Upstream    string
+	Workload    string
 	Profile     string
 	ServeArgs   []string
 }
@@ -102,6 +104,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.BaseBinary, "base-binary", "", "a second policyrouter binary, measured as the base side in the same run")
 	fs.StringVar(&c.Nginx, "nginx", "auto", `nginx binary; "auto" looks for nginx in PATH and /usr/sbin, "none" skips nginx`)
 	fs.StringVar(&c.Upstream, "upstream", "auto", "what answers as the policies: nginx, go (a Go server), or auto (nginx when found)")
+	fs.StringVar(&c.Workload, "workload", "completions", "what is sent: completions (POST /v1/completions, a text prompt) or generate (POST /generate of token ids with logprobs, which the router resumes on abort)")
 	fs.StringVar(&c.Profile, "profile", "", "run the router side as this tree's router under a CPU profile written to this file, and its allocations to FILE.allocs (instead of -binary)")
 	fs.StringVar(&serveArgs, "serve-args", "", "more flags of `serve` for both policyrouter sides, space-separated")
 	if err := fs.Parse(args); err != nil {
@@ -129,6 +132,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-connections must be in [1, 4096]")
 	case c.Upstream != "auto" && c.Upstream != "nginx" && c.Upstream != "go":
 		return c, fmt.Errorf("-upstream must be auto, nginx or go, not %q", c.Upstream)
+	case workloads[c.Workload].path == "":
+		return c, fmt.Errorf("-workload must be completions or generate, not %q", c.Workload)
 	case len(c.Sides) == 0:
 		return c, errors.New("-sides: no side to run")
 	}

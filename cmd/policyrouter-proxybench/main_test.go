@@ -103,7 +103,7 @@ func TestParseConfig(t *testing.T) {
 	if got := strings.Join(c.Sides, ","); got != "router,base" {
 		t.Errorf("sides: %s", got)
 	}
-	for _, args := range [][]string{{"-sides", "floor"}, {"-rounds", "0"}, {"-upstream", "caddy"}, {"-sides", "base"}, {"x"}} {
+	for _, args := range [][]string{{"-sides", "floor"}, {"-rounds", "0"}, {"-upstream", "caddy"}, {"-workload", "chat"}, {"-sides", "base"}, {"x"}} {
 		if _, err := parseConfig(args, io.Discard); err == nil {
 			t.Errorf("%q: no error", args)
 		}
@@ -111,31 +111,37 @@ func TestParseConfig(t *testing.T) {
 }
 
 // TestDirectAndBareSides runs the benchmark's direct and bare sides
-// against the Go upstream: both answer, the load generator counts their
-// answers, and none failed.
+// against the Go upstream, with each workload: both answer, the load
+// generator counts their answers, and none failed.
 func TestDirectAndBareSides(t *testing.T) {
-	cfg, err := parseConfig([]string{"-sides", "direct,bare", "-nginx", "none", "-upstream", "go",
-		"-rounds", "1", "-warmup", "0", "-duration", "300ms", "-connections", "4", "-policies", "2"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rep, err := runHarness(ctx, cfg, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Sides) != 2 {
-		t.Fatalf("sides: %+v", rep.Sides)
-	}
-	for _, s := range rep.Sides {
-		if len(s.Phases) != 1 || s.Phases[0].Requests == 0 || s.Phases[0].Failed != 0 {
-			t.Errorf("%s: phases %+v, first failure %q", s.Name, s.Phases, s.FirstError)
-		}
-	}
-	var out strings.Builder
-	writeTable(&out, rep)
-	if !strings.Contains(out.String(), "no nginx binary") {
-		t.Errorf("the report does not say nginx was skipped:\n%s", out.String())
+	for name := range workloads {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := parseConfig([]string{"-sides", "direct,bare", "-nginx", "none", "-upstream", "go", "-workload", name,
+				"-rounds", "1", "-warmup", "0", "-duration", "300ms", "-connections", "4", "-policies", "2"}, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			rep, err := runHarness(ctx, cfg, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Sides) != 2 {
+				t.Fatalf("sides: %+v", rep.Sides)
+			}
+			for _, s := range rep.Sides {
+				if len(s.Phases) != 1 || s.Phases[0].Requests == 0 || s.Phases[0].Failed != 0 {
+					t.Errorf("%s: phases %+v, first failure %q", s.Name, s.Phases, s.FirstError)
+				}
+			}
+			var out strings.Builder
+			writeTable(&out, rep)
+			for _, want := range []string{"no nginx binary", "POST " + workloads[name].path + ","} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("the report does not say %q:\n%s", want, out.String())
+				}
+			}
+		})
 	}
 }

@@ -24,7 +24,32 @@ const (
 	idleAnswer      = `{"idle":true}`
 	modelsAnswer    = `{"object":"list","data":[{"id":"bench","object":"model","owned_by":"bench"}]}`
 	completionsBody = `{"model":"bench","prompt":"Say four words.","max_tokens":4}`
+
+	// An SGLang-native /generate of token ids with logprobs, as slime's
+	// rollout sends it (input_ids, sampling_params, return_logprob), and
+	// the answer's fields as SGLang's output processor builds them
+	// (python/sglang/srt/managers/tokenizer_manager_components/
+	// output_processor.py, commit 7a464c40fc21; logprob triples as
+	// logprob_ops.py, commit 229224a3f405, makes them): a request the
+	// router can resume, read whole to see that it did not abort.
+	generateBody = `{"input_ids":[1,450,4996,17354,1701,432,29889,1576,338,263,1243,29889,3529,590,395,526],` +
+		`"sampling_params":{"max_new_tokens":4,"temperature":0},"return_logprob":true}`
+	generateAnswer = `{"text":" one two three four","output_ids":[697,1023,2211,3023],` +
+		`"meta_info":{"id":"bench-0","finish_reason":{"type":"length","length":4},"prompt_tokens":16,` +
+		`"completion_tokens":4,"cached_tokens":0,"weight_version":"default",` +
+		`"output_token_logprobs":[[-0.12,697,null],[-0.34,1023,null],[-0.05,2211,null],[-0.41,3023,null]],` +
+		`"output_token_logprobs_length":4,"input_token_logprobs":[]}}`
 )
+
+// A workload is what the load generator sends, and the upstream answers.
+type workload struct {
+	path, body string
+}
+
+var workloads = map[string]workload{
+	"completions": {"/v1/completions", completionsBody},
+	"generate":    {"/generate", generateBody},
+}
 
 // childEnv, set in a child's environment, makes the benchmark's own binary
 // run as that child instead (upstream, bare or serve-profiled).
@@ -48,7 +73,7 @@ func runChild() (bool, error) {
 }
 
 // serveUpstream answers on the listeners inherited as fds 3, 4, ... (one
-// per policy) until SIGTERM: POST /v1/completions, GET /idle and GET
+// per policy) until SIGTERM: POST /v1/completions, POST /generate, GET /idle and GET
 // /v1/models, each at once with a fixed answer.
 func serveUpstream() error {
 	n, err := strconv.Atoi(os.Getenv("POLICYROUTER_PROXYBENCH_LISTENERS"))
@@ -67,6 +92,7 @@ func serveUpstream() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/completions", fixed(completionAnswer))
+	mux.Handle("POST /generate", fixed(generateAnswer))
 	mux.Handle("GET /idle", fixed(idleAnswer))
 	mux.Handle("GET /v1/models", fixed(modelsAnswer))
 	srv := &http.Server{Handler: mux}
@@ -134,6 +160,7 @@ func nginxUpstream(ctx context.Context, nginx, dir string, n int) (*child, []str
 	}
 	server := listen.String() + `		default_type application/json;
 		location = /v1/completions { return 200 '` + completionAnswer + `'; }
+		location = /generate { return 200 '` + generateAnswer + `'; }
 		location = /idle { return 200 '` + idleAnswer + `'; }
 		location = /v1/models { return 200 '` + modelsAnswer + `'; }
 `
