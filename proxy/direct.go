@@ -16,8 +16,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// The direct path. A plain proxied request (no resume, to an http://
-// policy that transport.go carries) is forwarded without
+// The direct path. A proxied request to an http:// policy that
+// transport.go carries, resumable or not, is forwarded without
 // httputil.ReverseProxy: its head is written straight into one buffer
 // with the body behind it, sent in one write, and the answer is copied to
 // the client. ReverseProxy's general work per request (cloning the
@@ -39,11 +39,13 @@ import (
 // answer that fails once begun aborts the client's connection
 // (http.ErrAbortHandler), as ReverseProxy does. Requests it does not
 // take (an Upgrade, Expect, trailers, a key that is not a valid header
-// value) go to ReverseProxy.
+// value, a streamed resumable /generate: resume_stream.go announces its
+// trailers in the answer's Trailer header, which ReverseProxy carries and
+// removeHopByHop would drop) go to ReverseProxy.
 
 // direct reports whether the attempt can take the direct path to t.
 func (p *Proxy) direct(r *http.Request, t *target, a *attempt) bool {
-	if !t.wire || a.resume != nil || len(r.Trailer) > 0 || !httpguts.ValidHeaderFieldValue(a.apiKey) {
+	if !t.wire || (a.resume != nil && a.resume.stream != nil) || len(r.Trailer) > 0 || !httpguts.ValidHeaderFieldValue(a.apiKey) {
 		return false
 	}
 	h := r.Header
