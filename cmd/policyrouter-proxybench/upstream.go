@@ -73,8 +73,8 @@ func runChild() (bool, error) {
 }
 
 // serveUpstream answers on the listeners inherited as fds 3, 4, ... (one
-// per policy) until SIGTERM: POST /v1/completions, POST /generate, GET /idle and GET
-// /v1/models, each at once with a fixed answer.
+// per policy) until SIGTERM: POST /v1/completions, POST /generate, GET
+// /idle and GET /v1/models, each at once with a fixed answer.
 func serveUpstream() error {
 	n, err := strconv.Atoi(os.Getenv("POLICYROUTER_PROXYBENCH_LISTENERS"))
 	if err != nil {
