@@ -173,6 +173,10 @@ var hopHeaders = map[string]bool{
 // Connection header names.
 func removeHopByHop(h http.Header) {
 	for name := range connectionTokens(h) {
+		if strings.EqualFold(name, "keep-alive") {
+			delete(h, "Keep-Alive") // the usual token, without canonicalising it
+			continue
+		}
 		h.Del(name)
 	}
 	for k := range h {

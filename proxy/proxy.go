@@ -299,13 +299,31 @@ func (p *Proxy) attemptError(w http.ResponseWriter, r *http.Request, a *attempt,
 	}
 }
 
-// The answer headers' keys in canonical form (X-Policy-Id), set without
-// canonicalising them again for each answer.
+// The headers' keys in canonical form (X-Policy-Id), set and read without
+// canonicalising them again for each request: http.Header.Get of
+// "X-Session-ID" makes the string "X-Session-Id" every time it is called.
 var (
 	canonicalPolicyIndex   = http.CanonicalHeaderKey(HeaderPolicyIndex)
 	canonicalPolicyID      = http.CanonicalHeaderKey(HeaderPolicyID)
 	canonicalWeightVersion = http.CanonicalHeaderKey(HeaderWeightVersion)
+
+	canonicalRouter           = http.CanonicalHeaderKey(HeaderRouter)
+	canonicalEnvID            = http.CanonicalHeaderKey(HeaderEnvID)
+	canonicalSessionID        = http.CanonicalHeaderKey(HeaderSessionID)
+	canonicalSMGRoutingKey    = http.CanonicalHeaderKey(HeaderSMGRoutingKey)
+	canonicalStickyWaitMS     = http.CanonicalHeaderKey(HeaderStickyWaitMS)
+	canonicalMinWeightVersion = http.CanonicalHeaderKey(HeaderMinWeightVersion)
+	canonicalSelectTimeoutMS  = http.CanonicalHeaderKey(HeaderSelectTimeoutMS)
+	canonicalResumeOnAbort    = http.CanonicalHeaderKey(HeaderResumeOnAbort)
 )
+
+// headerValue is h.Get(key) for a key already in canonical form.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
 
 // maxTargets bounds the cache of parsed policy URLs: past it (policies
 // re-registered at new URLs for a long time) it starts again empty.
@@ -513,7 +531,7 @@ func (p *Proxy) finish(ctx context.Context, a *attempt) {
 // idle_affinity.
 func (p *Proxy) selectRequest(r *http.Request) (Request, error) {
 	h := r.Header
-	name := h.Get(HeaderRouter)
+	name := headerValue(h, canonicalRouter)
 	if name == "" {
 		name = p.DefaultRouter
 		if row, ok := routing.LookupRouter(name); !ok || !row.Leases() {
@@ -528,13 +546,13 @@ func (p *Proxy) selectRequest(r *http.Request) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
-	req := Request{Router: row.Name, EnvID: h.Get(HeaderEnvID), Wait: wait}
+	req := Request{Router: row.Name, EnvID: headerValue(h, canonicalEnvID), Wait: wait}
 	if len(req.EnvID) > 256 {
 		return req, fieldError(HeaderEnvID, "must be at most 256 bytes")
 	}
-	req.Session = h.Get(HeaderSessionID)
+	req.Session = headerValue(h, canonicalSessionID)
 	if req.Session == "" {
-		req.Session = h.Get(HeaderSMGRoutingKey)
+		req.Session = headerValue(h, canonicalSMGRoutingKey)
 	}
 	if err := routing.CheckSession(HeaderSessionID, req.Session); err != nil {
 		return req, err
@@ -542,14 +560,14 @@ func (p *Proxy) selectRequest(r *http.Request) (Request, error) {
 	// X-Sticky-Wait-MS: how long a session waits for its busy home (its
 	// cache), as /select's sticky_wait_ms; none means the server's default.
 	req.StickyWait = min(p.DefaultStickyWait, req.Wait)
-	if v := h.Get(HeaderStickyWaitMS); v != "" {
+	if v := headerValue(h, canonicalStickyWaitMS); v != "" {
 		ms, err := strconv.Atoi(v)
 		if err != nil || ms < 0 || ms > 3600000 {
 			return req, fieldError(HeaderStickyWaitMS, "must be an integer between 0 and 3600000, not "+strconv.Quote(v))
 		}
 		req.StickyWait = min(time.Duration(ms)*time.Millisecond, req.Wait)
 	}
-	if v := h.Get(HeaderMinWeightVersion); v != "" {
+	if v := headerValue(h, canonicalMinWeightVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			return req, fieldError(HeaderMinWeightVersion, "must be an integer >= 0, not "+strconv.Quote(v))

@@ -143,7 +143,7 @@ func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (
 	if !p.Resume || (r.URL.Path != "/generate" && r.URL.Path != "/v1/completions") {
 		return nil, nil
 	}
-	switch v := r.Header.Get(HeaderResumeOnAbort); v {
+	switch v := headerValue(r.Header, canonicalResumeOnAbort); v {
 	case "", "1":
 	case "0":
 		return nil, nil

@@ -20,7 +20,7 @@ const maxSelectTimeoutMS = 3600000
 // X-Select-Timeout-MS capped by --max-select-wait, else the server's
 // default wait. A malformed header is a 422 naming it.
 func (p *Proxy) selectWait(h http.Header) (time.Duration, error) {
-	v := h.Get(HeaderSelectTimeoutMS)
+	v := headerValue(h, canonicalSelectTimeoutMS)
 	if v == "" {
 		return p.DefaultSelectWait, nil
 	}
