@@ -13,10 +13,12 @@ import (
 // It answers as decoding the body into struct{ Model json.RawMessage }
 // with encoding/json would (keys matched without regard to case, the last
 // one winning), without decoding the rest of the body: it checks the body
-// is valid JSON and scans its top-level keys. Keys and values it cannot
-// read exactly by bytes (escapes, non-ASCII) go to encoding/json.
-func requestModel(body []byte) (string, error) {
-	if !json.Valid(body) {
+// is valid JSON (valid: json.Valid(body), which the caller has checked
+// once for every reader of the body) and scans its top-level keys. Keys
+// and values it cannot read exactly by bytes (escapes, non-ASCII) go to
+// encoding/json.
+func requestModel(body []byte, valid bool) (string, error) {
+	if !valid {
 		return "", nil
 	}
 	raw, ok := scanModel(body)

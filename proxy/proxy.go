@@ -381,10 +381,11 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 		}
 		return // the client left while sending
 	}
+	valid := json.Valid(body) // once: the model and resuming read a valid body by its bytes
 	sreq, err := p.selectRequest(r)
 	if err == nil {
 		sreq.Route = r.URL.Path
-		sreq.Model, err = requestModel(body)
+		sreq.Model, err = requestModel(body, valid)
 	}
 	if err != nil {
 		p.WriteError(w, r, err)
@@ -396,7 +397,7 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 	} else {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	}
-	rs, err := p.resumeFor(w, r, body)
+	rs, err := p.resumeFor(w, r, body, valid)
 	if err != nil {
 		p.WriteError(w, r, err)
 		return

@@ -90,7 +90,8 @@ var concatMeta = []string{"output_token_logprobs", "output_top_logprobs", "outpu
 // resumeState is one resumable request: the client's request, the
 // segments answered so far and the continuation to send next.
 type resumeState struct {
-	req      map[string]json.RawMessage
+	raw      []byte                     // the client's request
+	req      map[string]json.RawMessage // and its fields, once a continuation needs them
 	sampling map[string]json.RawMessage
 	prompt   []int64
 	maxNew   *int // nil: no bound (max_new_tokens null)
@@ -139,7 +140,7 @@ type weightSpan struct {
 // resumeFor says whether a proxied request is resumed on abort: its state
 // when it is, nil when not. A /generate request that cannot be is marked
 // so (X-Resume: unavailable) on w; a malformed X-Resume-On-Abort is a 422.
-func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (*resumeState, error) {
+func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte, valid bool) (*resumeState, error) {
 	if !p.Resume || (r.URL.Path != "/generate" && r.URL.Path != "/v1/completions") {
 		return nil, nil
 	}
@@ -150,7 +151,7 @@ func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (
 	default:
 		return nil, fieldError(HeaderResumeOnAbort, "must be 0 or 1, not "+strconv.Quote(v))
 	}
-	rs, why := parseFor(r.URL.Path, body)
+	rs, why := parseFor(r.URL.Path, body, valid)
 	if why != "" {
 		w.Header().Set(HeaderResume, "unavailable ("+why+")")
 		return nil, nil
@@ -162,19 +163,66 @@ func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte) (
 	return rs, nil
 }
 
-// parseFor reads a resumable request of the proxied path; it returns why
-// the request cannot be resumed, or its state.
-func parseFor(path string, body []byte) (*resumeState, string) {
+// parseFor reads a resumable request of the proxied path (valid:
+// json.Valid(body)); it returns why the request cannot be resumed, or its
+// state.
+func parseFor(path string, body []byte, valid bool) (*resumeState, string) {
 	if path == "/v1/completions" {
-		return parseResumableCompletion(body)
+		return parseResumableCompletion(body, valid)
 	}
-	return parseResumable(body)
+	return parseResumable(body, valid)
 }
 
 // parseResumable reads a GenerateReqInput; it returns why the request
 // cannot be resumed, or its state. A body the engine will refuse is not
 // resumable either: the engine's answer says why.
-func parseResumable(body []byte) (*resumeState, string) {
+//
+// It answers as parseResumableJSON does, without decoding the whole body
+// (which costs several times more than the rest of a proxied request's
+// reading): it scans the top-level keys, matched by bytes as a map
+// decode matches them (the last one winning), and decodes only the
+// sampling_params; the request is decoded whole when an abort needs a
+// continuation. Keys it cannot read by bytes go to encoding/json.
+func parseResumable(body []byte, valid bool) (*resumeState, string) {
+	if i := skipSpace(body, 0); !valid || i == len(body) || body[i] != '{' {
+		return nil, "not a JSON object"
+	}
+	var stream, ids, text, sampling []byte
+	ok := scanTopLevel(body, func(key, val []byte) {
+		switch string(key) {
+		case "stream":
+			stream = val
+		case "input_ids":
+			ids = val
+		case "text":
+			text = val
+		case "sampling_params":
+			sampling = val
+		}
+	})
+	if !ok {
+		return parseResumableJSON(body)
+	}
+	rs := &resumeState{raw: body}
+	if string(stream) == "true" {
+		rs.stream = &streamState{prompt: make(map[string]json.RawMessage)}
+	}
+	switch {
+	case ids == nil || isNull(ids):
+		if text != nil && !isNull(text) {
+			return nil, "text prompt"
+		}
+		return nil, "no input_ids"
+	}
+	var tokens bool
+	if rs.prompt, tokens = tokenIDs(ids); !tokens && json.Unmarshal(ids, &rs.prompt) != nil {
+		return nil, "batch request"
+	}
+	return rs.samplingParams(sampling)
+}
+
+// parseResumableJSON is parseResumable by encoding/json alone.
+func parseResumableJSON(body []byte) (*resumeState, string) {
 	rs := &resumeState{}
 	if json.Unmarshal(body, &rs.req) != nil || rs.req == nil {
 		return nil, "not a JSON object"
@@ -193,7 +241,13 @@ func parseResumable(body []byte) (*resumeState, string) {
 	case json.Unmarshal(ids, &rs.prompt) != nil:
 		return nil, "batch request"
 	}
-	if raw, ok := rs.req["sampling_params"]; ok && !isNull(raw) {
+	return rs.samplingParams(rs.req["sampling_params"])
+}
+
+// samplingParams reads a resumable request's sampling_params (raw, nil
+// when absent) into rs.
+func (rs *resumeState) samplingParams(raw []byte) (*resumeState, string) {
+	if raw != nil && !isNull(raw) {
 		if json.Unmarshal(raw, &rs.sampling) != nil {
 			return nil, "batch request"
 		}
@@ -207,7 +261,7 @@ func parseResumable(body []byte) (*resumeState, string) {
 		EBNF         json.RawMessage `json:"ebnf"`
 		StructTag    json.RawMessage `json:"structural_tag"`
 	}
-	if raw, ok := rs.req["sampling_params"]; ok && !isNull(raw) && json.Unmarshal(raw, &p) != nil {
+	if raw != nil && !isNull(raw) && json.Unmarshal(raw, &p) != nil {
 		return nil, "sampling_params not understood"
 	}
 	if p.N > 1 {
@@ -221,6 +275,47 @@ func parseResumable(body []byte) (*resumeState, string) {
 	rs.minNew = p.MinNewTokens
 	rs.maxNew = tokenBudget(rs.sampling, "max_new_tokens", p.MaxNewTokens, sglangDefaultMaxNewTokens)
 	return rs, ""
+}
+
+// tokenIDs decodes raw, a valid JSON value, as json.Unmarshal into
+// []int64 would when it is an array of integer literals that fit (ok);
+// anything else (null elements, fractions, exponents, long numbers, not
+// an array) is left to encoding/json.
+func tokenIDs(raw []byte) (ids []int64, ok bool) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, false
+	}
+	ids = make([]int64, 0, bytes.Count(raw, []byte(","))+1)
+	i := skipSpace(raw, 1)
+	if raw[i] == ']' {
+		return ids, true
+	}
+	for {
+		neg := raw[i] == '-'
+		if neg {
+			i++
+		}
+		start := i
+		var n int64
+		for ; i < len(raw) && raw[i] >= '0' && raw[i] <= '9'; i++ {
+			n = n*10 + int64(raw[i]-'0')
+		}
+		if i == start || i-start > 18 {
+			return nil, false
+		}
+		if neg {
+			n = -n
+		}
+		ids = append(ids, n)
+		switch i = skipSpace(raw, i); raw[i] {
+		case ',':
+			i = skipSpace(raw, i+1)
+		case ']':
+			return ids, true
+		default:
+			return nil, false
+		}
+	}
 }
 
 // tokenBudget is a request's bound on new tokens, field key of fields
@@ -509,6 +604,9 @@ func (rs *resumeState) remaining() int {
 // number, as slime's partial rollout sends it; the prompt's logprobs are
 // the first segment's, so logprob_start_len is dropped.
 func (rs *resumeState) continuation() []byte {
+	if rs.req == nil {
+		_ = json.Unmarshal(rs.raw, &rs.req) // a JSON object: parseResumable checked
+	}
 	req := make(map[string]json.RawMessage, len(rs.req))
 	for k, v := range rs.req {
 		req[k] = v

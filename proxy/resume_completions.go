@@ -51,11 +51,11 @@ type completionLogprobs struct {
 
 // parseResumableCompletion reads a CompletionRequest; it returns why the
 // request cannot be resumed, or its state.
-func parseResumableCompletion(body []byte) (*resumeState, string) {
+func parseResumableCompletion(body []byte, valid bool) (*resumeState, string) {
 	// Most requests are not resumable for a reason that a decode of two
 	// fields tells (a stream, a text prompt): only the others are decoded
 	// whole, which costs several times more.
-	if why := completionHead(body); why != "" {
+	if why := completionHead(body, valid); why != "" {
 		return nil, why
 	}
 	rs := &resumeState{completion: &completionState{}}
@@ -244,8 +244,8 @@ func (rs *resumeState) mergedCompletion() []byte {
 // object or "stream" is not a boolean or null. It scans the top-level
 // keys instead of decoding; keys it cannot read by bytes go to
 // encoding/json.
-func completionHead(body []byte) string {
-	if len(body) == 0 || body[0] != '{' || !json.Valid(body) {
+func completionHead(body []byte, valid bool) string {
+	if !valid || len(body) == 0 || body[0] != '{' {
 		return ""
 	}
 	var stream, prompt []byte
