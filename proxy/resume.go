@@ -218,7 +218,7 @@ func parseResumable(body []byte, valid bool) (*resumeState, string) {
 	if rs.prompt, tokens = tokenIDs(ids); !tokens && json.Unmarshal(ids, &rs.prompt) != nil {
 		return nil, "batch request"
 	}
-	return rs.samplingParams(sampling)
+	return rs.samplingScan(sampling)
 }
 
 // parseResumableJSON is parseResumable by encoding/json alone.
@@ -273,8 +273,86 @@ func (rs *resumeState) samplingParams(raw []byte) (*resumeState, string) {
 		}
 	}
 	rs.minNew = p.MinNewTokens
-	rs.maxNew = tokenBudget(rs.sampling, "max_new_tokens", p.MaxNewTokens, sglangDefaultMaxNewTokens)
+	rs.maxNew = tokenBudget(rs.sampling["max_new_tokens"], p.MaxNewTokens, sglangDefaultMaxNewTokens)
 	return rs, ""
+}
+
+// samplingScan is samplingParams by the top-level keys of raw (a valid
+// JSON value, nil when absent), matched and read as samplingParams'
+// decodes do: the struct's fields without regard to case, the map's
+// "max_new_tokens" by bytes, the last one winning. The map itself is
+// decoded when a continuation is built. Keys it cannot read by bytes go
+// to samplingParams.
+func (rs *resumeState) samplingScan(raw []byte) (*resumeState, string) {
+	if raw == nil || isNull(raw) {
+		rs.maxNew = tokenBudget(nil, nil, sglangDefaultMaxNewTokens)
+		return rs, ""
+	}
+	if raw[0] != '{' {
+		return nil, "batch request"
+	}
+	var (
+		exactMax  []byte // the map's "max_new_tokens"
+		maxNew    *int
+		n         int
+		grammar   [4][]byte // json_schema, regex, ebnf, structural_tag
+		typeError bool
+	)
+	ok := scanTopLevel(raw, func(key, val []byte) {
+		if string(key) == "max_new_tokens" {
+			exactMax = val
+		}
+		switch {
+		case bytes.EqualFold(key, []byte("max_new_tokens")):
+			if maxNew = nil; string(val) != "null" {
+				maxNew = new(int)
+				typeError = !intValue(maxNew, val) || typeError
+			}
+		case bytes.EqualFold(key, []byte("min_new_tokens")):
+			typeError = !intValue(&rs.minNew, val) || typeError
+		case bytes.EqualFold(key, []byte("n")):
+			typeError = !intValue(&n, val) || typeError
+		default:
+			for i, name := range []string{"json_schema", "regex", "ebnf", "structural_tag"} {
+				if bytes.EqualFold(key, []byte(name)) {
+					grammar[i] = val
+				}
+			}
+		}
+	})
+	switch {
+	case !ok:
+		rs.minNew = 0
+		return rs.samplingParams(raw)
+	case typeError:
+		return nil, "sampling_params not understood"
+	case n > 1:
+		return nil, "n > 1"
+	}
+	for _, g := range grammar {
+		if g != nil && !isNull(g) {
+			return nil, "constrained decoding"
+		}
+	}
+	rs.maxNew = tokenBudget(exactMax, maxNew, sglangDefaultMaxNewTokens)
+	return rs, ""
+}
+
+// intValue decodes the JSON value val into *v as json.Unmarshal does,
+// null leaving it as it was; false when val is not an int.
+func intValue(v *int, val []byte) bool {
+	if string(val) == "null" {
+		return true
+	}
+	if val[0] != '-' && (val[0] < '0' || val[0] > '9') {
+		return false
+	}
+	i, err := strconv.ParseInt(string(val), 10, strconv.IntSize)
+	if err != nil {
+		return false
+	}
+	*v = int(i)
+	return true
 }
 
 // tokenIDs decodes raw, a valid JSON value, as json.Unmarshal into
@@ -318,13 +396,12 @@ func tokenIDs(raw []byte) (ids []int64, ok bool) {
 	}
 }
 
-// tokenBudget is a request's bound on new tokens, field key of fields
-// decoded as parsed: the engine's default def when the field is absent,
-// nil (no bound) when it is null.
-func tokenBudget(fields map[string]json.RawMessage, key string, parsed *int, def int) *int {
-	raw, ok := fields[key]
+// tokenBudget is a request's bound on new tokens, its field raw (nil
+// when absent) decoded as parsed: the engine's default def when the
+// field is absent, nil (no bound) when it is null.
+func tokenBudget(raw json.RawMessage, parsed *int, def int) *int {
 	switch {
-	case !ok:
+	case raw == nil:
 		return &def
 	case isNull(raw):
 		return nil
@@ -604,8 +681,9 @@ func (rs *resumeState) remaining() int {
 // number, as slime's partial rollout sends it; the prompt's logprobs are
 // the first segment's, so logprob_start_len is dropped.
 func (rs *resumeState) continuation() []byte {
-	if rs.req == nil {
-		_ = json.Unmarshal(rs.raw, &rs.req) // a JSON object: parseResumable checked
+	if rs.req == nil { // parseResumable read a JSON object by its keys
+		_ = json.Unmarshal(rs.raw, &rs.req)
+		_ = json.Unmarshal(rs.req["sampling_params"], &rs.sampling)
 	}
 	req := make(map[string]json.RawMessage, len(rs.req))
 	for k, v := range rs.req {

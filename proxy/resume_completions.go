@@ -101,7 +101,7 @@ func parseResumableCompletion(body []byte, valid bool) (*resumeState, string) {
 		}
 	}
 	rs.minNew = p.MinTokens
-	rs.maxNew = tokenBudget(rs.req, "max_tokens", p.MaxTokens, vllmDefaultMaxTokens)
+	rs.maxNew = tokenBudget(rs.req["max_tokens"], p.MaxTokens, vllmDefaultMaxTokens)
 	return rs, ""
 }
 

@@ -43,6 +43,28 @@ var parseCases = []string{
 	`{"input_ids":[1],"sampling_params":{"regex":"a+"}}`,
 	`{"input_ids":[1],"sampling_params":{"max_new_tokens":"x"}}`,
 	`{"input_ids":[1],"sampling_params":{"max_new_tokens":5},"sampling_params":{"max_new_tokens":9}}`,
+	`{"input_ids":[1],"sampling_params":{"MAX_NEW_TOKENS":5}}`,
+	`{"input_ids":[1],"sampling_params":{"max_new_tokens":5,"Max_New_Tokens":7}}`,
+	`{"input_ids":[1],"sampling_params":{"Max_New_Tokens":7,"max_new_tokens":5}}`,
+	`{"input_ids":[1],"sampling_params":{"max_new_tokens":5,"max_new_tokens":null}}`,
+	`{"input_ids":[1],"sampling_params":{"max_new_tokens":1.0}}`,
+	`{"input_ids":[1],"sampling_params":{"max_new_tokens":-3,"min_new_tokens":-1}}`,
+	`{"input_ids":[1],"sampling_params":{"max_new_tokens":99999999999999999999}}`,
+	`{"input_ids":[1],"sampling_params":{"min_new_tokens":2,"min_new_tokens":null}}`,
+	`{"input_ids":[1],"sampling_params":{"min_new_tokens":true}}`,
+	`{"input_ids":[1],"sampling_params":{"n":"2","n":1}}`,
+	`{"input_ids":[1],"sampling_params":{"n":2,"n":null}}`,
+	`{"input_ids":[1],"sampling_params":{"N":3}}`,
+	`{"input_ids":[1],"sampling_params":{"n":[2]}}`,
+	`{"input_ids":[1],"sampling_params":{"regex":"a","REGEX":null}}`,
+	`{"input_ids":[1],"sampling_params":{"regex":"a","ebnf":null}}`,
+	`{"input_ids":[1],"sampling_params":{"json_schema":{},"temperature":0.5}}`,
+	`{"input_ids":[1],"sampling_params":{"Structural_Tag":"x"}}`,
+	`{"input_ids":[1],"sampling_params":{"stop":["a"],"temperature":0}}`,
+	`{"input_ids":[1],"sampling_params":"x"}`,
+	`{"input_ids":[1],"sampling_params":{}}`,
+	"{\"input_ids\":[1],\"sampling_params\":{\"m\xc3\xa1x\":1,\"max_new_tokens\":3}}",
+	`{"input_ids":[1],"sampling_params":{"max_new\u005ftokens":3}}`,
 	`{"input_ids":[1]`,
 	`{"input_ids":[1],}`,
 	`[{"input_ids":[1]}]`,
@@ -87,14 +109,14 @@ func checkParse(t *testing.T, body []byte) {
 	}
 	see := func(rs *resumeState) view {
 		v := view{Prompt: rs.prompt, MaxNew: rs.maxNew, MinNew: rs.minNew, Stream: rs.stream != nil}
+		rs.ids = []int64{7, 8}
+		v.Next = string(rs.continuation()) // which may decode what the scan did not
 		for k, raw := range rs.sampling {
 			if v.Sampling == nil {
 				v.Sampling = map[string]string{}
 			}
 			v.Sampling[k] = string(raw)
 		}
-		rs.ids = []int64{7, 8}
-		v.Next = string(rs.continuation())
 		return v
 	}
 	if g, w := see(got), see(want); !reflect.DeepEqual(g, w) {
