@@ -198,6 +198,13 @@ const (
 	RouteModels      = "/v1/models"
 )
 
+// The engines' Routes, shared (Serves asks for them on every proxied
+// request): not to be modified.
+var (
+	allRoutes    = []string{RouteGenerate, RouteCompletions, RouteChat, RouteModels}
+	openAIRoutes = []string{RouteCompletions, RouteChat, RouteModels}
+)
+
 // jsonCall builds a call with v marshalled as its body.
 func jsonCall(method, path string, v any) Call {
 	body, err := json.Marshal(v)

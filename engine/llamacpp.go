@@ -42,7 +42,7 @@ var _ Engine = llamacpp{}
 // post("/v1/chat/completions"), get("/v1/models") in main of
 // tools/server/server.cpp). Its native POST /completion is not a proxied
 // route, and it has no SGLang-native /generate.
-func (llamacpp) Routes() []string { return []string{RouteCompletions, RouteChat, RouteModels} }
+func (llamacpp) Routes() []string { return openAIRoutes }
 
 func (llamacpp) PauseModes() []string                     { return []string{PauseWait} }
 func (llamacpp) Pause(string) (Call, bool)                { return Call{}, false }

@@ -27,9 +27,7 @@ var _ Engine = native{}
 
 // Routes: every proxied route, as the router always forwarded them to a
 // native policy.
-func (native) Routes() []string {
-	return []string{RouteGenerate, RouteCompletions, RouteChat, RouteModels}
-}
+func (native) Routes() []string { return allRoutes }
 
 func (native) PauseModes() []string                     { return []string{PauseWait} }
 func (native) Pause(string) (Call, bool)                { return Call{}, false }

@@ -54,9 +54,7 @@ var _ Engine = sglang{}
 // commit 0025436eab05: @app.api_route("/generate"), @app.post
 // ("/v1/completions"), @app.post("/v1/chat/completions"), @app.get
 // ("/v1/models")).
-func (sglang) Routes() []string {
-	return []string{RouteGenerate, RouteCompletions, RouteChat, RouteModels}
-}
+func (sglang) Routes() []string { return allRoutes }
 
 // sglangLoads is the answer of GET /v1/loads, as built by get_loads in
 // python/sglang/srt/entrypoints/v1_loads.py (sgl-project/sglang, commit

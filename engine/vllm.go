@@ -66,7 +66,7 @@ var _ Engine = vllm{}
 
 // Routes: the OpenAI-compatible API (vllm/entrypoints/openai/api_server.py):
 // no SGLang-native /generate.
-func (vllm) Routes() []string { return []string{RouteCompletions, RouteChat, RouteModels} }
+func (vllm) Routes() []string { return openAIRoutes }
 
 // The gauges of vLLM's PrometheusStatLogger, vllm/v1/metrics/loggers.py
 // (vllm-project/vllm): Gauge(name="vllm:num_requests_running",

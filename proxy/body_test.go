@@ -34,9 +34,13 @@ func TestReadBody(t *testing.T) {
 		{name: "failing", body: iotest.ErrReader(errors.New("gone")), declared: 10, err: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest(http.MethodPost, "/generate", tc.body)
+			body := &closeRecorder{Reader: tc.body}
+			r := httptest.NewRequest(http.MethodPost, "/generate", body)
 			r.ContentLength = tc.declared
 			got, err := readBody(httptest.NewRecorder(), r, limit)
+			if body.closed != (err == nil) {
+				t.Errorf("body closed %v after err = %v; want it closed when read whole", body.closed, err)
+			}
 			var tooLarge *http.MaxBytesError
 			switch {
 			case tc.tooLarge:
@@ -55,6 +59,14 @@ func TestReadBody(t *testing.T) {
 		})
 	}
 }
+
+// closeRecorder is a request body that records its Close.
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error { c.closed = true; return nil }
 
 // BenchmarkReadBody compares readBody with the io.ReadAll it replaced.
 func BenchmarkReadBody(b *testing.B) {

@@ -88,6 +88,7 @@ type conn struct {
 	idleSince time.Time // when it went back to the pool
 	reused    bool      // it carried a request before this one
 	deadline  bool      // an exchange set a deadline on it
+	abort     func()    // sets a deadline in the past: made once, for every exchange's cancellation
 }
 
 // writers are the buffers requests are written through: only during the
@@ -185,7 +186,7 @@ func (t *transport) exchange(ctx context.Context, c *conn, req *http.Request, ms
 	}
 	// A cancelled request unblocks its write or read by a deadline in the
 	// past; no goroutine waits on ctx meanwhile.
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, c.abort)
 	fail := func(err error) (*http.Response, bool, error) {
 		stop()
 		_ = c.nc.Close()
@@ -330,7 +331,9 @@ func (t *transport) get(ctx context.Context, key string, fresh bool) (*conn, err
 	if err != nil {
 		return nil, err
 	}
-	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), key: key}, nil
+	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), key: key}
+	c.abort = func() { _ = c.nc.SetDeadline(aLongTimeAgo) }
+	return c, nil
 }
 
 // popIdle takes the most recently used idle connection to key that has
