@@ -151,7 +151,8 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 	fmt.Fprintf(progress, "policyrouter-proxybench: %d rounds x %d sides x (%s + %s warm-up), %d connections, %d policies of capacity %d\n",
 		cfg.Rounds, len(sides), cfg.Duration, cfg.Warmup, cfg.Connections, cfg.Policies, cfg.Capacity)
 	for r := range cfg.Rounds {
-		for i, s := range sides {
+		for _, i := range roundOrder(len(sides), r) {
+			s := sides[i]
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -171,6 +172,21 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 	rep.Machine.LoadEnd = benchkit.LoadAvg()
 	rep.Elapsed = time.Since(start)
 	return rep, nil
+}
+
+// roundOrder is the order the sides run in round r: as given, and
+// reversed in every other round, so that over an even number of rounds
+// each side runs as often before another as after it (on a machine whose
+// load drifts, the order favours one side: BENCHMARKS.md).
+func roundOrder(n, r int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+		if r%2 == 1 {
+			order[i] = n - 1 - i
+		}
+	}
+	return order
 }
 
 // runPhase drives side s for the warm-up and then the measured window,

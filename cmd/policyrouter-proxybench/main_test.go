@@ -145,3 +145,24 @@ func TestDirectAndBareSides(t *testing.T) {
 		})
 	}
 }
+
+// Over two rounds every side runs once before and once after each other.
+func TestRoundOrder(t *testing.T) {
+	const n = 4
+	before := make(map[[2]int]int)
+	for r := range 2 {
+		order := roundOrder(n, r)
+		for i := range order {
+			for j := i + 1; j < len(order); j++ {
+				before[[2]int{order[i], order[j]}]++
+			}
+		}
+	}
+	for a := range n {
+		for b := range n {
+			if a != b && before[[2]int{a, b}] != 1 {
+				t.Errorf("side %d ran before side %d in %d of 2 rounds, want 1", a, b, before[[2]int{a, b}])
+			}
+		}
+	}
+}

@@ -14,7 +14,7 @@ func writeTable(w io.Writer, rep *report) {
 	m, c := rep.Machine, rep.Config
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s %s; load average %s at start, %s at end\n",
 		m.NumCPU, m.CPUModel, m.GoVersion, m.OSArch, m.LoadStart, m.LoadEnd)
-	fmt.Fprintf(w, "run: %d rounds of %s per side after %s warm-up (sides alternating), %d keep-alive connections, "+
+	fmt.Fprintf(w, "run: %d rounds of %s per side after %s warm-up (sides in turn, in reverse order every other round), %d keep-alive connections, "+
 		"POST %s, %d policies of capacity %d; %.0fs in all\n",
 		c.Rounds, c.Duration, c.Warmup, c.Connections, workloads[c.Workload].path, c.Policies, c.Capacity, rep.Elapsed.Seconds())
 	fmt.Fprintf(w, "upstream: %s\n", rep.Upstream)
