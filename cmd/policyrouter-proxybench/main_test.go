@@ -166,3 +166,19 @@ func TestRoundOrder(t *testing.T) {
 		}
 	}
 }
+
+// The report gives the router's CPU against the base's for every round.
+func TestReportRatiosPerRound(t *testing.T) {
+	ph := func(cpuMicros int64) phase {
+		return phase{Requests: 1000, Seconds: 1, ProxyCPU: time.Duration(cpuMicros*1000) * time.Microsecond}
+	}
+	rep := &report{Config: config{Rounds: 2, Workload: "completions"}, Sides: []sideResult{
+		{Name: sideBase, Phases: []phase{ph(100), ph(200)}},
+		{Name: sideRouter, Phases: []phase{ph(50), ph(120)}},
+	}}
+	var out strings.Builder
+	writeTable(&out, rep)
+	if want := "router CPU vs base, per round: 0.50 0.60\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("the report does not say %q:\n%s", want, out.String())
+	}
+}

@@ -50,6 +50,14 @@ func writeTable(w io.Writer, rep *report) {
 			ratio(s, base, cpu, s.Name != sideDirect), ratio(s, base, tput, true), failed)
 	}
 	tw.Flush()
+	if router := findSide(rep, sideRouter); router != nil && base != nil && len(base.Phases) == len(router.Phases) {
+		fmt.Fprint(w, "router CPU vs base, per round:")
+		for i := range router.Phases {
+			cpu := func(p phase) float64 { return p.cpuPerRequest(p.ProxyCPU) }
+			fmt.Fprintf(w, " %.2f", benchkit.Ratio(cpu(router.Phases[i]), cpu(base.Phases[i])))
+		}
+		fmt.Fprintln(w)
+	}
 	for _, s := range rep.Sides {
 		if s.FirstError != "" {
 			fmt.Fprintf(w, "%s: first failure: %s\n", s.Name, s.FirstError)
