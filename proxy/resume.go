@@ -207,12 +207,8 @@ func parseResumable(body []byte, valid bool) (*resumeState, string) {
 	if string(stream) == "true" {
 		rs.stream = &streamState{prompt: make(map[string]json.RawMessage)}
 	}
-	switch {
-	case ids == nil || isNull(ids):
-		if text != nil && !isNull(text) {
-			return nil, "text prompt"
-		}
-		return nil, "no input_ids"
+	if isNull(ids) {
+		return nil, withoutIDs(text)
 	}
 	var tokens bool
 	if rs.prompt, tokens = tokenIDs(ids); !tokens && json.Unmarshal(ids, &rs.prompt) != nil {
@@ -231,17 +227,23 @@ func parseResumableJSON(body []byte) (*resumeState, string) {
 	if raw, ok := rs.req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream {
 		rs.stream = &streamState{prompt: make(map[string]json.RawMessage)}
 	}
-	ids, ok := rs.req["input_ids"]
+	ids := rs.req["input_ids"]
 	switch {
-	case !ok || isNull(ids):
-		if t, ok := rs.req["text"]; ok && !isNull(t) {
-			return nil, "text prompt"
-		}
-		return nil, "no input_ids"
+	case isNull(ids):
+		return nil, withoutIDs(rs.req["text"])
 	case json.Unmarshal(ids, &rs.prompt) != nil:
 		return nil, "batch request"
 	}
 	return rs.samplingParams(rs.req["sampling_params"])
+}
+
+// withoutIDs is why a request without input_ids cannot be resumed, its
+// text field text (nil when absent).
+func withoutIDs(text []byte) string {
+	if !isNull(text) {
+		return "text prompt"
+	}
+	return "no input_ids"
 }
 
 // samplingParams reads a resumable request's sampling_params (raw, nil
@@ -294,7 +296,7 @@ func (rs *resumeState) samplingScan(raw []byte) (*resumeState, string) {
 	var (
 		exactMax  []byte // the map's "max_new_tokens"
 		maxNew    *int
-		n         int
+		minNew, n int
 		grammar   [4][]byte // json_schema, regex, ebnf, structural_tag
 		typeError bool
 	)
@@ -309,7 +311,7 @@ func (rs *resumeState) samplingScan(raw []byte) (*resumeState, string) {
 				typeError = !intValue(maxNew, val) || typeError
 			}
 		case bytes.EqualFold(key, []byte("min_new_tokens")):
-			typeError = !intValue(&rs.minNew, val) || typeError
+			typeError = !intValue(&minNew, val) || typeError
 		case bytes.EqualFold(key, []byte("n")):
 			typeError = !intValue(&n, val) || typeError
 		default:
@@ -322,7 +324,6 @@ func (rs *resumeState) samplingScan(raw []byte) (*resumeState, string) {
 	})
 	switch {
 	case !ok:
-		rs.minNew = 0
 		return rs.samplingParams(raw)
 	case typeError:
 		return nil, "sampling_params not understood"
@@ -334,6 +335,7 @@ func (rs *resumeState) samplingScan(raw []byte) (*resumeState, string) {
 			return nil, "constrained decoding"
 		}
 	}
+	rs.minNew = minNew
 	rs.maxNew = tokenBudget(exactMax, maxNew, sglangDefaultMaxNewTokens)
 	return rs, ""
 }
