@@ -26,6 +26,7 @@ import (
 	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/handlers"
+	"github.com/policyrouter/policyrouter/internal/h1"
 	"github.com/policyrouter/policyrouter/internal/logbuf"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/poller"
@@ -399,6 +400,13 @@ func (a *App) HTTPServer() *http.Server {
 	}
 }
 
+// proxyTraffic reports whether a request is proxy traffic, which Serve
+// serves on plain connections with its own HTTP/1.1 path (internal/h1)
+// unless Config.ProxyNetHTTP is set.
+func proxyTraffic(method, path string) bool {
+	return method == http.MethodPost && (path == engine.RouteCompletions || path == engine.RouteChat || path == engine.RouteGenerate)
+}
+
 // Serve serves the router on ln (over TLS when App.TLS is set), with its
 // background work, until ctx is
 // done; then it ends /select waits, drains in-flight requests (for at most
@@ -422,14 +430,18 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 
 	serveErr := make(chan error, 1)
-	go func() {
-		if srv.TLSConfig != nil {
-			// The certificate comes from TLSConfig.GetCertificate.
-			serveErr <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		serveErr <- srv.Serve(ln)
-	}()
+	shutdown := srv.Shutdown
+	switch {
+	case srv.TLSConfig != nil:
+		// The certificate comes from TLSConfig.GetCertificate.
+		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	case a.Config.ProxyNetHTTP:
+		go func() { serveErr <- srv.Serve(ln) }()
+	default:
+		fast := &h1.Server{HTTP: srv, Fast: proxyTraffic}
+		shutdown = fast.Shutdown
+		go func() { serveErr <- fast.Serve(ln) }()
+	}
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
@@ -439,7 +451,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	a.Stop()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	<-serveErr

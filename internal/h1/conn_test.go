@@ -1,0 +1,235 @@
+package h1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// serve runs Server with h on a loopback port; the cleanup shuts it
+// down.
+func serve(t *testing.T, hs *http.Server) (addr string, s *Server) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs.ErrorLog == nil {
+		hs.ErrorLog = log.New(io.Discard, "", 0)
+	}
+	s = &Server{HTTP: hs}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+		<-served
+	})
+	return ln.Addr().String(), s
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// A client that goes away while its request is being served cancels the
+// request's context, with or without a body, as net/http's server does.
+func TestClientCloseCancels(t *testing.T) {
+	for _, body := range []string{"", `{"x":1}`} {
+		started, cancelled := make(chan struct{}), make(chan error, 1)
+		addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			close(started)
+			select {
+			case <-r.Context().Done():
+				cancelled <- r.Context().Err()
+			case <-time.After(time.Minute):
+				cancelled <- errors.New("not cancelled in a minute")
+			}
+		})})
+		c := dial(t, addr)
+		if _, err := io.WriteString(c, req("POST", "/generate", "", body)); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		_ = c.Close()
+		if err := <-cancelled; !errors.Is(err, context.Canceled) {
+			t.Errorf("body %q: the request's context ended with %v, want context.Canceled", body, err)
+		}
+	}
+}
+
+// A request that runs past the time the connection starts to be watched
+// and ends normally leaves the connection for the next one, and a
+// pipelined request that arrived meanwhile is served, not taken for a
+// close.
+func TestWatchedConnectionCarriesOn(t *testing.T) {
+	release := make(chan struct{})
+	addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		if err := r.Context().Err(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, r.URL.Path)
+	})})
+	c := dial(t, addr)
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, req("POST", "/slow", "", "x")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * watchAfter) // the watching read is pending
+	if _, err := io.WriteString(c, req("POST", "/next", "", "y")); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	for _, want := range []string{"/slow", "/next"} {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK || string(b) != want {
+			t.Errorf("got %d %q, want 200 %q", res.StatusCode, b, want)
+		}
+	}
+}
+
+// Shutdown closes idle connections, lets a request in flight finish with
+// Connection: close, and makes Serve return http.ErrServerClosed.
+func TestShutdown(t *testing.T) {
+	inFlight, finish := make(chan struct{}), make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{HTTP: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/wait" {
+			close(inFlight)
+			<-finish
+		}
+		_, _ = io.WriteString(w, "done")
+	}), ErrorLog: log.New(io.Discard, "", 0)}}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+
+	idle := dial(t, ln.Addr().String())
+	if _, err := io.WriteString(idle, req("POST", "/x", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	ibr := bufio.NewReader(idle)
+	if res, err := http.ReadResponse(ibr, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		_, _ = io.Copy(io.Discard, res.Body)
+	}
+	busy := dial(t, ln.Addr().String())
+	if _, err := io.WriteString(busy, req("POST", "/wait", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	<-inFlight
+
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	if _, err := ibr.ReadByte(); err == nil {
+		t.Error("the idle connection got a byte, want it closed")
+	}
+	close(finish)
+	res, err := http.ReadResponse(bufio.NewReader(busy), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	if string(b) != "done" || !res.Close {
+		t.Errorf("the request in flight got %q, Close %v; want \"done\" and Connection: close", b, res.Close)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("Serve: %v, want http.ErrServerClosed", err)
+	}
+}
+
+// A head that does not arrive within ReadHeaderTimeout closes the
+// connection without an answer, as net/http's server does.
+func TestHeaderTimeout(t *testing.T) {
+	addr, _ := serve(t, &http.Server{ReadHeaderTimeout: 100 * time.Millisecond, Handler: http.NotFoundHandler()})
+	c := dial(t, addr)
+	if _, err := io.WriteString(c, "POST /generate HTTP/1.1\r\nHost: h\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+	b, err := io.ReadAll(c)
+	if err != nil || len(b) != 0 {
+		t.Errorf("read %q, %v; want the connection closed without an answer", b, err)
+	}
+}
+
+// A handler's panic is logged and closes the connection; the server
+// goes on serving others.
+func TestPanicClosesConnection(t *testing.T) {
+	logged := &lockedLog{}
+	addr, _ := serve(t, &http.Server{ErrorLog: log.New(logged, "", 0), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/panic" {
+			panic("boom")
+		}
+		_, _ = io.WriteString(w, "ok")
+	})})
+	c := dial(t, addr)
+	if _, err := io.WriteString(c, req("POST", "/panic", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+	if b, _ := io.ReadAll(c); len(b) != 0 {
+		t.Errorf("a panicking handler's client read %q, want nothing", b)
+	}
+	res, err := http.Post("http://"+addr+"/other", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	if string(b) != "ok" {
+		t.Errorf("the next client got %q, want ok", b)
+	}
+	if !strings.Contains(logged.String(), "panic serving") || !strings.Contains(logged.String(), "boom") {
+		t.Errorf("log %q does not tell of the panic", logged.String())
+	}
+}
+
+// lockedLog is a log's output that tests read while the server writes.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,428 @@
+package h1
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// response is the http.ResponseWriter of a request served here. It
+// frames the answer as net/http's server does (chunkWriter.writeHeader in
+// net/http/server.go): the header as it was at WriteHeader, a
+// Content-Length when the handler declared one or ended before holdSize
+// bytes, chunks otherwise, a sniffed Content-Type when none was set, a
+// Date, and Connection: close when the connection will close.
+type response struct {
+	c    *conn
+	req  *http.Request
+	body *body // nil without one
+	h    http.Header
+
+	status   int   // 0 until WriteHeader
+	declared int64 // the handler's Content-Length; -1 none
+	written  int64 // body bytes the handler wrote
+	// What WriteHeader saw in the header, for the framing.
+	te        string
+	conn      string // the Connection field
+	haveType  bool
+	hasCE     bool
+	hasDate   bool
+	trailers  bool
+	trailerKs []string // declared in Trailer, canonical
+
+	headOut    bool // the head is in c.bw: the body goes after it
+	chunked    bool
+	closeAfter bool
+	failed     bool // a write failed: the connection closes
+}
+
+var (
+	_ http.ResponseWriter = (*response)(nil)
+	_ http.Flusher        = (*response)(nil)
+)
+
+func (w *response) Header() http.Header {
+	if w.h == nil {
+		w.h = make(http.Header)
+	}
+	return w.h
+}
+
+func (w *response) WriteHeader(code int) {
+	if w.status != 0 {
+		w.c.s.logf("http: superfluous response.WriteHeader call (status %d after %d)", code, w.status)
+		return
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		// An informational answer goes out now, with the header as it is.
+		bw := w.c.bw
+		writeStatusLine(bw, code)
+		for k, vv := range w.h {
+			if k == "Content-Length" || k == "Transfer-Encoding" || k == "Trailer" {
+				continue
+			}
+			writeField(bw, k, vv)
+		}
+		_, _ = bw.WriteString("\r\n")
+		_ = bw.Flush()
+		return
+	}
+	w.status = code
+	// The head's fields, as they are now (net/http snapshots the header
+	// here): all but those framing the answer, which the head adds.
+	w.c.head = w.c.head[:0]
+	noBody := !bodyAllowed(code)
+	for k, vv := range w.h {
+		switch k {
+		case "Content-Length":
+			if len(vv) > 0 && vv[0] != "" {
+				v, err := strconv.ParseInt(vv[0], 10, 64)
+				if err == nil && v >= 0 {
+					w.declared = v
+				} else {
+					w.c.s.logf("http: invalid Content-Length of %q", vv[0])
+				}
+			}
+			continue
+		case "Transfer-Encoding":
+			if len(vv) > 0 {
+				w.te = vv[0]
+			}
+			continue
+		case "Connection":
+			if len(vv) > 0 {
+				w.conn = vv[0]
+			}
+			continue
+		case "Content-Type":
+			w.haveType = true
+			if code == http.StatusNotModified {
+				continue
+			}
+		case "Content-Encoding":
+			w.hasCE = len(vv) > 0 && vv[0] != ""
+		case "Date":
+			w.hasDate = true
+		case "Trailer":
+			w.trailers = true
+			for _, v := range vv {
+				for f := range strings.SplitSeq(v, ",") {
+					if f = textproto.TrimString(f); f != "" {
+						f = http.CanonicalHeaderKey(f)
+						if httpguts.ValidTrailerHeader(f) {
+							w.trailerKs = append(w.trailerKs, f)
+						}
+					}
+				}
+			}
+		}
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			w.trailers = true
+			continue
+		}
+		w.c.head = appendField(w.c.head, k, vv)
+	}
+	if noBody {
+		w.declared = -1
+	}
+}
+
+func (w *response) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if !bodyAllowed(w.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if w.declared >= 0 && w.written+int64(len(p)) > w.declared {
+		return 0, http.ErrContentLength
+	}
+	if w.failed {
+		return 0, errClosed
+	}
+	w.written += int64(len(p))
+	if !w.headOut {
+		if len(w.c.hold)+len(p) <= holdSize {
+			w.c.hold = append(w.c.hold, p...)
+			return len(p), nil
+		}
+		w.writeHead(false, p)
+	}
+	w.writeBody(p)
+	if w.failed {
+		return 0, errClosed
+	}
+	return len(p), nil
+}
+
+// Flush sends what is written so far.
+func (w *response) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush, with the write's error (http.ResponseController).
+func (w *response) FlushError() error {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.headOut {
+		w.writeHead(false, nil)
+	}
+	if err := w.c.bw.Flush(); err != nil {
+		w.failed = true
+		return err
+	}
+	return nil
+}
+
+// SetReadDeadline and SetWriteDeadline are http.ResponseController's.
+func (w *response) SetReadDeadline(t time.Time) error  { return w.c.nc.SetReadDeadline(t) }
+func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
+
+// EnableFullDuplex is http.ResponseController's: a body can be read
+// while the answer is written here anyway.
+func (w *response) EnableFullDuplex() error { return nil }
+
+// sniffLen is how much of a body http.DetectContentType reads.
+const sniffLen = 512
+
+var errClosed = errors.New("http: connection closed")
+
+// writeHead puts the status line and the header in c.bw, then the body
+// held so far; final says the handler has returned, so that a body
+// without a declared length can be given one. next is the body's next
+// bytes, for sniffing its type.
+func (w *response) writeHead(final bool, next []byte) {
+	w.headOut = true
+	c := w.c
+	code := w.status
+	body := bodyAllowed(code)
+	hasTE := w.te != ""
+	length := w.declared
+	if final && length < 0 && !w.trailers && !hasTE && body {
+		length = int64(len(c.hold))
+	}
+	if length >= 0 && hasTE && w.te != "identity" {
+		length = -1 // as net/http: the handler's Transfer-Encoding wins
+	}
+	if !w.req.ProtoAtLeast(1, 1) || w.req.Close || strings.EqualFold(w.conn, "close") || c.s.closing.Load() {
+		w.closeAfter = true
+	}
+	if w.body != nil && !w.body.closed && w.body.remain > maxDiscard {
+		w.closeAfter = true // the handler left more body than is read for it
+	}
+	switch {
+	case !body || code == http.StatusNoContent:
+		length = -1
+	case length >= 0:
+	case hasTE && w.te == "identity":
+		w.closeAfter = true
+	default:
+		w.chunked = true
+	}
+
+	bw := c.bw
+	writeStatusLine(bw, code)
+	_, _ = bw.Write(c.head)
+	if body && !w.haveType && !w.hasCE && !hasTE && len(c.hold)+len(next) > 0 {
+		// As net/http, from the body's first bytes (it sniffs 512 at most).
+		first := c.hold
+		if len(first) < sniffLen && len(next) > 0 {
+			first = append(first[:len(first):len(first)], next[:min(len(next), sniffLen-len(first))]...)
+		}
+		writeField1(bw, "Content-Type", http.DetectContentType(first))
+	}
+	if !w.hasDate {
+		_, _ = bw.WriteString("Date: ")
+		_, _ = bw.Write(date())
+		_, _ = bw.WriteString("\r\n")
+	}
+	if length >= 0 {
+		_, _ = bw.WriteString("Content-Length: ")
+		var n [20]byte
+		_, _ = bw.Write(strconv.AppendInt(n[:0], length, 10))
+		_, _ = bw.WriteString("\r\n")
+	}
+	if w.chunked {
+		_, _ = bw.WriteString("Transfer-Encoding: chunked\r\n")
+	}
+	switch {
+	case w.closeAfter:
+		_, _ = bw.WriteString("Connection: close\r\n")
+	case w.conn != "":
+		writeField1(bw, "Connection", w.conn)
+	}
+	_, _ = bw.WriteString("\r\n")
+	if len(c.hold) > 0 {
+		p := c.hold
+		c.hold = c.hold[:0]
+		w.writeBody(p)
+	}
+	if w.declared >= 0 && length < 0 {
+		w.declared = -1 // not sent: no longer a bound on the body
+	}
+}
+
+// writeBody puts body bytes in c.bw, as a chunk when chunked.
+func (w *response) writeBody(p []byte) {
+	bw := w.c.bw
+	if !bodyAllowed(w.status) {
+		return
+	}
+	if w.chunked {
+		var n [16]byte
+		_, _ = bw.Write(strconv.AppendInt(n[:0], int64(len(p)), 16))
+		_, _ = bw.WriteString("\r\n")
+		_, _ = bw.Write(p)
+		_, err := bw.WriteString("\r\n")
+		if err != nil {
+			w.failed = true
+		}
+		return
+	}
+	if _, err := bw.Write(p); err != nil {
+		w.failed = true
+	}
+}
+
+// finish ends the answer after the handler has returned; it reports
+// whether the connection can carry the next request.
+func (w *response) finish() bool {
+	c := w.c
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.headOut {
+		w.writeHead(true, nil)
+	}
+	if w.chunked {
+		_, _ = c.bw.WriteString("0\r\n")
+		w.writeTrailers()
+		_, _ = c.bw.WriteString("\r\n")
+	}
+	if err := c.bw.Flush(); err != nil {
+		w.failed = true
+	}
+	c.hold = c.hold[:0]
+	if w.declared >= 0 && w.written < w.declared {
+		// Fewer bytes than declared: the client waits for the rest, which
+		// only the close tells it will not come.
+		w.closeAfter = true
+	}
+	if w.failed || w.closeAfter {
+		return false
+	}
+	if w.body != nil && !w.body.discard() {
+		return false
+	}
+	return true
+}
+
+// writeTrailers writes the trailers after the last chunk, as net/http's
+// response.finalTrailers finds them.
+func (w *response) writeTrailers() {
+	for k, vv := range w.h {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			writeField(w.c.bw, name, vv)
+		}
+	}
+	for _, k := range w.trailerKs {
+		if vv, ok := w.h[k]; ok {
+			writeField(w.c.bw, k, vv)
+		}
+	}
+}
+
+// bodyAllowed reports whether an answer of this status has a body
+// (net/http's bodyAllowedForStatus).
+func bodyAllowed(code int) bool {
+	switch {
+	case code >= 100 && code <= 199:
+		return false
+	case code == http.StatusNoContent, code == http.StatusNotModified:
+		return false
+	}
+	return true
+}
+
+type stringWriter interface {
+	Write([]byte) (int, error)
+	WriteString(string) (int, error)
+}
+
+func writeStatusLine(bw stringWriter, code int) {
+	var b [64]byte
+	p := append(b[:0], "HTTP/1.1 "...)
+	p = strconv.AppendInt(p, int64(code), 10)
+	p = append(p, ' ')
+	if text := http.StatusText(code); text != "" {
+		p = append(p, text...)
+	} else {
+		p = append(p, "status code "...)
+		p = strconv.AppendInt(p, int64(code), 10)
+	}
+	p = append(p, "\r\n"...)
+	_, _ = bw.Write(p)
+}
+
+// appendField appends a field's lines as net/http's Header.Write does:
+// a name that is not a token is left out, and CR or LF in a value
+// becomes a space.
+func appendField(b []byte, k string, vv []string) []byte {
+	if !httpguts.ValidHeaderFieldName(k) {
+		return b
+	}
+	for _, v := range vv {
+		b = append(b, k...)
+		b = append(b, ": "...)
+		start := len(b)
+		b = append(b, textproto.TrimString(v)...)
+		for i := start; i < len(b); i++ {
+			if b[i] == '\r' || b[i] == '\n' {
+				b[i] = ' '
+			}
+		}
+		b = append(b, "\r\n"...)
+	}
+	return b
+}
+
+func writeField(bw stringWriter, k string, vv []string) {
+	var buf [256]byte
+	_, _ = bw.Write(appendField(buf[:0], k, vv))
+}
+
+func writeField1(bw stringWriter, k, v string) {
+	var buf [128]byte
+	_, _ = bw.Write(appendField(buf[:0], k, []string{v}))
+}
+
+// date is the Date field's value, made once a second.
+func date() []byte {
+	now := time.Now()
+	sec := now.Unix()
+	if d := cachedDate.Load(); d != nil && d.sec == sec {
+		return d.b
+	}
+	d := &dated{sec: sec, b: now.UTC().AppendFormat(make([]byte, 0, len(http.TimeFormat)), http.TimeFormat)}
+	cachedDate.Store(d)
+	return d.b
+}
+
+type dated struct {
+	sec int64
+	b   []byte
+}
+
+var cachedDate atomic.Pointer[dated]
