@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,7 +92,7 @@ func rollingUpdateStreams(t *testing.T, streams, tokens int, hdr map[string]stri
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	srv := httptest.NewServer(a.Handler())
+	srv := newFastServer(t, a.Handler())
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: streams}}
 	defer client.CloseIdleConnections()
