@@ -58,15 +58,16 @@ type conn struct {
 	inHandler bool
 	bodyDone  bool // the request's body was read to its end (or had none)
 	wantWatch bool // watchAfter passed while the body was still being read
-	watching  bool
+	watching  bool // a watching read is pending
+	watched   bool // one was started for this request
 	aborting  bool
-	watched   chan struct{} // the watching read ended
+	watchEnd  chan struct{} // a watching read ended: one send for each started
 	cancel    context.CancelFunc
 	broken    bool // the client closed, or a read failed: no next request
 }
 
 func newConn(s *Server, nc net.Conn, base context.Context) *conn {
-	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), watched: make(chan struct{}, 1)}
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), watchEnd: make(chan struct{}, 1)}
 	c.cr.nc = nc
 	c.br = bufio.NewReaderSize(&c.cr, readSize)
 	c.bw = bufio.NewWriterSize(checkedWriter{c}, writeSize)
@@ -299,7 +300,7 @@ func (c *conn) startWatchLocked() {
 	if c.br.Buffered() > 0 || c.cr.hasByte {
 		return // the next request is here already: nothing to watch for
 	}
-	c.watching = true
+	c.watching, c.watched = true, true
 	_ = c.nc.SetReadDeadline(time.Time{})
 	go c.watchRead()
 }
@@ -321,7 +322,7 @@ func (c *conn) watchRead() {
 	}
 	c.watching = false
 	c.mu.Unlock()
-	c.watched <- struct{}{}
+	c.watchEnd <- struct{}{}
 }
 
 // endWatch ends the handler's part of the request, and the watching
@@ -329,16 +330,18 @@ func (c *conn) watchRead() {
 func (c *conn) endWatch() {
 	c.mu.Lock()
 	c.inHandler = false
-	if !c.watching {
+	if !c.watched {
 		c.mu.Unlock()
 		return
 	}
-	c.aborting = true
-	_ = c.nc.SetReadDeadline(aLongTimeAgo)
+	if c.watching {
+		c.aborting = true
+		_ = c.nc.SetReadDeadline(aLongTimeAgo)
+	}
 	c.mu.Unlock()
-	<-c.watched
+	<-c.watchEnd // whether it ended now or before: the connection is the handler's alone again
 	c.mu.Lock()
-	c.aborting = false
+	c.aborting, c.watched = false, false
 	c.mu.Unlock()
 }
 

@@ -75,14 +75,18 @@ func TestClientCloseCancels(t *testing.T) {
 }
 
 // A request that runs past the time the connection starts to be watched
-// and ends normally leaves the connection for the next one, and a
-// pipelined request that arrived meanwhile is served, not taken for a
-// close.
+// and ends normally leaves the connection for the next one: a pipelined
+// request that arrived meanwhile (which ends the watching read) is
+// served, not taken for a close, and so is the one after it, watched in
+// turn and ended while its watching read is pending.
 func TestWatchedConnectionCarriesOn(t *testing.T) {
-	release := make(chan struct{})
+	release := map[string]chan struct{}{"/slow": make(chan struct{}), "/slow2": make(chan struct{})}
+	running := make(chan string, 3)
 	addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			<-release
+		_, _ = io.ReadAll(r.Body) // the watching starts at the body's end
+		running <- r.URL.Path
+		if ch := release[r.URL.Path]; ch != nil {
+			<-ch
 		}
 		if err := r.Context().Err(); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -92,15 +96,13 @@ func TestWatchedConnectionCarriesOn(t *testing.T) {
 	})})
 	c := dial(t, addr)
 	br := bufio.NewReader(c)
-	if _, err := io.WriteString(c, req("POST", "/slow", "", "x")); err != nil {
-		t.Fatal(err)
+	send := func(path string) {
+		if _, err := io.WriteString(c, req("POST", path, "", "x")); err != nil {
+			t.Fatal(err)
+		}
 	}
-	time.Sleep(2 * watchAfter) // the watching read is pending
-	if _, err := io.WriteString(c, req("POST", "/next", "", "y")); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
-	for _, want := range []string{"/slow", "/next"} {
+	read := func(want string) {
+		t.Helper()
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -109,6 +111,20 @@ func TestWatchedConnectionCarriesOn(t *testing.T) {
 		if res.StatusCode != http.StatusOK || string(b) != want {
 			t.Errorf("got %d %q, want 200 %q", res.StatusCode, b, want)
 		}
+	}
+	send("/slow")
+	<-running
+	time.Sleep(2 * watchAfter) // the watching read is pending
+	send("/slow2")             // and ends with its first byte
+	close(release["/slow"])
+	read("/slow")
+	<-running
+	time.Sleep(2 * watchAfter) // /slow2's watching read is pending
+	close(release["/slow2"])
+	read("/slow2")
+	for _, path := range []string{"/next", "/last"} {
+		send(path)
+		read(path)
 	}
 }
 
