@@ -211,7 +211,7 @@ func (c *conn) serveOne(h head, t0 time.Time) (keep bool) {
 		_ = c.nc.SetWriteDeadline(t0.Add(d))
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	req := &http.Request{
+	r := http.Request{ // on the stack: WithContext copies it
 		Method:        h.method,
 		URL:           h.url,
 		Proto:         "HTTP/1.1",
@@ -224,24 +224,26 @@ func (c *conn) serveOne(h head, t0 time.Time) (keep bool) {
 		RemoteAddr:    c.remote,
 		RequestURI:    h.target,
 	}
+	w := &response{c: c, declared: -1}
 	var b *body
 	if h.contentLength > 0 {
-		b = &body{c: c, remain: h.contentLength}
+		b = &w.reqBody
+		*b = body{c: c, remain: h.contentLength}
 		if d := c.s.HTTP.ReadTimeout; d > 0 && int64(c.br.Buffered()) < h.contentLength {
 			c.cr.deadline = t0.Add(d)
 		}
-		req.Body = b
+		r.Body = b
 	} else {
-		req.Body = http.NoBody
+		r.Body = http.NoBody
 	}
-	req = req.WithContext(ctx)
+	req := r.WithContext(ctx)
+	w.req, w.body = req, b
 
 	c.mu.Lock()
 	c.inHandler, c.bodyDone, c.wantWatch, c.cancel = true, b == nil, false, cancel
 	c.mu.Unlock()
 	c.watch.Reset(watchAfter)
 
-	w := &response{c: c, req: req, body: b, declared: -1}
 	panicked := true
 	defer func() {
 		if !panicked {

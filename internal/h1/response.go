@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,7 +24,9 @@ type response struct {
 	c    *conn
 	req  *http.Request
 	body *body // nil without one
-	h    http.Header
+	// reqBody is body's storage, so that the two come in one allocation.
+	reqBody body
+	h       http.Header
 
 	status   int   // 0 until WriteHeader
 	declared int64 // the handler's Content-Length; -1 none
@@ -250,9 +253,8 @@ func (w *response) writeHead(final bool, next []byte) {
 	}
 	if length >= 0 {
 		_, _ = bw.WriteString("Content-Length: ")
-		var n [20]byte
-		_, _ = bw.Write(strconv.AppendInt(n[:0], length, 10))
-		_, _ = bw.WriteString("\r\n")
+		p := strconv.AppendInt(bw.AvailableBuffer(), length, 10)
+		_, _ = bw.Write(append(p, "\r\n"...))
 	}
 	if w.chunked {
 		_, _ = bw.WriteString("Transfer-Encoding: chunked\r\n")
@@ -281,9 +283,8 @@ func (w *response) writeBody(p []byte) {
 		return
 	}
 	if w.chunked {
-		var n [16]byte
-		_, _ = bw.Write(strconv.AppendInt(n[:0], int64(len(p)), 16))
-		_, _ = bw.WriteString("\r\n")
+		size := strconv.AppendInt(bw.AvailableBuffer(), int64(len(p)), 16)
+		_, _ = bw.Write(append(size, "\r\n"...))
 		_, _ = bw.Write(p)
 		_, err := bw.WriteString("\r\n")
 		if err != nil {
@@ -356,14 +357,11 @@ func bodyAllowed(code int) bool {
 	return true
 }
 
-type stringWriter interface {
-	Write([]byte) (int, error)
-	WriteString(string) (int, error)
-}
+// The head's lines are appended to the writer's free buffer
+// (AvailableBuffer), so that they are made in place.
 
-func writeStatusLine(bw stringWriter, code int) {
-	var b [64]byte
-	p := append(b[:0], "HTTP/1.1 "...)
+func writeStatusLine(bw *bufio.Writer, code int) {
+	p := append(bw.AvailableBuffer(), "HTTP/1.1 "...)
 	p = strconv.AppendInt(p, int64(code), 10)
 	p = append(p, ' ')
 	if text := http.StatusText(code); text != "" {
@@ -398,14 +396,12 @@ func appendField(b []byte, k string, vv []string) []byte {
 	return b
 }
 
-func writeField(bw stringWriter, k string, vv []string) {
-	var buf [256]byte
-	_, _ = bw.Write(appendField(buf[:0], k, vv))
+func writeField(bw *bufio.Writer, k string, vv []string) {
+	_, _ = bw.Write(appendField(bw.AvailableBuffer(), k, vv))
 }
 
-func writeField1(bw stringWriter, k, v string) {
-	var buf [128]byte
-	_, _ = bw.Write(appendField(buf[:0], k, []string{v}))
+func writeField1(bw *bufio.Writer, k, v string) {
+	_, _ = bw.Write(appendField(bw.AvailableBuffer(), k, []string{v}))
 }
 
 // date is the Date field's value, made once a second.
