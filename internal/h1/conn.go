@@ -256,6 +256,9 @@ func (c *conn) serveOne(h head, t0 time.Time) (keep bool) {
 		c.endWatch()
 		cancel()
 		_ = c.bw.Flush()
+		if b != nil {
+			b.end(false)
+		}
 		c.s.panicked(c, v)
 		keep = false
 	}()
@@ -270,7 +273,27 @@ func (c *conn) serveOne(h head, t0 time.Time) (keep bool) {
 	c.cancel = nil
 	broken := c.broken
 	c.mu.Unlock()
+	if !keep && !broken && b != nil && b.unsent() {
+		c.closeWriteAndWait()
+	}
 	return keep && !broken && !h.close
+}
+
+// lingerTime is how long a connection whose request body was not all
+// read stays half-closed before it closes (net/http's rstAvoidanceDelay):
+// closed at once, with the client's bytes still arriving, the kernel
+// would answer them with a reset, which can destroy the answer before
+// the client has read it.
+var lingerTime = 500 * time.Millisecond
+
+// closeWriteAndWait half-closes the connection and reads and drops what
+// the client still sends, until it closes or lingerTime has passed.
+func (c *conn) closeWriteAndWait() {
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.Copy(io.Discard, c.nc)
 }
 
 // watchFired runs watchAfter into a request: the connection is watched
@@ -348,17 +371,28 @@ func (c *conn) endWatch() {
 }
 
 // body is a request's body: the next remain bytes of the connection.
+// Its methods lock mu, because a handler may leave a goroutine reading it
+// (a transport still sending it upstream) while the connection goroutine
+// ends the request; once it has, reads fail, as net/http's do.
 type body struct {
+	mu     sync.Mutex
 	c      *conn
 	remain int64
 	closed bool
+	done   bool  // the request has ended: the connection is the next one's
 	err    error // a read's failure, returned from then on
 }
 
 func (b *body) Read(p []byte) (int, error) {
-	if b.closed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.done {
 		return 0, http.ErrBodyReadAfterClose
 	}
+	return b.read(p)
+}
+
+func (b *body) read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
@@ -387,22 +421,45 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 func (b *body) Close() error {
+	b.mu.Lock()
 	b.closed = true
+	b.mu.Unlock()
 	return nil
 }
 
-// discard reads what the handler left of the body, up to maxDiscard;
-// it reports whether the connection is at the next request.
-func (b *body) discard() bool {
+// unread is how much of the body the handler left, and whether it
+// closed it.
+func (b *body) unread() (remain int64, closed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.remain, b.closed
+}
+
+// unsent reports whether the client is still to send some of the body:
+// it was not all read, and no read of it failed.
+func (b *body) unsent() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.remain > 0 && b.err == nil
+}
+
+// end ends the request's hold on the connection. With discard, it reads
+// what the handler left of the body, less than maxDiscard, and reports
+// whether the connection is at the next request.
+func (b *body) end(discard bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.done = true
+	if !discard {
+		return false
+	}
 	if b.remain == 0 {
 		return b.err == nil
 	}
-	if b.err != nil || b.remain > maxDiscard {
+	if b.err != nil || b.remain >= maxDiscard {
 		return false
 	}
-	closed := b.closed
-	b.closed = false
-	_, err := io.Copy(io.Discard, b)
-	b.closed = closed
+	n, err := b.c.br.Discard(int(b.remain))
+	b.remain -= int64(n)
 	return err == nil && b.remain == 0
 }

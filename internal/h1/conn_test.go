@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -248,4 +249,83 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// A goroutine the handler leaves reading the body (a transport still
+// sending it upstream) does not race the connection's next request: it
+// reads what is left of its own body or is told the body is closed, and
+// the next request on the connection is served whole.
+func TestBodyReadAfterHandler(t *testing.T) {
+	left := make(chan error, 1)
+	addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/first" {
+			go func() {
+				_, err := io.Copy(io.Discard, r.Body)
+				left <- err
+			}()
+			_, _ = io.WriteString(w, "first")
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	})})
+	c := dial(t, addr)
+	big := strings.Repeat("a", 64<<10) // more than one read, less than maxDiscard
+	next := strings.Repeat("b", 1000)
+	go func() { _, _ = io.WriteString(c, req("POST", "/first", "", big)+req("POST", "/next", "", next)) }()
+	br := bufio.NewReader(c)
+	for _, want := range []string{"first", next} {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		if string(b) != want {
+			t.Errorf("got %d bytes %.20q…, want %d bytes %.20q…", len(b), b, len(want), want)
+		}
+	}
+	if err := <-left; err != nil && !errors.Is(err, http.ErrBodyReadAfterClose) {
+		t.Errorf("the goroutine's read of the first body ended with %v, want nil or http.ErrBodyReadAfterClose", err)
+	}
+}
+
+// A client still sending a body the handler did not read gets the answer,
+// read late, and no reset: the connection is half-closed and what the
+// client sends is drained for a while before it closes. (Closed at once,
+// it is reset, and the client's send fails with a broken pipe.)
+func TestUnreadBodyAnswerArrives(t *testing.T) {
+	was := lingerTime
+	lingerTime = time.Minute // ends when the client closes
+	t.Cleanup(func() { lingerTime = was })
+	answered := make(chan struct{}, 1)
+	addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { answered <- struct{}{} }()
+		http.Error(w, strings.Repeat("too large ", 1000), http.StatusRequestEntityTooLarge)
+	})})
+	c := dial(t, addr)
+	const size = 64 << 20 // more than the sockets' buffers hold
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(c, "POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: "+strconv.Itoa(size)+"\r\n\r\n")
+		if err == nil {
+			_, err = c.Write(make([]byte, size))
+		}
+		sent <- err
+	}()
+	<-answered
+	// Closed at once, the connection would have been reset by now. (On a
+	// machine too slow for that to happen in time, the test passes either
+	// way; it cannot fail for slowness.)
+	time.Sleep(200 * time.Millisecond)
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusRequestEntityTooLarge || len(b) != 10001 {
+		t.Fatalf("got %d and %d bytes of the answer, then %v; want 413 and 10001 bytes", res.StatusCode, len(b), err)
+	}
+	if err := <-sent; err != nil {
+		t.Errorf("sending the body: %v, want it drained", err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,19 +33,26 @@ type response struct {
 	declared int64 // the handler's Content-Length; -1 none
 	written  int64 // body bytes the handler wrote
 	// What WriteHeader saw in the header, for the framing.
-	te        string
-	conn      string // the Connection field
-	haveType  bool
-	hasCE     bool
-	hasDate   bool
-	trailers  bool
-	trailerKs []string // declared in Trailer, canonical
+	te    string
+	conn  string // the Connection field
+	clKey bool   // a Content-Length field, valid or not
+	// Where the framing fields are in c.head: writeHead leaves out those
+	// net/http would delete, and sends the others where they are.
+	clAt, teAt, connAt span
+	haveType           bool
+	hasCE              bool
+	hasDate            bool
+	trailers           bool
+	trailerKs          []string // declared in Trailer, canonical
 
 	headOut    bool // the head is in c.bw: the body goes after it
 	chunked    bool
 	closeAfter bool
 	failed     bool // a write failed: the connection closes
 }
+
+// span is a field's lines in c.head; the zero span is no field.
+type span struct{ start, end int }
 
 var (
 	_ http.ResponseWriter = (*response)(nil)
@@ -70,8 +78,10 @@ func (w *response) WriteHeader(code int) {
 		// An informational answer goes out now, with the header as it is.
 		bw := w.c.bw
 		writeStatusLine(bw, code)
-		for k, vv := range w.h {
-			if k == "Content-Length" || k == "Transfer-Encoding" || k == "Trailer" {
+		var names [16]string
+		for _, k := range sortedNames(names[:0], w.h) {
+			vv := w.h[k]
+			if k == "Content-Length" || k == "Transfer-Encoding" {
 				continue
 			}
 			writeField(bw, k, vv)
@@ -85,27 +95,33 @@ func (w *response) WriteHeader(code int) {
 	// here): all but those framing the answer, which the head adds.
 	w.c.head = w.c.head[:0]
 	noBody := !bodyAllowed(code)
-	for k, vv := range w.h {
+	var names [16]string
+	for _, k := range sortedNames(names[:0], w.h) {
+		vv := w.h[k]
 		switch k {
 		case "Content-Length":
+			w.clKey = true
 			if len(vv) > 0 && vv[0] != "" {
 				v, err := strconv.ParseInt(vv[0], 10, 64)
-				if err == nil && v >= 0 {
-					w.declared = v
-				} else {
+				if err != nil || v < 0 {
 					w.c.s.logf("http: invalid Content-Length of %q", vv[0])
+					continue
 				}
+				w.declared = v
 			}
+			w.clAt = w.appendSpan(k, vv)
 			continue
 		case "Transfer-Encoding":
 			if len(vv) > 0 {
 				w.te = vv[0]
 			}
+			w.teAt = w.appendSpan(k, vv)
 			continue
 		case "Connection":
 			if len(vv) > 0 {
 				w.conn = vv[0]
 			}
+			w.connAt = w.appendSpan(k, vv)
 			continue
 		case "Content-Type":
 			w.haveType = true
@@ -138,6 +154,13 @@ func (w *response) WriteHeader(code int) {
 	if noBody {
 		w.declared = -1
 	}
+}
+
+// appendSpan appends a framing field to c.head and says where it is.
+func (w *response) appendSpan(k string, vv []string) span {
+	start := len(w.c.head)
+	w.c.head = appendField(w.c.head, k, vv)
+	return span{start, len(w.c.head)}
 }
 
 func (w *response) Write(p []byte) (int, error) {
@@ -213,17 +236,25 @@ func (w *response) writeHead(final bool, next []byte) {
 	body := bodyAllowed(code)
 	hasTE := w.te != ""
 	length := w.declared
-	if final && length < 0 && !w.trailers && !hasTE && body {
+	if final && length < 0 && !w.clKey && !w.trailers && !hasTE && body {
 		length = int64(len(c.hold))
 	}
 	if length >= 0 && hasTE && w.te != "identity" {
 		length = -1 // as net/http: the handler's Transfer-Encoding wins
 	}
-	if !w.req.ProtoAtLeast(1, 1) || w.req.Close || strings.EqualFold(w.conn, "close") || c.s.closing.Load() {
-		w.closeAfter = true
-	}
-	if w.body != nil && !w.body.closed && w.body.remain > maxDiscard {
-		w.closeAfter = true // the handler left more body than is read for it
+	// The connection closes after the answer when the client asked, when
+	// the handler did (net/http compares the field exactly), when the
+	// server is shutting down, or when the handler left too much body
+	// unread; tooBig says it left it open.
+	closing := c.s.closing.Load()
+	w.closeAfter = w.req.Close || w.conn == "close" || closing
+	tooBig := false
+	if !w.closeAfter && w.body != nil {
+		// As net/http: a body closed with more than maxDiscard left, or
+		// left open with maxDiscard or more.
+		if remain, closed := w.body.unread(); remain > maxDiscard || !closed && remain == maxDiscard {
+			w.closeAfter, tooBig = true, !closed
+		}
 	}
 	switch {
 	case !body || code == http.StatusNoContent:
@@ -235,9 +266,40 @@ func (w *response) writeHead(final bool, next []byte) {
 		w.chunked = true
 	}
 
+	// The handler's fields, less the framing ones net/http would delete
+	// (chunkWriter.writeHeader's delHeader calls), then those it adds, in
+	// its order (extraHeader.Write).
+	keepCL := w.clAt.end > 0 && body && length >= 0
+	keepTE := w.teAt.end > 0 && body && length < 0 && w.te != "identity" && w.te != "chunked"
+	addClose := w.closeAfter && (tooBig || closing || !httpguts.HeaderValuesContainsToken([]string{w.conn}, "close"))
+	keepConn := w.connAt.end > 0 && !addClose
 	bw := c.bw
 	writeStatusLine(bw, code)
-	_, _ = bw.Write(c.head)
+	at := 0
+	for _, f := range [...]struct {
+		span
+		keep bool
+	}{{w.connAt, keepConn}, {w.clAt, keepCL}, {w.teAt, keepTE}} { // sorted by name, as in c.head
+		if f.end == 0 {
+			continue
+		}
+		_, _ = bw.Write(c.head[at:f.start])
+		if f.keep {
+			_, _ = bw.Write(c.head[f.start:f.end])
+		}
+		at = f.end
+	}
+	_, _ = bw.Write(c.head[at:])
+	if !w.hasDate {
+		_, _ = bw.WriteString("Date: ")
+		_, _ = bw.Write(date())
+		_, _ = bw.WriteString("\r\n")
+	}
+	if length >= 0 && !keepCL {
+		_, _ = bw.WriteString("Content-Length: ")
+		p := strconv.AppendInt(bw.AvailableBuffer(), length, 10)
+		_, _ = bw.Write(append(p, "\r\n"...))
+	}
 	if body && !w.haveType && !w.hasCE && !hasTE && len(c.hold)+len(next) > 0 {
 		// As net/http, from the body's first bytes (it sniffs 512 at most).
 		first := c.hold
@@ -246,33 +308,17 @@ func (w *response) writeHead(final bool, next []byte) {
 		}
 		writeField1(bw, "Content-Type", http.DetectContentType(first))
 	}
-	if !w.hasDate {
-		_, _ = bw.WriteString("Date: ")
-		_, _ = bw.Write(date())
-		_, _ = bw.WriteString("\r\n")
-	}
-	if length >= 0 {
-		_, _ = bw.WriteString("Content-Length: ")
-		p := strconv.AppendInt(bw.AvailableBuffer(), length, 10)
-		_, _ = bw.Write(append(p, "\r\n"...))
+	if addClose {
+		_, _ = bw.WriteString("Connection: close\r\n")
 	}
 	if w.chunked {
 		_, _ = bw.WriteString("Transfer-Encoding: chunked\r\n")
-	}
-	switch {
-	case w.closeAfter:
-		_, _ = bw.WriteString("Connection: close\r\n")
-	case w.conn != "":
-		writeField1(bw, "Connection", w.conn)
 	}
 	_, _ = bw.WriteString("\r\n")
 	if len(c.hold) > 0 {
 		p := c.hold
 		c.hold = c.hold[:0]
 		w.writeBody(p)
-	}
-	if w.declared >= 0 && length < 0 {
-		w.declared = -1 // not sent: no longer a bound on the body
 	}
 }
 
@@ -321,13 +367,11 @@ func (w *response) finish() bool {
 		// only the close tells it will not come.
 		w.closeAfter = true
 	}
-	if w.failed || w.closeAfter {
-		return false
+	keep := !w.failed && !w.closeAfter
+	if w.body != nil {
+		keep = w.body.end(keep)
 	}
-	if w.body != nil && !w.body.discard() {
-		return false
-	}
-	return true
+	return keep
 }
 
 // writeTrailers writes the trailers after the last chunk, as net/http's
@@ -343,6 +387,16 @@ func (w *response) writeTrailers() {
 			writeField(w.c.bw, k, vv)
 		}
 	}
+}
+
+// sortedNames appends h's names to names, in order: the head's fields go
+// out sorted by name, as net/http's Header.Write writes them.
+func sortedNames(names []string, h http.Header) []string {
+	for k := range h {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // bodyAllowed reports whether an answer of this status has a body

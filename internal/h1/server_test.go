@@ -39,7 +39,10 @@ func TestMain(m *testing.M) {
 func echo(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var body []byte
-	if !q.Has("noread") {
+	if q.Has("closebody") {
+		_ = r.Body.Close()
+	}
+	if !q.Has("noread") && !q.Has("closebody") {
 		var err error
 		if body, err = io.ReadAll(r.Body); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -62,8 +65,17 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	if q.Has("trailer") {
 		h.Set("Trailer", "X-Sum")
 	}
+	if q.Has("cl-empty") {
+		h["Content-Length"] = []string{""}
+	}
 	if q.Has("conn-close") {
 		h.Set("Connection", "close")
+	}
+	if v := q.Get("conn"); v != "" {
+		h.Set("Connection", v)
+	}
+	if v := q.Get("te"); v != "" {
+		h.Set("Transfer-Encoding", v)
 	}
 	h.Add("X-Multi", "a")
 	h.Add("X-Multi", "b\r\nInjected: yes")
@@ -147,7 +159,7 @@ type answer struct {
 	err     string // reading the body failed
 }
 
-func exchange(t *testing.T, addr, raw string, n int) (answers []answer, closed bool) {
+func exchange(t *testing.T, addr, raw string, n int) (answers []answer, wire string, closed bool) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -158,11 +170,13 @@ func exchange(t *testing.T, addr, raw string, n int) (answers []answer, closed b
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}
-	br := bufio.NewReader(c)
+	var got bytes.Buffer
+	br := bufio.NewReader(io.TeeReader(c, &got))
+	defer func() { wire = withoutDate(got.String()) }()
 	for range n {
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
-			return answers, true
+			return answers, "", true
 		}
 		b, err := io.ReadAll(res.Body)
 		a := answer{status: res.StatusCode, header: res.Header, body: string(b), trailer: res.Trailer}
@@ -176,7 +190,18 @@ func exchange(t *testing.T, addr, raw string, n int) (answers []answer, closed b
 	_, err = br.ReadByte()
 	var ne net.Error
 	closed = !(errors.As(err, &ne) && ne.Timeout())
-	return answers, closed
+	return answers, "", closed
+}
+
+// withoutDate is an answer's bytes without their Date fields' lines.
+func withoutDate(wire string) string {
+	var lines []string
+	for line := range strings.SplitSeq(wire, "\r\n") {
+		if !strings.HasPrefix(line, "Date: ") {
+			lines = append(lines, line)
+		}
+	}
+	return strings.Join(lines, "\r\n")
 }
 
 func req(method, target string, header string, body string) string {
@@ -217,6 +242,22 @@ func TestSameAsNetHTTP(t *testing.T) {
 		"unread body":         {req("POST", "/a?status=201&noread", "", strings.Repeat("z", 5000)) + req("POST", "/b", "", "y"), 2},
 		"aborted":             {req("POST", "/a?flush&abort", "", "x") + req("POST", "/b", "", "y"), 2},
 		"pipelined after get": {req("GET", "/a", "", "") + req("POST", "/b", "", "y"), 2},
+		"empty length":        {req("POST", "/a?cl-empty", "", "x") + req("POST", "/b", "", "y"), 2},
+		"invalid length":      {req("POST", "/a?cl=abc", "", "x") + req("POST", "/b", "", "y"), 2},
+		"no content, length":  {req("POST", "/a?status=204&cl=5", "", "x") + req("POST", "/b", "", "y"), 2},
+		"handler chunked":     {req("POST", "/a?te=chunked", "", "x") + req("POST", "/b", "", "y"), 2},
+		"handler identity":    {req("POST", "/a?te=identity", "", "x") + req("POST", "/b", "", "y"), 2},
+		"handler gzip":        {req("POST", "/a?te=gzip", "", "x"), 1}, // two Transfer-Encoding lines: Go's client reads neither
+		"handler te, length":  {req("POST", "/a?te=chunked&cl=5", "", "x") + req("POST", "/b", "", "y"), 2},
+		"handler keep-alive":  {req("POST", "/a?conn=keep-alive", "", "x") + req("POST", "/b", "", "y"), 2},
+		"handler Close":       {req("POST", "/a?conn=Close", "", "x") + req("POST", "/b", "", "y"), 2},
+		"handler close token": {req("POST", "/a?conn=foo,close", "", "x") + req("POST", "/b", "", "y"), 2},
+		"both close":          {req("POST", "/a?conn=Close", "Connection: close\r\n", "x"), 1},
+		"closed body":         {req("POST", "/a?closebody", "", strings.Repeat("z", 5000)) + req("POST", "/b", "", "y"), 2},
+		"closed big body":     {req("POST", "/a?closebody", "", strings.Repeat("z", maxDiscard)), 1},
+		"big unread body":     {req("POST", "/a?noread", "", strings.Repeat("z", maxDiscard)), 1},
+		"big unread, close":   {req("POST", "/a?noread&conn=keep-alive", "", strings.Repeat("z", maxDiscard+1)), 1},
+		"unread just under":   {req("POST", "/a?noread", "", strings.Repeat("z", maxDiscard-1)) + req("POST", "/b", "", "y"), 2},
 
 		// Handed to net/http: it answers them itself.
 		"chunked body":       {"POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + req("POST", "/b", "", "y"), 2},
@@ -266,17 +307,64 @@ func TestSameAsNetHTTP(t *testing.T) {
 			if fast == handed[name] {
 				t.Errorf("served here: %v, want %v", fast, !handed[name])
 			}
-			want, wantClosed := exchange(t, p.std, tc.raw, tc.n)
-			got, gotClosed := exchange(t, p.fast, tc.raw, tc.n)
-			if len(want) == 0 {
+			want, wantWire, wantClosed := exchange(t, p.std, tc.raw, tc.n)
+			got, gotWire, gotClosed := exchange(t, p.fast, tc.raw, tc.n)
+			if len(want) == 0 && (name != "handler gzip" || !strings.HasPrefix(wantWire, "HTTP/1.1 200 OK")) {
 				t.Fatalf("net/http answered nothing: the case tests nothing")
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("answers differ\n got: %+v\nwant: %+v", got, want)
 			}
+			if gotWire != wantWire {
+				t.Errorf("bytes differ\n got: %q\nwant: %q", gotWire, wantWire)
+			}
 			if gotClosed != wantClosed {
 				t.Errorf("connection closed after the answers: got %v, want %v (net/http)", gotClosed, wantClosed)
 			}
 		})
+	}
+}
+
+// An answer's head is net/http's byte for byte, Date aside: the fields in
+// the same order (sorted by name), more of them than sortedNames holds on
+// the stack too.
+func TestSameHeadBytes(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		for i := range n {
+			w.Header().Set(fmt.Sprintf("X-Field-%02d", (i*7)%n), strconv.Itoa(i))
+		}
+		w.Header().Add("Vary", "b")
+		w.Header().Add("Vary", "a")
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	})
+	p := newPair(t, h, nil)
+	raw := func(addr, target string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.WriteString(c, req("POST", target, "Connection: close\r\n", "x")); err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for line := range strings.SplitSeq(string(b), "\r\n") {
+			if !strings.HasPrefix(line, "Date: ") {
+				lines = append(lines, line)
+			}
+		}
+		return strings.Join(lines, "\r\n")
+	}
+	for _, n := range []int{0, 3, 40} {
+		target := "/fields?n=" + strconv.Itoa(n)
+		if want, got := raw(p.std, target), raw(p.fast, target); got != want {
+			t.Errorf("%s: got\n%s\nwant (net/http)\n%s", target, got, want)
+		}
 	}
 }
