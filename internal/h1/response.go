@@ -92,7 +92,8 @@ func (w *response) WriteHeader(code int) {
 	}
 	w.status = code
 	// The head's fields, as they are now (net/http snapshots the header
-	// here): all but those framing the answer, which the head adds.
+	// here), sorted; writeHead decides which of the framing ones (their
+	// spans) go out.
 	w.c.head = w.c.head[:0]
 	noBody := !bodyAllowed(code)
 	var names [16]string
