@@ -141,6 +141,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	a.Registry.SetDefaultEngine(cfg.DefaultEngine)
 	cfg.Logger.Info("registration restored", "policies", len(a.State.Snapshot().Policies()),
 		"store", a.Config.Store, "duration", time.Since(loadStart))
+	a.Registry.WarnSharedServers(cfg.Logger)
 
 	a.Metrics = metrics.New(a.State)
 	hcfg := handlers.Config{

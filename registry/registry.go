@@ -7,10 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -131,6 +133,39 @@ func OpenLoaded(st store.Store, state *routing.State, reg store.Registration) (*
 	return r, nil
 }
 
+// WarnSharedServers logs a warning for each server that several
+// registered policies name, by serverKey: each of them takes its capacity
+// there, so the server may get more requests than it can run at once.
+// They were registered with allow_shared_url, or by a version that
+// compared fewer spellings of a URL (a stored registration still loads
+// as it is). Start-up calls it once, after Open.
+func (r *Registry) WarnSharedServers(logger *slog.Logger) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	byServer := make(map[string][]routing.Policy)
+	var servers []string
+	for _, p := range r.cur.Policies {
+		key := serverKey(p.URL)
+		if byServer[key] == nil {
+			servers = append(servers, key)
+		}
+		byServer[key] = append(byServer[key], p)
+	}
+	for _, key := range servers {
+		ps := byServer[key]
+		if len(ps) < 2 {
+			continue
+		}
+		policies := make([]string, len(ps))
+		for i, p := range ps {
+			policies[i] = fmt.Sprintf("%d (id %q, url %q)", p.Index, p.ID, p.URL)
+		}
+		logger.Warn("several policies name one server; each takes its capacity there. Registered with allow_shared_url, "+
+			"or before every spelling of a URL was compared; to keep one, DELETE /policies/{id} the others",
+			"server", key, "policies", strings.Join(policies, ", "))
+	}
+}
+
 // Current returns the registration: policies in index order and topology.
 // The result is a copy.
 func (r *Registry) Current() store.Registration {
@@ -160,10 +195,17 @@ func (r *Registry) findLocked(id string) int {
 
 // Register adds one policy. Registering the same index (or id) again with
 // the same body is idempotent and returns created=false; a different body
-// for a taken index or id is ErrConflict.
+// for a taken index or id is ErrConflict, and so is a URL that names the
+// server of a registered policy in any spelling (serverKey), unless
+// spec.AllowSharedURL: a *ConflictError naming url and that policy. A URL
+// whose host is the unspecified address (0.0.0.0, ::) is a
+// *routing.InputError naming url.
 func (r *Registry) Register(ctx context.Context, spec Spec) (p routing.Policy, created bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := checkURL("url", spec.URL); err != nil {
+		return routing.Policy{}, false, err
+	}
 	err = r.applyLocked(ctx, func() (*store.Change, error) {
 		existing, ok, err := r.sameAsLocked(spec)
 		if ok || err != nil {
@@ -344,12 +386,16 @@ func (r *Registry) ReplaceRegistration(ctx context.Context, specs []Spec, t rout
 
 // planLocked turns the specs of a whole new policy set into policies in
 // index order, checking that indices, ids and servers (URLs, by
-// serverKey) are unique in it.
+// serverKey) are unique in it and that no URL is the unspecified address
+// (checkURL).
 func (r *Registry) planLocked(specs []Spec) ([]routing.Policy, error) {
 	taken := make(map[int]bool)
 	ids := make(map[string]bool)
 	for i, s := range specs {
 		field := "policies[" + strconv.Itoa(i) + "]"
+		if err := checkURL(field+".url", s.URL); err != nil {
+			return nil, err
+		}
 		if s.Index != nil {
 			if taken[*s.Index] {
 				return nil, &routing.InputError{Field: field + ".index", Msg: fmt.Sprintf("index %d appears twice", *s.Index)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -520,4 +521,109 @@ func TestSleepMarkedReachesFollower(t *testing.T) {
 	poll.Until(t, "b's routing state has a's mark", func() bool {
 		return marked(stateB.Snapshot().Policies())["a"]
 	})
+}
+
+// Every spelling of a registered server's URL is refused, naming the
+// policy registered there, unless allow_shared_url; the unspecified
+// address is invalid input, shared or not.
+func TestEverySpellingOneServer(t *testing.T) {
+	ctx := context.Background()
+	const url = "http://127.0.0.1:9000/p/0"
+	for _, spelling := range []string{
+		url,
+		"http://127.0.0.1:9000//p/0",
+		"http://127.0.0.1:9000/p/./0",
+		"http://127.0.0.1:9000/p/q/../0",
+		"http://127.0.0.1:9000/p/%30",
+		"http://localhost:9000/p/0",
+		"http://[::1]:9000/p/0",
+		"http://127.0.0.1:9000/p/0/",
+		"HTTP://127.0.0.1:9000/p/0",
+	} {
+		t.Run(spelling, func(t *testing.T) {
+			r, _, _ := open(t)
+			if _, _, err := r.Register(ctx, Spec{URL: url, ID: "p0"}); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := r.Register(ctx, Spec{URL: spelling})
+			var ce *ConflictError
+			if !errors.As(err, &ce) || ce.Field != "url" || !strings.Contains(ce.Msg, `policy "p0" at index 0`) {
+				t.Errorf("Register = %v; want a ConflictError on url naming policy p0", err)
+			}
+			_, err = r.Replace(ctx, []Spec{{URL: url}, {URL: spelling}})
+			if !errors.As(err, &ce) || ce.Field != "policies[1].url" || !strings.Contains(ce.Msg, "policies[0] (index 0") {
+				t.Errorf("Replace = %v; want a ConflictError on policies[1].url naming policies[0]", err)
+			}
+			if _, created, err := r.Register(ctx, Spec{URL: spelling, AllowSharedURL: true}); err != nil || !created {
+				t.Errorf("Register with allow_shared_url = %v, %v; want created", created, err)
+			}
+		})
+	}
+	for _, unspecified := range []string{"http://0.0.0.0:9000/p/0", "http://[::]:9000/p/0"} {
+		t.Run(unspecified, func(t *testing.T) {
+			r, _, _ := open(t)
+			if _, _, err := r.Register(ctx, Spec{URL: url, ID: "p0"}); err != nil {
+				t.Fatal(err)
+			}
+			for _, shared := range []bool{false, true} {
+				_, _, err := r.Register(ctx, Spec{URL: unspecified, AllowSharedURL: shared})
+				var in *routing.InputError
+				if !errors.As(err, &in) || in.Field != "url" {
+					t.Errorf("Register (allow_shared_url %v) = %v; want an InputError on url", shared, err)
+				}
+				_, err = r.ReplaceRegistration(ctx, []Spec{{URL: url}, {URL: unspecified, AllowSharedURL: shared}}, nil)
+				if !errors.As(err, &in) || in.Field != "policies[1].url" {
+					t.Errorf("ReplaceRegistration (allow_shared_url %v) = %v; want an InputError on policies[1].url", shared, err)
+				}
+			}
+			if got := r.Current().Policies; len(got) != 1 {
+				t.Errorf("refused calls changed the registration: %+v", got)
+			}
+		})
+	}
+}
+
+// A store written when fewer spellings were compared may hold policies
+// that name one server, or the unspecified address: it still loads, as it
+// is, and start-up warns of each shared server once.
+func TestStoredSharedServersLoad(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	stored := []routing.Policy{
+		{Index: 0, ID: "p0", URL: "http://127.0.0.1:9000/p/0", Capacity: 1},
+		{Index: 1, ID: "p1", URL: "http://127.0.0.1:9000//p/%30", Capacity: 1},
+		{Index: 2, ID: "p2", URL: "http://0.0.0.0:9000/p/2", Capacity: 1},
+		{Index: 3, ID: "p3", URL: "http://127.0.0.1:9000/p/3", Capacity: 1},
+	}
+	if _, err := st.Apply(ctx, 0, store.Change{Put: stored}); err != nil {
+		t.Fatal(err)
+	}
+	state := routing.New(routing.Options{})
+	r, err := Open(ctx, st, state)
+	if err != nil {
+		t.Fatalf("Open = %v; want the stored registration loaded", err)
+	}
+	if got := len(state.Snapshot().Policies()); got != len(stored) {
+		t.Errorf("routing holds %d policies; want %d", got, len(stored))
+	}
+	var logs strings.Builder
+	r.WarnSharedServers(slog.New(slog.NewTextHandler(&logs, nil)))
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("logged %d lines; want one warning:\n%s", len(lines), logs.String())
+	}
+	for _, want := range []string{"level=WARN", "allow_shared_url", "server=http://127.0.0.1:9000/p/0", `id \"p0\"`, `id \"p1\"`} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("warning lacks %q: %s", want, lines[0])
+		}
+	}
+	for _, not := range []string{"p2", "p3"} {
+		if strings.Contains(lines[0], `id \"`+not+`\"`) {
+			t.Errorf("warning names %s, which shares no server: %s", not, lines[0])
+		}
+	}
+	// Registering the server again is refused as before.
+	if _, _, err := r.Register(ctx, Spec{URL: "http://localhost:9000/p/0"}); !errors.Is(err, ErrConflict) {
+		t.Errorf("Register another spelling = %v; want ErrConflict", err)
+	}
 }
