@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -119,6 +120,70 @@ func TestOneServerOnePolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// One identity per engine: every spelling of a registered server's URL
+// (empty or dot path segments, percent-encoded unreserved characters,
+// another loopback name, the default port, upper case) is 409 naming the
+// policy registered there, through every route that registers; the
+// unspecified address, to which nothing can be sent, is 422 naming url
+// (400 on the legacy route, which answers every failure 400).
+func TestOneIdentityPerEngine(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	const p0 = `{"url":"http://127.0.0.1:9000/p/0","index":0,"id":"p0"}`
+	want(t, ts.do(t, "POST", "/policies", p0), http.StatusCreated, nil)
+	for _, spelling := range []string{
+		"http://127.0.0.1:9000//p/0",
+		"http://127.0.0.1:9000/p/./0",
+		"http://127.0.0.1:9000/p/x/../0",
+		"http://127.0.0.1:9000/p/%30",
+		"http://127.0.0.1:9000/%70/%2E/0/",
+		"http://127.0.0.2:9000/p/0",
+		"http://localhost:9000/p/0",
+		"http://[::1]:9000/p/0",
+		"HTTP://LOCALHOST:9000/p/0/",
+	} {
+		t.Run(spelling, func(t *testing.T) {
+			for _, tt := range []struct{ method, path, body, field string }{
+				{"POST", "/policies", `{"url":"` + spelling + `"}`, "url"},
+				{"POST", "/workers", `{"url":"` + spelling + `"}`, "url"},
+				{"PUT", "/policies", `{"policies":[` + p0 + `,{"url":"` + spelling + `"}]}`, "policies[1].url"},
+				{"PUT", "/registration", `{"policies":[` + p0 + `,{"url":"` + spelling + `"}],"topology":{}}`, "policies[1].url"},
+			} {
+				e := wantError(t, ts.do(t, tt.method, tt.path, tt.body), http.StatusConflict, api.CodeConflict, tt.field)
+				for _, w := range []string{`is the same server as "http://127.0.0.1:9000/p/0"`, `"p0"`, "allow_shared_url"} {
+					if !strings.Contains(e.Message, w) {
+						t.Errorf("%s %s: message %q lacks %q", tt.method, tt.path, e.Message, w)
+					}
+				}
+			}
+		})
+	}
+	for _, unspecified := range []string{"http://0.0.0.0:9000/p/0", "http://[::]:9000/p/0"} {
+		t.Run(unspecified, func(t *testing.T) {
+			for _, tt := range []struct{ method, path, body, field string }{
+				{"POST", "/policies", `{"url":"` + unspecified + `"}`, "url"},
+				{"POST", "/policies", `{"url":"` + unspecified + `","allow_shared_url":true}`, "url"},
+				{"POST", "/workers", `{"url":"` + unspecified + `"}`, "url"},
+				{"PUT", "/policies", `{"policies":[` + p0 + `,{"url":"` + unspecified + `"}]}`, "policies[1].url"},
+				{"PUT", "/registration", `{"policies":[` + p0 + `,{"url":"` + unspecified + `"}],"topology":{}}`, "policies[1].url"},
+			} {
+				e := wantError(t, ts.do(t, tt.method, tt.path, tt.body), http.StatusUnprocessableEntity, api.CodeValidationFailed, tt.field)
+				if !strings.Contains(e.Fields[tt.field], "unspecified address") {
+					t.Errorf("%s %s: fields[%s] = %q; want it to say why", tt.method, tt.path, tt.field, e.Fields[tt.field])
+				}
+			}
+			wantError(t, ts.do(t, "POST", "/add_worker?url="+url.QueryEscape(unspecified), ""), http.StatusBadRequest, api.CodeValidationFailed, "url")
+		})
+	}
+	var list api.PolicyList
+	want(t, ts.do(t, "GET", "/policies", ""), http.StatusOK, &list)
+	if len(list.Policies) != 1 || list.Policies[0].ID != "p0" {
+		t.Errorf("refused registrations changed the set: %+v", list.Policies)
+	}
+	// Another path is another server; allow_shared_url shares one on purpose.
+	want(t, ts.do(t, "POST", "/policies", `{"url":"http://127.0.0.1:9000/p/1"}`), http.StatusCreated, nil)
+	want(t, ts.do(t, "POST", "/policies", `{"url":"http://127.0.0.1:9000/p/%30","allow_shared_url":true}`), http.StatusCreated, nil)
 }
 
 // An operator who knows an index can get, drain, resume and delete that
