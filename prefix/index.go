@@ -1,0 +1,543 @@
+package prefix
+
+import (
+	"sync"
+)
+
+// Index is the router's picture of the prefix caches of its policies: which
+// blocks (by Hash) each policy is expected to hold. It is the state of the
+// prefix scorer, owned by one type, bounded in memory, and safe for
+// concurrent use: its own mutex guards it, held only for the length of one
+// call. Prompts are hashed outside it (TokenHashes), so a caller can hash
+// outside its own routing lock and read the Index under it.
+//
+// Policies are named by their stable string ids (routing.Policy.ID), mapped
+// inside to small integers. A policy comes into the Index with its first
+// RecordPending, Confirm, Add or SetCapacity, and leaves with Remove.
+//
+// Blocks are pending from dispatch (RecordPending), so that samples 2..n of
+// a group sent together follow the first, and confirmed once an answer
+// shows the engine holds them (Confirm, Add). Match reports both; a caller
+// claims only confirmed blocks (X-Prefix-Match) and lets pending ones
+// attract.
+//
+// # Memory
+//
+// One map goes from a block's hash to the first of the policies holding it,
+// so a hot prefix is found once whatever the number of policies, and each
+// (block, policy) pair is one 24-byte entry in a slab, linked into its
+// policy's LRU list and into the list of its block's holders. Each policy's
+// list is bounded by its token budget (SetCapacity: the engine's KV size in
+// tokens when it reports one, else Options.DefaultTokens), at BlockTokens
+// tokens a block; the whole Index by Options.MaxBytes, beyond which the
+// policy holding the most blocks loses its least recent ones.
+//
+// Measured (TestMemoryPerBlock: runtime.MemStats around 1M blocks, amd64,
+// Go 1.26), an indexed block costs about 62 bytes of heap when one policy
+// holds it (its 24-byte entry, and its map slot with the map's spare room,
+// the map growing by doubling), and about 24 bytes more for each further
+// policy holding it (17 measured, the slab's own doubling having left room).
+// The leader's index for 64 engines of 2M tokens of KV each, 2M/16 = 125k
+// blocks an engine, 8M (block, engine) pairs in all, takes about 500 MB when
+// no two engines share a block, and about 200 MB when they all hold the same
+// 125k blocks (125k × 62 bytes + 63 × 125k × 24 bytes). IndexBytes, the
+// estimate that Options.MaxBytes caps, counts 24 bytes an entry and 36 a
+// distinct block (60 for a block one policy holds). Go maps do not shrink:
+// after a Clear the memory stays with the Index, for the blocks that follow.
+type Index struct {
+	mu       sync.Mutex
+	opts     Options
+	slots    map[string]int // policy id → index in pols
+	pols     []*policy      // nil where a removed policy's slot is free
+	freeSlot []int
+	heads    map[Hash]int32 // block → its first holder in nodes
+	nodes    []node
+	freeNode int32 // first free entry of nodes, linked by next; -1 none
+	pairs    int   // (block, policy) entries in use
+
+	// scratch of Match: per slot, the confirmed and held prefix lengths.
+	conf, held []int32
+	touched    []int
+}
+
+// node is one (block, policy) pair: an entry of its policy's LRU list
+// (prev towards the most recent) and of its block's list of holders.
+type node struct {
+	hash       Hash
+	prev, next int32 // LRU neighbours in the policy's list; -1 none
+	holder     int32 // next node of the same hash; -1 none
+	slot       uint16
+	confirmed  bool
+}
+
+// policy is one policy's list: head is its most recent block, tail its
+// least recent.
+type policy struct {
+	id                string
+	head, tail        int32
+	blocks, pending   int
+	capTokens         int // 0: Options.DefaultTokens
+	evictions, clears uint64
+}
+
+const none = -1
+
+// Sizes behind IndexBytes: a node, and a map slot with its share of the
+// map's spare room.
+const (
+	entryBytes = 24
+	mapBytes   = 36
+)
+
+// Options configure an Index. Zero fields take the defaults.
+type Options struct {
+	// DefaultTokens is a policy's budget in tokens until SetCapacity gives
+	// its engine's KV size (--prefix-index-tokens). Default
+	// DefaultPolicyTokens.
+	DefaultTokens int
+	// MaxBytes caps the whole Index's memory, as IndexBytes estimates it.
+	// Default DefaultMaxBytes.
+	MaxBytes int64
+}
+
+// Defaults of Options.
+const (
+	// DefaultPolicyTokens is 1M tokens: an engine's KV cache of a mid-size
+	// model on one 80 GB GPU is 0.3M–2M tokens.
+	DefaultPolicyTokens = 1 << 20
+	// DefaultMaxBytes is 1 GiB, room for 64 engines of 2M tokens each.
+	DefaultMaxBytes = 1 << 30
+)
+
+// NewIndex returns an empty Index.
+func NewIndex(opts Options) *Index {
+	if opts.DefaultTokens <= 0 {
+		opts.DefaultTokens = DefaultPolicyTokens
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	return &Index{opts: opts, slots: map[string]int{}, heads: map[Hash]int32{}, freeNode: none}
+}
+
+// Match is what the Index expects one policy to hold of a chain of hashes.
+type Match struct {
+	// Confirmed is the length of the longest prefix of the chain whose
+	// blocks are all confirmed on the policy: blocks an answer showed the
+	// engine holds.
+	Confirmed int
+	// Pending is the length of the longest prefix whose blocks are each
+	// confirmed or pending (recorded at dispatch, not yet answered);
+	// Pending >= Confirmed.
+	Pending int
+}
+
+// Match writes to out[i] what the Index expects policy ids[i] to hold of
+// the chain hashes (a policy it does not know holds nothing), growing out
+// to len(ids), and returns it. The work is one map lookup per block of the
+// longest prefix any policy holds, and one step per holder of each; it
+// allocates only to grow out. It does not change the LRU order: only what
+// is sent to a policy does.
+func (x *Index) Match(hashes []Hash, ids []string, out []Match) []Match {
+	out = append(out[:0], make([]Match, len(ids))...)
+	if len(hashes) > MaxBlocks {
+		hashes = hashes[:MaxBlocks]
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.conf) < len(x.pols) {
+		x.conf, x.held = make([]int32, len(x.pols)), make([]int32, len(x.pols))
+	}
+	for i, h := range hashes {
+		n, ok := x.heads[h]
+		if !ok {
+			break
+		}
+		grew := false
+		for ; n != none; n = x.nodes[n].holder {
+			nd := &x.nodes[n]
+			s := int(nd.slot)
+			if x.held[s] != int32(i) {
+				continue
+			}
+			if i == 0 {
+				x.touched = append(x.touched, s)
+			}
+			x.held[s]++
+			grew = true
+			if nd.confirmed && x.conf[s] == int32(i) {
+				x.conf[s]++
+			}
+		}
+		if !grew {
+			break
+		}
+	}
+	for i, id := range ids {
+		if s, ok := x.slots[id]; ok {
+			out[i] = Match{Confirmed: int(x.conf[s]), Pending: int(x.held[s])}
+		}
+	}
+	for _, s := range x.touched {
+		x.conf[s], x.held[s] = 0, 0
+	}
+	x.touched = x.touched[:0]
+	return out
+}
+
+// RecordPending records that the blocks hashes were sent to policy id:
+// blocks it does not hold yet become pending, and every block of the chain
+// becomes its most recent, the first block last so that the chain's deepest
+// blocks are the first to go when its budget is exceeded (as vLLM's free
+// queue evicts the tail of a chain first). At most MaxBlocks are used.
+func (x *Index) RecordPending(id string, hashes []Hash) {
+	x.record(id, hashes, false)
+}
+
+// Add records that policy id holds the blocks hashes, confirmed: those of
+// a prompt and the tokens generated after it, once the answer is back, so
+// that the next turn, which resends both, matches.
+func (x *Index) Add(id string, hashes []Hash) {
+	x.record(id, hashes, true)
+}
+
+// Confirm records the answer of a request sent to policy id with the
+// chain hashes: its pending blocks become confirmed. cachedTokens is how
+// many of the prompt's tokens the engine reported it had cached (SGLang's
+// meta_info.cached_tokens, vLLM's usage.prompt_tokens_details
+// .cached_tokens), or -1 when it reported none. When the engine had fewer
+// blocks of the chain than the Index held confirmed for it, the Index's
+// picture of the policy was too rich and is cut back: when the engine had
+// not even the first block it was flushed behind the router's back (a
+// /flush_cache sent to it directly, a restart) and the policy is cleared;
+// otherwise the policy loses as many of its least recent blocks as the
+// engine was found short. Either way the chain itself, which the engine
+// has just computed, is then held confirmed.
+func (x *Index) Confirm(id string, hashes []Hash, cachedTokens int) {
+	if len(hashes) > MaxBlocks {
+		hashes = hashes[:MaxBlocks]
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s := x.slotLocked(id)
+	if cachedTokens >= 0 {
+		had := cachedTokens / BlockTokens
+		want := x.confirmedPrefixLocked(s, hashes)
+		switch {
+		case had >= want:
+		case had == 0:
+			x.clearLocked(s)
+		default:
+			p := x.pols[s]
+			for range want - had {
+				if p.tail == none {
+					break
+				}
+				x.removeLocked(p.tail)
+				p.evictions++
+			}
+		}
+	}
+	x.recordLocked(s, hashes, true)
+}
+
+// DropPending forgets the blocks of hashes that are still pending on
+// policy id: a request that failed before the engine answered.
+func (x *Index) DropPending(id string, hashes []Hash) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, ok := x.slots[id]
+	if !ok {
+		return
+	}
+	for _, h := range hashes {
+		if n, _ := x.findLocked(h, s); n != none && !x.nodes[n].confirmed {
+			x.removeLocked(n)
+		}
+	}
+}
+
+// Clear forgets every block of policy id, keeping its budget: its weight
+// version changed, it restarted or its cache was flushed.
+func (x *Index) Clear(id string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if s, ok := x.slots[id]; ok {
+		x.clearLocked(s)
+	}
+}
+
+// Remove forgets policy id altogether: it left the fleet.
+func (x *Index) Remove(id string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, ok := x.slots[id]
+	if !ok {
+		return
+	}
+	x.clearLocked(s)
+	delete(x.slots, id)
+	x.pols[s] = nil
+	x.freeSlot = append(x.freeSlot, s)
+}
+
+// SetCapacity sets policy id's budget to tokens, its engine's KV size
+// (SGLang's max_total_num_tokens; vLLM's num_gpu_blocks × block_size);
+// tokens <= 0 restores Options.DefaultTokens. Blocks beyond the budget go
+// at once, least recent first.
+func (x *Index) SetCapacity(id string, tokens int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s := x.slotLocked(id)
+	x.pols[s].capTokens = max(tokens, 0)
+	x.evictLocked(s)
+}
+
+// PolicyStats is one policy's part of the Index.
+type PolicyStats struct {
+	ID string `json:"id"`
+	// IndexedTokens is the tokens of the blocks the policy holds, pending
+	// or confirmed (BlockTokens a block); PendingTokens those pending.
+	IndexedTokens int64 `json:"indexed_tokens"`
+	PendingTokens int64 `json:"pending_tokens"`
+	// CapacityTokens is the policy's budget.
+	CapacityTokens int64 `json:"capacity_tokens"`
+	// Evictions counts blocks dropped for the budget, the byte cap or a
+	// cut-back; Clears the clears of the whole policy.
+	Evictions uint64 `json:"evictions"`
+	Clears    uint64 `json:"clears"`
+}
+
+// Stats is the whole Index's state, for /stats.
+type Stats struct {
+	// Policies are the policies, in no particular order.
+	Policies []PolicyStats `json:"policies"`
+	// Blocks is how many distinct blocks are indexed, Entries how many
+	// (block, policy) pairs.
+	Blocks  int `json:"blocks"`
+	Entries int `json:"entries"`
+	// IndexBytes is the estimate of the Index's memory that MaxBytes caps.
+	IndexBytes int64 `json:"index_bytes"`
+	MaxBytes   int64 `json:"max_bytes"`
+}
+
+// Stats returns the Index's state.
+func (x *Index) Stats() Stats {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	st := Stats{Blocks: len(x.heads), Entries: x.pairs, IndexBytes: x.bytesLocked(), MaxBytes: x.opts.MaxBytes}
+	for s, p := range x.pols {
+		if p == nil {
+			continue
+		}
+		st.Policies = append(st.Policies, PolicyStats{
+			ID: p.id, IndexedTokens: int64(p.blocks) * BlockTokens, PendingTokens: int64(p.pending) * BlockTokens,
+			CapacityTokens: int64(x.capBlocksLocked(s)) * BlockTokens, Evictions: p.evictions, Clears: p.clears,
+		})
+	}
+	return st
+}
+
+// record is RecordPending and Add.
+func (x *Index) record(id string, hashes []Hash, confirmed bool) {
+	if len(hashes) > MaxBlocks {
+		hashes = hashes[:MaxBlocks]
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.recordLocked(x.slotLocked(id), hashes, confirmed)
+}
+
+// recordLocked makes every block of hashes policy s's most recent, the
+// first block last, marking them confirmed if confirmed (a confirmed block
+// stays confirmed), then enforces the budgets. Caller must hold mu.
+func (x *Index) recordLocked(s int, hashes []Hash, confirmed bool) {
+	p := x.pols[s]
+	for i := len(hashes) - 1; i >= 0; i-- {
+		n, _ := x.findLocked(hashes[i], s)
+		if n == none {
+			n = x.insertLocked(hashes[i], s)
+		} else {
+			x.unlinkLRULocked(n)
+			x.pushFrontLocked(n)
+		}
+		if nd := &x.nodes[n]; confirmed && !nd.confirmed {
+			nd.confirmed = true
+			p.pending--
+		}
+	}
+	x.evictLocked(s)
+	for x.bytesLocked() > x.opts.MaxBytes && x.pairs > 0 {
+		big := s
+		for t, q := range x.pols {
+			if q != nil && q.blocks > x.pols[big].blocks {
+				big = t
+			}
+		}
+		x.removeLocked(x.pols[big].tail)
+		x.pols[big].evictions++
+	}
+}
+
+// confirmedPrefixLocked is Match's Confirmed for policy s alone. Caller
+// must hold mu.
+func (x *Index) confirmedPrefixLocked(s int, hashes []Hash) int {
+	for i, h := range hashes {
+		if n, _ := x.findLocked(h, s); n == none || !x.nodes[n].confirmed {
+			return i
+		}
+	}
+	return len(hashes)
+}
+
+// slotLocked returns the slot of policy id, making one. Caller must hold
+// mu.
+func (x *Index) slotLocked(id string) int {
+	if s, ok := x.slots[id]; ok {
+		return s
+	}
+	p := &policy{id: id, head: none, tail: none}
+	var s int
+	if n := len(x.freeSlot); n > 0 {
+		s = x.freeSlot[n-1]
+		x.freeSlot = x.freeSlot[:n-1]
+		x.pols[s] = p
+	} else {
+		s = len(x.pols)
+		x.pols = append(x.pols, p)
+	}
+	x.slots[id] = s
+	return s
+}
+
+// capBlocksLocked is policy s's budget in blocks. Caller must hold mu.
+func (x *Index) capBlocksLocked(s int) int {
+	t := x.pols[s].capTokens
+	if t == 0 {
+		t = x.opts.DefaultTokens
+	}
+	return max(t/BlockTokens, 1)
+}
+
+// bytesLocked is the IndexBytes estimate. Caller must hold mu.
+func (x *Index) bytesLocked() int64 {
+	return int64(x.pairs)*entryBytes + int64(len(x.heads))*mapBytes
+}
+
+// evictLocked drops policy s's least recent blocks beyond its budget.
+// Caller must hold mu.
+func (x *Index) evictLocked(s int) {
+	p, limit := x.pols[s], x.capBlocksLocked(s)
+	for p.blocks > limit {
+		x.removeLocked(p.tail)
+		p.evictions++
+	}
+}
+
+// clearLocked drops every block of policy s. Caller must hold mu.
+func (x *Index) clearLocked(s int) {
+	p := x.pols[s]
+	for p.tail != none {
+		x.removeLocked(p.tail)
+	}
+	p.clears++
+}
+
+// findLocked returns policy s's node of block h and the holder before it
+// (none when it is the first), or none. Caller must hold mu.
+func (x *Index) findLocked(h Hash, s int) (n, before int32) {
+	before = none
+	n, ok := x.heads[h]
+	if !ok {
+		return none, none
+	}
+	for ; n != none; before, n = n, x.nodes[n].holder {
+		if int(x.nodes[n].slot) == s {
+			return n, before
+		}
+	}
+	return none, none
+}
+
+// insertLocked adds a pending node of block h for policy s, as its most
+// recent, and returns it. Caller must hold mu.
+func (x *Index) insertLocked(h Hash, s int) int32 {
+	var n int32
+	if x.freeNode != none {
+		n = x.freeNode
+		x.freeNode = x.nodes[n].next
+	} else {
+		n = int32(len(x.nodes))
+		x.nodes = append(x.nodes, node{})
+	}
+	first, ok := x.heads[h]
+	if !ok {
+		first = none
+	}
+	x.nodes[n] = node{hash: h, prev: none, next: none, holder: first, slot: uint16(s)}
+	x.heads[h] = n
+	x.pushFrontLocked(n)
+	p := x.pols[s]
+	p.blocks++
+	p.pending++
+	x.pairs++
+	return n
+}
+
+// removeLocked drops node n from its policy and its block. Caller must
+// hold mu.
+func (x *Index) removeLocked(n int32) {
+	nd := &x.nodes[n]
+	s := int(nd.slot)
+	_, before := x.findLocked(nd.hash, s)
+	switch {
+	case before != none:
+		x.nodes[before].holder = nd.holder
+	case nd.holder != none:
+		x.heads[nd.hash] = nd.holder
+	default:
+		delete(x.heads, nd.hash)
+	}
+	x.unlinkLRULocked(n)
+	p := x.pols[s]
+	p.blocks--
+	if !nd.confirmed {
+		p.pending--
+	}
+	x.pairs--
+	*nd = node{next: x.freeNode}
+	x.freeNode = n
+}
+
+// unlinkLRULocked takes node n out of its policy's list. Caller must hold
+// mu.
+func (x *Index) unlinkLRULocked(n int32) {
+	nd := &x.nodes[n]
+	p := x.pols[nd.slot]
+	if nd.prev != none {
+		x.nodes[nd.prev].next = nd.next
+	} else {
+		p.head = nd.next
+	}
+	if nd.next != none {
+		x.nodes[nd.next].prev = nd.prev
+	} else {
+		p.tail = nd.prev
+	}
+	nd.prev, nd.next = none, none
+}
+
+// pushFrontLocked makes node n its policy's most recent. Caller must hold
+// mu.
+func (x *Index) pushFrontLocked(n int32) {
+	nd := &x.nodes[n]
+	p := x.pols[nd.slot]
+	nd.prev, nd.next = none, p.head
+	if p.head != none {
+		x.nodes[p.head].prev = n
+	}
+	p.head = n
+	if p.tail == none {
+		p.tail = n
+	}
+}
