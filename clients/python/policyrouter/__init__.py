@@ -40,6 +40,7 @@ from .errors import (
 from .client import Client, RegisteredPolicy
 from .async_client import AsyncClient
 from .adapter import AsyncRemoteSyncRouter, RemoteRouter, RemoteSyncRouter
+from .prefix import prefix_hashes
 
 __all__ = [
     "Client",
@@ -48,6 +49,7 @@ __all__ = [
     "RemoteRouter",
     "RemoteSyncRouter",
     "AsyncRemoteSyncRouter",
+    "prefix_hashes",
     "PolicyRouterError",
     "ValidationError",
     "AuthError",
