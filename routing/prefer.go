@@ -46,9 +46,13 @@ type preference struct {
 // alone up to req.StickyWait, unless the home's queue of waiting sessions
 // is already at the bound ⌈c · (waiting + 1) / available⌉ of its ring:
 // that keeps a hot home from collecting the waits of many sessions, while
-// a busy home at low load is waited for. done is true when it decided.
-// Caller must hold mu.
-func (st *State) preferLocked(req *SelectRequest, r Selector, q *Query, ttl time.Duration, envNode string) (pref preference, d Decision, done bool) {
+// a busy home at low load is waited for. The wait for the home is at most
+// half of left, what is left of the request's wait, so that a request
+// whose sticky wait is as long as its wait (or longer) still has time to
+// spill to another policy: a session's request never runs out waiting for
+// its home while others are idle. done is true when it decided. Caller
+// must hold mu.
+func (st *State) preferLocked(req *SelectRequest, r Selector, q *Query, ttl time.Duration, envNode string, left time.Duration) (pref preference, d Decision, done bool) {
 	pref.session = true
 	snap := st.ledger.snap
 	pos, natural, ring := snap.home(sessionHash(req.Session), envNode, envAffine(r, nil), func(_ *hashRing, p int) bool {
@@ -71,7 +75,7 @@ func (st *State) preferLocked(req *SelectRequest, r Selector, q *Query, ttl time
 		d.EnvNode = envNode
 		return pref, pref.served(st, d), true
 	}
-	pref.stickyWait = min(req.StickyWait, req.Wait)
+	pref.stickyWait = min(req.StickyWait, left/2)
 	pref.homeOnly = pref.stickyWait > 0 && int64(rt.homeWaiters.len) < st.queueBoundLocked(ring, st.loadFactor(req.LoadFactor))
 	return pref, Decision{}, false
 }

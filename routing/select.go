@@ -31,7 +31,9 @@ type SelectRequest struct {
 	Session string
 	// StickyWait is how long a session waits for its busy home before it
 	// spills to the router's pick; 0 spills at once. It is part of Wait,
-	// not added to it.
+	// not added to it, and at most half of it: a longer one is cut to
+	// half of what is left of Wait, so that the request has time to take
+	// another policy.
 	StickyWait time.Duration
 	// LoadFactor is c of the bound on the home's queue of waiting
 	// sessions; 0 means Options.LoadFactor.
@@ -119,9 +121,11 @@ func (e *WaitError) Unwrap() error { return e.Err }
 // slot; when there is none they wait up to req.Wait until one is
 // released, seen idle, expired or registered: a freed slot goes to the
 // longest waiter whose home it is, else to the longest waiter. A session
-// whose home is busy waits for it alone up to req.StickyWait (unless the
-// home's queue of sessions is at its bound), then takes what the router
-// finds or the first slot to free. A waiter that gives up consumes
+// whose home is busy waits for it alone up to req.StickyWait, and at most
+// half of req.Wait (unless the home's queue of sessions is at its bound),
+// then takes what the router finds or the first slot to free; it is
+// answered ErrNoIdlePolicy only when no policy it may take was idle. A
+// waiter that gives up consumes
 // nothing. Routers that do not lease never wait. The errors are the
 // decision's coded reasons: ErrNoPolicies (none registered),
 // ErrAllUnavailable (none passes the availability filter or is awaiting
@@ -173,7 +177,7 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 	if req.Session != "" {
 		var d Decision
 		var done bool
-		if pref, d, done = st.preferLocked(&req, r, &q, ttl, envNode); done {
+		if pref, d, done = st.preferLocked(&req, r, &q, ttl, envNode, time.Until(deadline)); done {
 			st.mu.Unlock()
 			return d, nil
 		}
@@ -298,6 +302,15 @@ func (st *State) await(ctx context.Context, w *waiter, req *SelectRequest, r Sel
 		return pref.served(st, d), nil
 	case w.granted != nil:
 		st.giveBackLocked(w)
+	case w.homeOnly && err == errWaitTimeout:
+		// The wait ran out before the home-only phase was seen to end
+		// (a late wake-up): the router picks before the answer is no.
+		w.homeOnly = false
+		d, ok := st.pickLocked(r, &w.q, w.ttl, w.mode, envNode)
+		st.unwaitLocked(w)
+		if ok {
+			return pref.served(st, d), nil
+		}
 	default:
 		st.unwaitLocked(w)
 	}

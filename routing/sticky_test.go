@@ -760,3 +760,69 @@ func TestStickyAssignGroupLandsTogether(t *testing.T) {
 		}
 	})
 }
+
+// sessionHomedAt returns a session key whose home among n idle
+// capacity-1 policies is the policy of the given index.
+func sessionHomedAt(tb testing.TB, n, index int) string {
+	tb.Helper()
+	for i := range 1000 {
+		key := "episode-" + strconv.Itoa(i)
+		st := newState(tb, Options{}, densePolicies(n), Topology{})
+		if stickySelect(tb, st, SelectIdle, "", key).Policy.Index == index {
+			return key
+		}
+	}
+	tb.Fatalf("no session key of 1000 is homed at policy %d of %d", index, n)
+	return ""
+}
+
+// A sticky wait never outlasts its request: the wait for a busy home is
+// at most half of what is left of the request's wait, then the request
+// takes an idle policy. The case reported: four idle policies, a session's
+// first select gets policy 1, its second, with a wait of 1 s under the
+// default 2 s sticky wait, ran out ("no idle policy within 1s") while
+// policies 0, 2 and 3 were idle.
+func TestStickyWaitLeavesTimeToSpill(t *testing.T) {
+	key := sessionHomedAt(t, 4, 1)
+	for _, tt := range []struct {
+		name         string
+		wait, sticky time.Duration
+	}{
+		{"the reported case", time.Second, DefaultStickyWait},
+		{"sticky wait as long as the wait", time.Second, time.Second},
+		{"sticky wait far longer", 400 * time.Millisecond, time.Hour},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newState(t, Options{}, densePolicies(4), Topology{})
+			home := stickySelect(t, st, SelectIdle, "", key)
+			if home.Policy.Index != 1 || home.Sticky != StickyHome {
+				t.Fatalf("first select: policy %d (%q); want 1 (home)", home.Policy.Index, home.Sticky)
+			}
+			d, err := st.Select(context.Background(), SelectRequest{Session: key, Wait: tt.wait, StickyWait: tt.sticky})
+			if err != nil {
+				t.Fatalf("second select, home busy, policies 0, 2 and 3 idle: %v; want one of them", err)
+			}
+			if d.Policy.Index == 1 || d.Sticky != StickySpilled {
+				t.Errorf("second select: policy %d (%q); want an idle one (spilled)", d.Policy.Index, d.Sticky)
+			}
+			if s := st.Stats().Sticky; s.Hits != 1 || s.Spills != 1 {
+				t.Errorf("sticky stats = %+v; want 1 hit, 1 spill", s)
+			}
+		})
+	}
+	// With nothing else idle the answer is still no, after the wait.
+	t.Run("nothing else idle", func(t *testing.T) {
+		st := newState(t, Options{}, densePolicies(4), Topology{})
+		stickySelect(t, st, SelectIdle, "", key)
+		for range 3 {
+			mustSelect(t, st, SelectIdle, "")
+		}
+		_, err := st.Select(context.Background(), SelectRequest{Session: key, Wait: 100 * time.Millisecond, StickyWait: time.Hour})
+		if !errors.Is(err, ErrNoIdlePolicy) {
+			t.Errorf("every policy busy: %v; want ErrNoIdlePolicy", err)
+		}
+		if s := st.Stats().Sticky; s.Hits != 1 || s.Spills != 1 {
+			t.Errorf("sticky stats = %+v; want 1 hit, 1 spill (the refused request)", s)
+		}
+	})
+}
