@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 func TestSelectSession(t *testing.T) {
@@ -37,6 +38,36 @@ func TestSelectSession(t *testing.T) {
 	}
 	if s := stats.Sticky; s.Hits != 4 || s.Spills != 1 || s.Misses != 0 || s.HitRate != 0.8 {
 		t.Errorf("stats.sticky = %+v; want 4 hits, 1 spill, hit rate 0.8", s)
+	}
+}
+
+// A sticky wait never outlasts its request: four idle policies, a
+// session's first /select gets policy 1, its second, with timeout_ms 1000
+// under the server's 2 s sticky wait, finds policy 1 busy and takes one of
+// the idle others (sticky "spilled") instead of answering 503
+// no_idle_policy.
+func TestSelectStickyWaitLeavesTimeToSpill(t *testing.T) {
+	ts := newTestServer(t, Config{DefaultStickyWait: routing.DefaultStickyWait})
+	ts.register(t, 4)
+	// A session whose home is policy 1.
+	var key string
+	for i := range 1000 {
+		var sel api.SelectResponse
+		k := "episode-" + itoa(i)
+		want(t, ts.do(t, "POST", "/select", `{"session_id":"`+k+`","timeout_ms":0}`), http.StatusOK, &sel)
+		if sel.Index == 1 && sel.Sticky == "home" {
+			key = k
+			break
+		}
+		want(t, ts.do(t, "POST", "/release", `{"lease_id":"`+sel.LeaseID+`"}`), http.StatusOK, nil)
+	}
+	if key == "" {
+		t.Fatal("no session of 1000 is homed at policy 1")
+	}
+	var sel api.SelectResponse
+	want(t, ts.do(t, "POST", "/select", `{"session_id":"`+key+`","timeout_ms":1000}`), http.StatusOK, &sel)
+	if sel.Index == 1 || sel.Sticky != "spilled" {
+		t.Errorf("second select, policy 1 busy: policy %d (sticky %q); want an idle one (spilled)", sel.Index, sel.Sticky)
 	}
 }
 
