@@ -33,6 +33,8 @@ var sglangRoutes = []route{
 	{"POST", "/update_weights_from_disk", (*Policy).serveSGLangUpdateFromDisk},
 	{"POST", "/update_weight_version", (*Policy).serveSGLangUpdateVersion},
 	{"POST", "/abort_request", (*Policy).serveSGLangAbort},
+	{"POST", "/flush_cache", (*Policy).serveSGLangFlushCache},
+	{"GET", "/flush_cache", (*Policy).serveSGLangFlushCache},
 }
 
 // serveSGLangLoads answers GET /v1/loads as get_loads does: one load per
@@ -54,7 +56,7 @@ func (p *Policy) serveSGLangLoads(w http.ResponseWriter, r *http.Request) {
 		"num_accelerators": 1,
 		"loads": []map[string]any{{
 			"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting,
-			"num_used_tokens": 0, "num_total_tokens": 0, "max_total_num_tokens": 0,
+			"num_used_tokens": 0, "num_total_tokens": 0, "max_total_num_tokens": p.fleet.opts.KVTokens,
 			"max_running_requests": p.fleet.opts.MaxRunning, "token_usage": 0.0,
 			"gen_throughput": 0.0, "cache_hit_rate": 0.0, "utilization": 0.0,
 		}},
@@ -106,12 +108,16 @@ func (p *Policy) serveSGLangServerInfo(w http.ResponseWriter, r *http.Request) {
 	if !p.called(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	info := map[string]any{
 		"model_path": "fake/model", "tokenizer_path": "fake/model", "stream_interval": 1,
 		"incremental_streaming_output": p.engine.incremental.Load(),
 		"max_running_requests":         p.fleet.opts.MaxRunning, "weight_version": p.WeightVersion(),
 		"internal_states": []map[string]any{{}}, "version": "0.0.0-fake",
-	})
+	}
+	if kv := p.fleet.opts.KVTokens; kv > 0 {
+		info["max_total_num_tokens"] = kv // the scheduler's get_init_info (blockcache.go)
+	}
+	writeJSON(w, http.StatusOK, info)
 }
 
 // serveSGLangWeightVersion answers GET /get_weight_version.
@@ -206,6 +212,7 @@ func (p *Policy) serveSGLangUpdateFromDisk(w http.ResponseWriter, r *http.Reques
 		msg += " Weight version updated to " + *req.WeightVersion + "."
 	}
 	p.updates.Add(1)
+	p.FlushCache() // flush_cache defaults to true
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "message": msg, "num_paused_requests": 0})
 }
 

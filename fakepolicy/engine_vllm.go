@@ -34,6 +34,7 @@ var vllmRoutes = append([]route{
 	{"GET", "/is_paused", (*Policy).serveVLLMIsPaused},
 	{"POST", "/pause", (*Policy).serveVLLMPause},
 	{"POST", "/resume", (*Policy).serveVLLMResume},
+	{"POST", "/reset_prefix_cache", (*Policy).serveVLLMResetPrefixCache},
 }, vllmTransferRoutes...)
 
 // serveVLLMMetrics answers GET /metrics in the Prometheus text format,
@@ -54,6 +55,12 @@ vllm:num_requests_waiting{engine="0",model_name="fake/model"} %d.0
 # TYPE vllm:kv_cache_usage_perc gauge
 vllm:kv_cache_usage_perc{engine="0",model_name="fake/model"} 0.0
 `, running, waiting)
+	if kv := p.fleet.opts.KVTokens; kv > 0 { // blockcache.go
+		_, _ = fmt.Fprintf(w, `# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="%d",enable_prefix_caching="True",engine="0",num_gpu_blocks="%d"} 1.0
+`, kvBlockTokens, kv/kvBlockTokens)
+	}
 }
 
 // serveVLLMLoad answers GET /load: {"server_load": n}.
@@ -271,5 +278,6 @@ func (p *Policy) serveVLLMFinishUpdate(w http.ResponseWriter, r *http.Request) {
 	if req.WeightVersion != nil && !p.engine.legacy.Load() {
 		p.SetWeightVersion(*req.WeightVersion)
 	}
+	p.FlushCache() // the cached blocks were computed with the old weights
 	writeJSON(w, http.StatusOK, map[string]string{"message": "Weight update finished"})
 }

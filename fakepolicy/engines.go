@@ -97,6 +97,7 @@ func (p *Policy) SetNoServerInfo(on bool) { p.engine.noServerInfo.Store(on) }
 // new work waits for the wake.
 func (p *Policy) sleep() {
 	p.engine.asleep.Store(true)
+	p.FlushCache() // the KV cache's memory is released
 	p.freeze()
 	p.abortWork()
 }

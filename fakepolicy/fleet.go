@@ -93,6 +93,19 @@ type Options struct {
 	// come (openai.go): n tokens keep the policy busy n / TokensPerSecond.
 	// 0 takes a work item's duration for the whole generation.
 	TokensPerSecond float64
+	// KVTokens, when positive, is each simulated engine's KV cache in
+	// tokens: the engine keeps a prefix cache of blocks of 16 tokens, LRU
+	// within it, reports it (SGLang's max_total_num_tokens, vLLM's
+	// num_gpu_blocks) and reports the cached tokens of each prompt
+	// (blockcache.go). 0 simulates none, and cached_tokens reads 0.
+	KVTokens int
+	// PrefillPerToken is how long a prefill takes per prompt token not in
+	// the KV cache; prefills run one at a time. 0 takes no time.
+	PrefillPerToken time.Duration
+	// PromptTokensDetails makes the OpenAI answers carry
+	// usage.prompt_tokens_details.cached_tokens, as vLLM started with
+	// --enable-prompt-tokens-details does.
+	PromptTokensDetails bool
 }
 
 // Fleet is a set of simulated policy servers. All methods are safe for
@@ -158,6 +171,7 @@ func New(n int, src rand.Source, opts Options) (*Fleet, error) {
 	for i := range f.policies {
 		f.policies[i] = &Policy{fleet: f, index: i}
 		f.policies[i].prefix.init(opts.PrefixCache, opts.PrefixSpeedup)
+		f.policies[i].blocks.init(opts.KVTokens, opts.PrefillPerToken)
 	}
 
 	if !opts.PerPolicyListeners {

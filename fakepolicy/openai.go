@@ -56,6 +56,8 @@ type genRequest struct {
 	Prompt         json.RawMessage `json:"prompt"`
 	Logprobs       *int            `json:"logprobs"`
 	ReturnTokenIDs bool            `json:"return_token_ids"`
+	// The messages of a chat completion, for the KV block cache.
+	Messages []chatMessage `json:"messages"`
 }
 
 func (g genRequest) tokens() int {
@@ -107,6 +109,27 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 	if !p.gate(r) { // paused: it starts at the resume
 		return
 	}
+	var prompt, output []int64
+	var logprobs []float64
+	switch k {
+	case kindGenerate:
+		prompt = promptTokens(req.InputIDs, req.Text)
+	case kindCompletion:
+		prompt = promptTokens(req.Prompt, req.Prompt)
+	default:
+		if p.blocks.blocks != nil {
+			prompt = chatTokens(req.Messages)
+		}
+	}
+	if k != kindChat {
+		output, logprobs = Continuation(prompt, n)
+	}
+	// The prefill comes first (blockcache.go): a request waiting for it,
+	// or in it, is not yet in the load the engine reports.
+	cached, ok := p.blocks.run(p, r, prompt, output)
+	if !ok {
+		return
+	}
 	d, hit := p.prefix.generation(session, p.genDuration(n))
 	abort := p.nextAbort()
 	item, end := p.startWork(d)
@@ -122,16 +145,14 @@ func (p *Policy) generate(w http.ResponseWriter, r *http.Request, k kind) {
 		}()
 	}
 	id := fmt.Sprintf("gen-%d-%d", p.index, p.works.Load())
-	g := &generation{p: p, k: k, id: id, n: n, busy: d, hit: hit}
+	g := &generation{p: p, k: k, id: id, n: n, busy: d, hit: hit, cached: cached}
 	switch k {
 	case kindGenerate:
-		g.prompt = promptTokens(req.InputIDs, req.Text)
-		g.ids, g.logprobs = Continuation(g.prompt, n)
+		g.prompt, g.ids, g.logprobs = prompt, output, logprobs
 		g.returnLogprob = req.ReturnLogprob
 		g.incremental = req.Stream && p.engine.incremental.Load()
 	case kindCompletion:
-		g.prompt = promptTokens(req.Prompt, req.Prompt)
-		g.ids, g.logprobs = Continuation(g.prompt, n)
+		g.prompt, g.ids, g.logprobs = prompt, output, logprobs
 		g.returnLogprob, g.returnTokenIDs = req.Logprobs != nil, req.ReturnTokenIDs
 	}
 	if !req.Stream {
@@ -235,6 +256,8 @@ type generation struct {
 	n    int // tokens: all of them, or those before an abort
 	busy time.Duration
 	hit  bool
+	// cached is how many prompt tokens the KV block cache held.
+	cached int
 	// aborted: an abort pause ended it after n tokens.
 	aborted bool
 	// prompt, ids and logprobs are a native generation's prompt tokens and
@@ -305,7 +328,7 @@ func (g *generation) native(i int) map[string]any {
 	if g.incremental && g.k == kindGenerate {
 		from, g.sent = g.sent, i
 	}
-	meta := map[string]any{"id": g.id, "prompt_tokens": len(g.prompt), "completion_tokens": i, "cached_tokens": 0,
+	meta := map[string]any{"id": g.id, "prompt_tokens": len(g.prompt), "completion_tokens": i, "cached_tokens": g.cached,
 		"weight_version": g.p.nativeVersion(), "finish_reason": nil}
 	switch {
 	case i == g.n && g.aborted:
@@ -338,6 +361,10 @@ func (p *Policy) nativeVersion() string {
 // final is the whole answer of a request that did not stream.
 func (g *generation) final() map[string]any {
 	usage := map[string]any{"prompt_tokens": 0, "completion_tokens": g.n, "total_tokens": g.n}
+	if g.p.fleet.opts.PromptTokensDetails {
+		// vLLM's UsageInfo.prompt_tokens_details (blockcache.go).
+		usage["prompt_tokens_details"] = map[string]any{"cached_tokens": g.cached}
+	}
 	switch g.k {
 	case kindChat:
 		return map[string]any{"id": g.id, "object": "chat.completion", "created": time.Now().Unix(), "model": ModelName, "usage": usage,

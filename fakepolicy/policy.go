@@ -82,6 +82,8 @@ type Policy struct {
 	frozenFor time.Duration
 
 	prefix prefixCache
+	// blocks is the simulated KV cache of prompt blocks (blockcache.go).
+	blocks blockCache
 
 	engine engineState
 	// aborted is the signal of the next abort (engines.go), guarded by mu.

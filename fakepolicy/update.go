@@ -51,6 +51,7 @@ func (p *Policy) serveUpdate(w http.ResponseWriter, r *http.Request) {
 	}
 	p.version.Store(v)
 	p.updates.Add(1)
+	p.FlushCache()
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "version": v, "took_ms": ms(d)})
 }
 
