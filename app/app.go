@@ -26,7 +26,6 @@ import (
 	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/fleet"
 	"github.com/policyrouter/policyrouter/handlers"
-	"github.com/policyrouter/policyrouter/internal/h1"
 	"github.com/policyrouter/policyrouter/internal/logbuf"
 	"github.com/policyrouter/policyrouter/metrics"
 	"github.com/policyrouter/policyrouter/poller"
@@ -88,6 +87,9 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		format := logFormat(os.Stderr, cfg.LogFormat)
 		cfg.Logger = newLogger(logs, format, cfg.LogLevel)
 		accessLogger = newLogger(logs.Buffered(), format, cfg.LogLevel)
+	}
+	if cfg.ProxyNetHTTP {
+		cfg.Logger.Warn("--proxy-net-http changes nothing and will be removed: net/http serves every request, proxied ones included")
 	}
 	if cfg.Auth, err = cfg.Verifier(); err != nil {
 		return nil, err
@@ -401,13 +403,6 @@ func (a *App) HTTPServer() *http.Server {
 	}
 }
 
-// proxyTraffic reports whether a request is proxy traffic, which Serve
-// serves on plain connections with its own HTTP/1.1 path (internal/h1)
-// unless Config.ProxyNetHTTP is set.
-func proxyTraffic(method, path string) bool {
-	return method == http.MethodPost && (path == engine.RouteCompletions || path == engine.RouteChat || path == engine.RouteGenerate)
-}
-
 // Serve serves the router on ln (over TLS when App.TLS is set), with its
 // background work, until ctx is
 // done; then it ends /select waits, drains in-flight requests (for at most
@@ -431,17 +426,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 
 	serveErr := make(chan error, 1)
-	shutdown := srv.Shutdown
-	switch {
-	case srv.TLSConfig != nil:
+	if srv.TLSConfig != nil {
 		// The certificate comes from TLSConfig.GetCertificate.
 		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
-	case a.Config.ProxyNetHTTP:
+	} else {
 		go func() { serveErr <- srv.Serve(ln) }()
-	default:
-		fast := &h1.Server{HTTP: srv, Fast: proxyTraffic}
-		shutdown = fast.Shutdown
-		go func() { serveErr <- fast.Serve(ln) }()
 	}
 	select {
 	case err := <-serveErr:
@@ -452,7 +441,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	a.Stop()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := shutdown(shutdownCtx); err != nil {
+	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	<-serveErr

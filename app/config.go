@@ -98,10 +98,10 @@ type Config struct {
 	// (--proxy-resume). On in DefaultConfig (so for the flags); a Config
 	// literal that leaves it false has it off.
 	ProxyResume bool
-	// ProxyNetHTTP serves proxied requests with net/http's server, as
-	// every other request is (--proxy-net-http). Off, Serve reads plain
-	// HTTP/1.1 proxy requests itself (package internal/h1), for a fraction
-	// of net/http's CPU per request.
+	// ProxyNetHTTP is --proxy-net-http, accepted for one release after
+	// the router stopped serving proxy traffic with a server of its own:
+	// net/http serves every request now, and the flag changes nothing
+	// but a line in the log.
 	ProxyNetHTTP bool
 	// Store is where the registration lives: StoreMemory, StoreBolt (in
 	// DataDir) or StoreEtcd (shared by router replicas, which elect one
@@ -265,7 +265,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.FailThreshold, "fail-threshold", c.FailThreshold, "consecutive failed probes that make a policy unhealthy")
 	fs.IntVar(&c.PassThreshold, "pass-threshold", c.PassThreshold, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", c.MaxSelectWait, "cap on /select timeout_ms")
-	fs.BoolVar(&c.ProxyNetHTTP, "proxy-net-http", c.ProxyNetHTTP, "proxy mode: serve proxied requests with Go's net/http server too, instead of the router's own HTTP/1.1 path for plain connections")
+	fs.BoolVar(&c.ProxyNetHTTP, "proxy-net-http", c.ProxyNetHTTP, "deprecated, changes nothing: Go's net/http server serves every request, proxied ones included")
 	fs.BoolVar(&c.ProxyResume, "proxy-resume", c.ProxyResume, "proxy mode: continue a /generate (streamed or not) whose answer was aborted (or cut off) on another policy, from input_ids + the tokens so far; a request opts out with X-Resume-On-Abort: 0")
 	fs.IntVar(&c.ProxyRetries, "proxy-retries", c.ProxyRetries, "proxy mode: other policies a request is retried on after a connect error or a 502/503 answer, before any byte reached the client")
 	fs.DurationVar(&c.ProxyTimeout, "proxy-timeout", c.ProxyTimeout, "proxy mode: bound of each upstream request, streaming included; 0: none")

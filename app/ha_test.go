@@ -28,7 +28,7 @@ import (
 type replica struct {
 	app    *App
 	url    string
-	srv    *fastServer
+	srv    *httptest.Server
 	cancel context.CancelFunc
 	done   chan struct{}
 	logs   *syncbuf.Buffer
@@ -39,7 +39,7 @@ type replica struct {
 func startReplica(t *testing.T, endpoint, prefix string, configure ...func(*Config)) *replica {
 	t.Helper()
 	var handler atomic.Pointer[http.Handler]
-	srv := newFastServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncbuf.Buffer{}

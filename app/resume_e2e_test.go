@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,7 +93,7 @@ func rollingUpdateStreams(t *testing.T, streams, tokens int, hdr map[string]stri
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	srv := newFastServer(t, a.Handler())
+	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: streams}}
 	defer client.CloseIdleConnections()

@@ -32,16 +32,18 @@ import (
 // leaves, which also cancels the upstream request at once. So a policy's
 // concurrent proxied requests never exceed its capacity.
 //
-// The request is forwarded unchanged, event streams without buffering:
-// a plain one to an http:// policy over direct.go's path (its head written
-// as httputil.ReverseProxy would, over transport.go's connections), any
-// other by httputil.ReverseProxy. Connect errors and 502/503 answers,
-// which reach the client before any byte, are retried on another policy.
-// Once the response began, only a resumable generation goes on
-// (resume.go, resume_stream.go, resume_completions.go: an abort or a
-// death mid-answer continues on another policy as one answer); any other
-// stream whose upstream dies ends with an error event in the API's own
-// format.
+// Every request takes one path (forward): httputil.ReverseProxy over one
+// http.Transport (transport.go), the request forwarded unchanged, event
+// streams without buffering, and one retry loop (run). A request is sent
+// to another policy only when the first cannot have run it: the
+// connection to it was never made, or it answered 502 or 503. One that
+// may have reached a policy (written, then the connection lost before an
+// answer) is never sent again, to that policy or another. Once the
+// response began, only a resumable generation goes on (resume.go,
+// resume_stream.go, resume_completions.go, a layer over the same path: an
+// abort, or a death after tokens came back, continues on another policy
+// as one answer); any other stream whose upstream dies ends with an error
+// event in the API's own format.
 
 // Proxy defaults.
 const (
@@ -53,7 +55,8 @@ const (
 // Options are the operator's settings of proxy mode.
 type Options struct {
 	// Retries is how many other policies a request is retried on after a
-	// connect error or a 502/503 answer (--proxy-retries).
+	// connect error or a 502/503 answer, and how many continuations a
+	// resumed generation may take (--proxy-retries).
 	Retries int
 	// Timeout bounds each upstream attempt, streaming included
 	// (--proxy-timeout); 0 means no bound.
@@ -122,7 +125,6 @@ func fieldError(field, msg string) *routing.InputError {
 type Proxy struct {
 	Config
 	reverseProxy *httputil.ReverseProxy
-	wire         *transport // the reverse proxy's transport when it is the proxy's own, else nil
 	models       modelsCache
 	targets      sync.Map     // policy URL → its *url.URL, parsed once
 	targetCount  atomic.Int64 // entries of targets
@@ -214,7 +216,6 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 	if tr == nil {
 		tr = NewTransport(nil)
 	}
-	p.wire, _ = tr.(*transport)
 	return &httputil.ReverseProxy{
 		Transport: tr,
 		// FlushInterval stays 0: ReverseProxy flushes text/event-stream
@@ -224,8 +225,13 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 		BufferPool: copyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			a := attemptFrom(pr.In.Context())
-			pr.SetURL(p.target(a.d.Policy.URL).url)
+			pr.SetURL(p.target(a.d.Policy.URL))
 			pr.SetXForwarded()
+			// A request with an idempotency key is one http.Transport may
+			// send again after it was written (Request.isReplayable): the
+			// key is the client's promise to the router, not the engine's.
+			delete(pr.Out.Header, "Idempotency-Key")
+			delete(pr.Out.Header, "X-Idempotency-Key")
 			if pr.Out.Body != nil {
 				// The attempt's in-memory copy of the body, which ReverseProxy
 				// wrapped: unwrapped, the transport sends the head and the body
@@ -291,11 +297,15 @@ func (p *Proxy) attemptError(w http.ResponseWriter, r *http.Request, a *attempt,
 		// Never sent: nothing of it runs there.
 		a.retry, a.failed, a.over, a.reason = true, true, true, "connect: "+err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
-		a.failed = true
-		p.WriteError(w, r, errorf(api.CodeUpstreamTimeout, "the policy did not answer within --proxy-timeout ("+p.Timeout.String()+")"))
+		a.failed, a.reason = true, "did not answer within --proxy-timeout ("+p.Timeout.String()+")"
+		p.WriteError(w, r, errorf(api.CodeUpstreamTimeout, "the policy "+a.reason))
 	default:
+		// Written, perhaps run: never sent again.
 		a.failed = true
-		p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "the policy failed before answering: "+err.Error()))
+		if a.reason == "" { // resumeAnswer may have said why
+			a.reason = "failed before answering: " + err.Error()
+		}
+		p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "the policy "+a.reason))
 	}
 }
 
@@ -329,35 +339,22 @@ func headerValue(h http.Header, key string) string {
 // re-registered at new URLs for a long time) it starts again empty.
 const maxTargets = 4096
 
-// target is a policy URL as the proxy sends to it.
-type target struct {
-	url  *url.URL // parsed; ReverseProxy's SetURL only reads it
-	key  string   // host:port, the transport's pool
-	wire bool     // the proxy's transport carries it itself (the direct path)
-}
-
-// target returns a policy URL's target, from the cache of those already
-// made.
-func (p *Proxy) target(raw string) *target {
-	if t, ok := p.targets.Load(raw); ok {
-		return t.(*target)
+// target returns a policy URL parsed, from the cache of those already
+// parsed; ReverseProxy's SetURL only reads it.
+func (p *Proxy) target(raw string) *url.URL {
+	if u, ok := p.targets.Load(raw); ok {
+		return u.(*url.URL)
 	}
 	u, err := url.Parse(raw)
 	if err != nil { // registration checks URLs: cannot happen
 		u = &url.URL{Scheme: "http", Host: "invalid"}
 	}
-	t := &target{url: u}
-	if p.wire != nil {
-		req := &http.Request{Method: http.MethodPost, URL: u, Header: http.Header{}}
-		t.wire = p.wire.handles(req)
-		t.key = canonicalAddr(req)
-	}
 	if p.targetCount.Add(1) > maxTargets {
 		p.targets.Clear()
 		p.targetCount.Store(1)
 	}
-	p.targets.Store(raw, t)
-	return t
+	p.targets.Store(raw, u)
+	return u
 }
 
 // copyBuffers are the buffers ReverseProxy copies answers through. A
@@ -379,7 +376,11 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 			p.WriteError(w, r, errorf(api.CodeTooLarge, "request body larger than --proxy-max-body ("+strconv.FormatInt(p.MaxBody, 10)+" bytes)"))
 			return
 		}
-		return // the client left while sending
+		// Nothing is forwarded, and the answer (which the access log
+		// records) says why, should the client still be there to read it.
+		p.Logger.Info("proxy: request body incomplete", "path", r.URL.Path, "content_length", r.ContentLength, "err", err)
+		p.WriteError(w, r, errorf(api.CodeBadRequest, "the request body did not arrive whole: "+err.Error()))
+		return
 	}
 	valid := json.Valid(body) // once: the model and resuming read a valid body by its bytes
 	sreq, err := p.selectRequest(r)
@@ -391,37 +392,69 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 		p.WriteError(w, r, err)
 		return
 	}
-	if p.Timeout > 0 {
-		// Past the server's write timeout, which is sized for /select.
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(sreq.Wait + p.Timeout + 30*time.Second))
-	} else {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	}
 	rs, err := p.resumeFor(w, r, body, valid)
 	if err != nil {
 		p.WriteError(w, r, err)
 		return
 	}
-	if rs != nil {
-		p.forwardResumed(w, r, sreq, rs)
-		return
-	}
+	p.run(w, r, sreq, body, rs)
+}
+
+// run is the one retry loop of every proxied request: a decision, an
+// attempt, and another policy after an attempt that ended retryably (it
+// cannot have run there, or, resuming, its policy aborted it or died
+// after tokens came back), up to --proxy-retries. rs is a resumable
+// request's state, nil for any other: it says what each attempt sends
+// and how the client's answer ends when no policy goes on with it.
+func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body []byte, rs *resumeState) {
+	defer rs.trailers(w)
+	failed := sreq.Exclude
 	for try := 0; ; try++ {
-		d, ok := p.decide(w, r, sreq)
+		d, ok := p.decide(w, r, sreq, rs)
 		if !ok {
 			return
 		}
-		a := p.forward(w, r, body, d, nil)
-		if !a.retry {
+		p.armDeadlines(w, sreq.Wait)
+		a := p.forward(rs.writer(w), r, rs.next(body), d, rs)
+		switch {
+		case rs.done(r):
 			return
-		}
-		if try >= p.Retries {
+		case !a.retry:
+			rs.endFailed(w, a.reason)
+			return
+		case try >= p.Retries && !rs.began():
 			p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "no policy answered: the last one ("+d.Policy.ID+") "+a.reason+
 				"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(p.Retries)+")"))
 			return
+		case try >= p.Retries:
+			rs.end(w, a.reason+"; --proxy-retries "+strconv.Itoa(p.Retries)+" exhausted")
+			return
 		}
-		sreq.Exclude = append(sreq.Exclude, d.Policy.ID)
+		failed, sreq.Exclude = rs.exclude(failed, d.Policy.ID)
+		if rs.began() && !p.availableBeyond(r.Context(), sreq.Exclude) {
+			// Waiting for a policy this request has not been aborted on
+			// would only delay the tokens it has (all of them aborted it,
+			// as slime's abort_all on every engine does).
+			rs.end(w, a.reason+"; no other policy available")
+			return
+		}
 	}
+}
+
+// armDeadlines sets the client connection's deadlines for one attempt:
+// past the server's ReadTimeout and WriteTimeout, which are sized for
+// /select, so that a generation runs to its end. The read deadline
+// governs net/http's background read, which watches for the client's
+// close once the body is read: past it, the request's context would be
+// cancelled (golang/go#18447). No --proxy-timeout: no deadline.
+func (p *Proxy) armDeadlines(w http.ResponseWriter, wait time.Duration) {
+	var deadline time.Time
+	if p.Timeout > 0 {
+		deadline = time.Now().Add(wait + p.Timeout + 30*time.Second)
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
 }
 
 // readBody reads a request's body, at most limit bytes of it (past that
@@ -464,10 +497,11 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (_ []byte, er
 
 // decide makes the routing decision of one attempt, and answers the
 // caller itself when there is none (ok false): the Leaser's coded reason
-// (through WriteError), or nothing when the caller left. A caller that
-// left just as a policy was granted gets nothing either: the lease goes
-// back at once instead of waiting for the poller or its TTL.
-func (p *Proxy) decide(w http.ResponseWriter, r *http.Request, req Request) (d routing.Decision, ok bool) {
+// (through WriteError; a resumed answer instead ends with the tokens so
+// far), or nothing when the caller left. A caller that left just as a
+// policy was granted gets nothing either: the lease goes back at once
+// instead of waiting for the poller or its TTL.
+func (p *Proxy) decide(w http.ResponseWriter, r *http.Request, req Request, rs *resumeState) (d routing.Decision, ok bool) {
 	d, err := p.Leaser.Select(r.Context(), req)
 	switch {
 	case err == nil && r.Context().Err() != nil:
@@ -477,6 +511,8 @@ func (p *Proxy) decide(w http.ResponseWriter, r *http.Request, req Request) (d r
 		return d, true
 	case r.Context().Err() != nil:
 		// Select consumed nothing and there is nobody to answer.
+	case rs.began():
+		rs.end(w, "no policy to resume on: "+err.Error())
 	default:
 		p.WriteError(w, r, err)
 	}
@@ -493,14 +529,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d r
 	if p.APIKey != nil {
 		a.apiKey = p.APIKey(d.Policy)
 	}
-	if t := p.target(d.Policy.URL); p.direct(r, t, a) {
-		var deadline time.Time // a deadline on the connection: no context and timer of its own
-		if p.Timeout > 0 {
-			deadline = a.start.Add(p.Timeout)
-		}
-		p.forwardDirect(w, r, body, t, p.wire, a, deadline)
-		return a
-	}
 	ctx := r.Context()
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -510,8 +538,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d r
 	out := r.WithContext(context.WithValue(ctx, attemptKey{}, a))
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
-	// Replayable: the transport sends a request again on a new connection
-	// when the server closed the idle one it went out on.
+	// Sent again on a new connection only when nothing of it was written
+	// (the idle connection it went out on had been closed): never a POST
+	// that may have reached the policy (NewTransport).
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	p.reverseProxy.ServeHTTP(w, out)
 	return a

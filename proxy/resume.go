@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -416,76 +415,98 @@ func isNull(raw json.RawMessage) bool {
 	return len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null"
 }
 
-// forwardResumed is Forward's loop for a resumable request: each attempt
-// sends the state's current body; an aborted answer (or a policy that
-// died mid-answer) sends the continuation to another policy.
-func (p *Proxy) forwardResumed(w http.ResponseWriter, r *http.Request, sreq Request, rs *resumeState) {
-	if rs.stream != nil {
-		p.forwardResumedStream(w, r, sreq, rs)
+// The resume layer's part in run, nil-safe so that run reads the same for
+// a request that is not resumed (rs nil).
+
+// began reports whether the client's answer has begun: a resumed answer
+// holds tokens (a stream has streamed), so that running out of policies
+// ends it with them rather than with an error.
+func (rs *resumeState) began() bool {
+	switch {
+	case rs == nil:
+		return false
+	case rs.stream != nil:
+		return rs.stream.started
+	}
+	return len(rs.segs) > 0
+}
+
+// writer is where an attempt's answer goes: the client's ResponseWriter,
+// but for a stream's continuation, whose head went out already.
+func (rs *resumeState) writer(w http.ResponseWriter) http.ResponseWriter {
+	if rs == nil || rs.stream == nil {
+		return w
+	}
+	st := rs.stream
+	st.live = false
+	if !st.started {
+		return w
+	}
+	return &continuationWriter{w: w, st: st, header: make(http.Header)}
+}
+
+// next is what the next attempt sends: the client's body, or the
+// continuation.
+func (rs *resumeState) next(body []byte) []byte {
+	if rs == nil {
+		return body
+	}
+	return rs.body
+}
+
+// done reports whether the client's stream is over: ended, or the client
+// left.
+func (rs *resumeState) done(r *http.Request) bool {
+	return rs != nil && rs.stream != nil && (rs.stream.done || r.Context().Err() != nil)
+}
+
+// end answers with what the segments so far hold, when no further policy
+// continues them; why says what kept the answer incomplete.
+func (rs *resumeState) end(w http.ResponseWriter, why string) {
+	switch {
+	case rs == nil:
+	case rs.stream != nil:
+		if rs.stream.started && !rs.stream.done {
+			rs.endStream(w, why)
+		}
+	case len(rs.segs) > 0:
+		rs.writePartial(w, why)
+	}
+}
+
+// endFailed ends a stream whose continuation failed without an answer
+// (run's attempt answered it, into the continuation's writer); any other
+// answer is whole already.
+func (rs *resumeState) endFailed(w http.ResponseWriter, why string) {
+	if rs != nil && rs.stream != nil {
+		rs.end(w, why)
+	}
+}
+
+// trailers names the segments in the stream's trailers, announced by its
+// head, once the stream is over.
+func (rs *resumeState) trailers(w http.ResponseWriter) {
+	if rs == nil || rs.stream == nil {
 		return
 	}
-	failed := sreq.Exclude
-	for try := 0; ; try++ {
-		var d routing.Decision
-		if len(rs.segs) == 0 {
-			var ok bool
-			if d, ok = p.decide(w, r, sreq); !ok {
-				return
-			}
-		} else {
-			var err error
-			if d, err = p.decideQuiet(r, sreq); err != nil {
-				if r.Context().Err() == nil {
-					rs.writePartial(w, "no policy to resume on: "+err.Error())
-				}
-				return
-			}
-		}
-		a := p.forward(w, r, rs.body, d, rs)
-		if !a.retry {
-			return
-		}
-		if try >= p.Retries {
-			if len(rs.segs) > 0 {
-				rs.writePartial(w, "--proxy-retries "+strconv.Itoa(p.Retries)+" exhausted")
-				return
-			}
-			p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "no policy answered: the last one ("+d.Policy.ID+") "+a.reason+
-				"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(p.Retries)+")"))
-			return
-		}
-		rs.left--
-		failed, sreq.Exclude = rs.exclude(failed, d.Policy.ID)
-		if len(rs.segs) > 0 && !p.availableBeyond(r.Context(), sreq.Exclude) {
-			// Waiting for a policy this request has not been aborted on
-			// would only delay the tokens it has (all of them aborted it,
-			// as slime's abort_all on every engine does).
-			rs.writePartial(w, "no other policy available")
-			return
-		}
+	if st := rs.stream; st.started && (len(rs.segs) > 1 || st.why != "") {
+		rs.setHeaders(w.Header(), st.why)
 	}
 }
 
 // exclude returns the policies the next attempt leaves out, after one on
-// id: every policy that failed, and id itself when it aborted the answer.
+// id: every policy that failed, and id itself when it aborted the answer
+// (it may be paused for an update, and serve again after it).
 func (rs *resumeState) exclude(failed []string, id string) (stillFailed, exclude []string) {
-	if rs.abortedOn != id {
-		failed = append(failed, id)
-		return failed, failed
+	if rs != nil {
+		rs.left--
+		if rs.abortedOn == id {
+			rs.abortedOn = ""
+			return failed, append(slices.Clip(failed), id)
+		}
 	}
-	rs.abortedOn = ""
-	return failed, append(slices.Clip(failed), id)
-}
-
-// decideQuiet is decide for a continuation: the error is returned, not
-// written, since the client is owed the tokens so far.
-func (p *Proxy) decideQuiet(r *http.Request, req Request) (routing.Decision, error) {
-	d, err := p.Leaser.Select(r.Context(), req)
-	if err == nil && r.Context().Err() != nil {
-		_ = p.Leaser.Release(context.WithoutCancel(r.Context()), d, Outcome{}) // nothing was sent
-		return d, r.Context().Err()
-	}
-	return d, err
+	failed = append(failed, id)
+	return failed, failed
 }
 
 // availableBeyond reports whether a policy outside exclude can route; not
@@ -521,10 +542,19 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return err // the client left, or --proxy-timeout: ErrorHandler answers
 		}
-		// The policy died mid-answer: what it generated is lost with the
-		// answer, so the same continuation goes to another policy.
+		// The policy died mid-answer, with what it generated: it may
+		// have run the request, so it goes nowhere else. A first attempt
+		// is a 502 like any other; a continuation's tokens before it stand.
 		a.failed, a.reason = true, "failed mid-answer: "+err.Error()
-		return errResume
+		if len(rs.segs) == 0 {
+			return err
+		}
+		out := rs.merged()
+		if rs.completion != nil {
+			out = rs.mergedCompletion()
+		}
+		rs.answerWith(res, out, "the continuation "+a.reason)
+		return nil
 	}
 	if len(raw) > resumeMaxAnswer {
 		// Passed on as it is: over once the copy reaches its end.

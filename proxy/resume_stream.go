@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -148,65 +147,6 @@ func (c *sglangChunk) ids() ([]int64, bool) {
 		}
 	}
 	return ids, true
-}
-
-// forwardResumedStream is forwardResumed for a stream: each attempt
-// continues the client's stream, which starts with the first answer that
-// streams and ends with one finish_reason and one [DONE] whatever happens
-// between.
-func (p *Proxy) forwardResumedStream(w http.ResponseWriter, r *http.Request, sreq Request, rs *resumeState) {
-	st := rs.stream
-	defer func() {
-		if st.started && (len(rs.segs) > 1 || st.why != "") {
-			rs.setHeaders(w.Header(), st.why) // announced trailers
-		}
-	}()
-	failed := sreq.Exclude
-	ended := "" // how the last policy's part ended
-	for try := 0; ; try++ {
-		var d routing.Decision
-		if !st.started {
-			var ok bool
-			if d, ok = p.decide(w, r, sreq); !ok {
-				return
-			}
-		} else {
-			var err error
-			if d, err = p.decideQuiet(r, sreq); err != nil {
-				if r.Context().Err() == nil {
-					rs.endStream(w, ended+"no policy to resume on: "+err.Error())
-				}
-				return
-			}
-		}
-		out := w
-		if st.started {
-			out = &continuationWriter{w: w, st: st, header: make(http.Header)}
-		}
-		st.live = false
-		a := p.forward(out, r, rs.body, d, rs)
-		switch {
-		case st.done || r.Context().Err() != nil:
-			return
-		case !st.started && !a.retry:
-			return // answered, as without resuming
-		case try >= p.Retries:
-			if !st.started {
-				p.WriteError(w, r, errorf(api.CodeUpstreamFailed, "no policy answered: the last one ("+d.Policy.ID+") "+a.reason+
-					"; tried "+strconv.Itoa(try+1)+" (--proxy-retries "+strconv.Itoa(p.Retries)+")"))
-				return
-			}
-			rs.endStream(w, a.reason+"; --proxy-retries "+strconv.Itoa(p.Retries)+" exhausted")
-			return
-		}
-		rs.left--
-		failed, sreq.Exclude = rs.exclude(failed, d.Policy.ID)
-		ended = a.reason + "; "
-		if st.started && !p.availableBeyond(r.Context(), sreq.Exclude) {
-			rs.endStream(w, ended+"no other policy available")
-			return
-		}
-	}
 }
 
 // resumeStream is ModifyResponse for a resumable stream. The first answer
@@ -415,8 +355,9 @@ func (b *streamBody) next() error {
 // be. failed counts it against the policy's health.
 func (b *streamBody) died(why string, failed bool) {
 	rs := b.rs
+	streamed := len(rs.ids) > rs.stream.seg.start // this policy's tokens came back
 	rs.endSegment(nil)
-	if rs.remaining() > 0 && rs.left > 0 {
+	if streamed && rs.remaining() > 0 && rs.left > 0 {
 		b.continueElsewhere(why, failed)
 		return
 	}

@@ -7,11 +7,11 @@ import (
 
 func TestTargetCache(t *testing.T) {
 	p := New(Config{})
-	u := p.target("http://10.0.0.1:30000/base").url
+	u := p.target("http://10.0.0.1:30000/base")
 	if u.Host != "10.0.0.1:30000" || u.Path != "/base" {
 		t.Errorf("parsed %+v", u)
 	}
-	if p.target("http://10.0.0.1:30000/base").url != u {
+	if p.target("http://10.0.0.1:30000/base") != u {
 		t.Error("the same URL parsed again")
 	}
 	for i := range maxTargets + 10 {
