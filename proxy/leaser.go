@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/policyrouter/policyrouter/prefix"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -75,6 +76,10 @@ type Request struct {
 	Route string
 	// Exclude names the policies (by id) this request failed on already.
 	Exclude []string
+	// Prefix is the prompt's block hashes (package prefix), for
+	// prefix-cache affinity; nil when the request opted out
+	// (X-Prefix-Affinity: 0, --prefix-affinity=false) or has no full block.
+	Prefix []prefix.Hash
 }
 
 // Outcome is how an attempt ended, as Release reports it.
@@ -90,6 +95,14 @@ type Outcome struct {
 	// (routing.State.ReleaseUnfinished): an engine goes on with a request
 	// until it notices the connection closed, if it ever does.
 	Unfinished bool
+	// Prefix is the attempt's Request.Prefix: a policy that answered whole
+	// holds it now (confirmed), else it is dropped as pending.
+	Prefix []prefix.Hash
+	// CachedTokens is how many prompt tokens the engine reported cached
+	// in its answer (SGLang meta_info.cached_tokens, vLLM
+	// usage.prompt_tokens_details.cached_tokens) when CachedKnown.
+	CachedTokens int
+	CachedKnown  bool
 }
 
 // Failure is why an attempt counts against its policy's health.
