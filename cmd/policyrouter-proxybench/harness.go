@@ -29,6 +29,9 @@ type phase struct {
 	Seconds     float64
 	ProxyCPU    time.Duration // 0 for direct
 	UpstreamCPU time.Duration
+	// P99 is the 99th percentile of the answers' latency (from the
+	// request's write to its answer's end) over the window.
+	P99 time.Duration
 }
 
 func (p phase) throughput() float64 { return float64(p.Requests) / p.Seconds }
@@ -119,6 +122,8 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 			s.proxy, base, err = startBare(ctx, dir, policies)
 		case sideBase:
 			s.proxy, base, err = startRouter(ctx, "base", cfg.BaseBinary, "", dir, cfg.ServeArgs, policies, cfg.Capacity)
+		case sideBase2:
+			s.proxy, base, err = startRouter(ctx, "base2", cfg.Base2Binary, "", dir, cfg.ServeArgs, policies, cfg.Capacity)
 		case sideRouter:
 			bin := cfg.Binary
 			switch {
@@ -213,6 +218,7 @@ func runPhase(ctx context.Context, cfg config, s *side, up *child) (phase, strin
 		m.upstrm, err = up.cpu()
 		return m, err
 	}
+	l.measuring.Store(true)
 	m0, err := read()
 	if err != nil {
 		return phase{}, "", err
@@ -221,6 +227,7 @@ func runPhase(ctx context.Context, cfg config, s *side, up *child) (phase, strin
 		return phase{}, "", ctx.Err()
 	}
 	m1, err := read()
+	l.measuring.Store(false)
 	if err != nil {
 		return phase{}, "", err
 	}
@@ -234,5 +241,6 @@ func runPhase(ctx context.Context, cfg config, s *side, up *child) (phase, strin
 		Seconds:     m1.at.Sub(m0.at).Seconds(),
 		ProxyCPU:    m1.proxy - m0.proxy,
 		UpstreamCPU: m1.upstrm - m0.upstrm,
+		P99:         l.latency.quantile(0.99),
 	}, first, nil
 }

@@ -65,10 +65,11 @@ const (
 	sideNginx  = "nginx"
 	sideBare   = "bare"
 	sideBase   = "base"
+	sideBase2  = "base2"
 	sideRouter = "router"
 )
 
-var allSides = []string{sideDirect, sideNginx, sideBare, sideBase, sideRouter}
+var allSides = []string{sideDirect, sideNginx, sideBare, sideBase, sideBase2, sideRouter}
 
 // config is everything the flags set.
 type config struct {
@@ -81,6 +82,7 @@ type config struct {
 	Sides       []string
 	Binary      string
 	BaseBinary  string
+	Base2Binary string
 	Nginx       string
 	Upstream    string
 	Workload    string
@@ -102,6 +104,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&sides, "sides", strings.Join(allSides, ","), "comma list of sides: "+strings.Join(allSides, ", ")+" (base only with -base-binary)")
 	fs.StringVar(&c.Binary, "binary", "", "policyrouter binary of the router side; empty builds ./cmd/policyrouter of this tree")
 	fs.StringVar(&c.BaseBinary, "base-binary", "", "a second policyrouter binary, measured as the base side in the same run")
+	fs.StringVar(&c.Base2Binary, "base2-binary", "", "a third policyrouter binary (or a script that execs one with more flags), measured as the base2 side: a step between base and router, for an ablation")
 	fs.StringVar(&c.Nginx, "nginx", "auto", `nginx binary; "auto" looks for nginx in PATH and /usr/sbin, "none" skips nginx`)
 	fs.StringVar(&c.Upstream, "upstream", "auto", "what answers as the policies: nginx, go (a Go server), or auto (nginx when found)")
 	fs.StringVar(&c.Workload, "workload", "completions", "what is sent: completions (POST /v1/completions, a text prompt) or generate (POST /generate of token ids with logprobs, which the router resumes on abort)")
@@ -119,6 +122,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.BaseBinary == "" {
 		c.Sides = removeSide(c.Sides, sideBase)
+	}
+	if c.Base2Binary == "" {
+		c.Sides = removeSide(c.Sides, sideBase2)
 	}
 	c.ServeArgs = strings.Fields(serveArgs)
 	switch {

@@ -182,3 +182,22 @@ func TestReportRatiosPerRound(t *testing.T) {
 		t.Errorf("the report does not say %q:\n%s", want, out.String())
 	}
 }
+
+// The histogram's quantiles are within its 2% buckets of the true ones.
+func TestHistogramQuantile(t *testing.T) {
+	var h histogram
+	if got := h.quantile(0.99); got != 0 {
+		t.Errorf("empty: %v, want 0", got)
+	}
+	for i := 1; i <= 1000; i++ {
+		h.add(time.Duration(i) * 10 * time.Microsecond) // 10 µs .. 10 ms
+	}
+	for _, tt := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 5 * time.Millisecond}, {0.99, 9900 * time.Microsecond}} {
+		if got := h.quantile(tt.q); got < tt.want || float64(got) > float64(tt.want)*1.021 {
+			t.Errorf("quantile(%v) = %v, want within 2%% above %v", tt.q, got, tt.want)
+		}
+	}
+}

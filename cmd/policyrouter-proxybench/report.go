@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/policyrouter/policyrouter/internal/benchkit"
 )
@@ -24,14 +25,18 @@ func writeTable(w io.Writer, rep *report) {
 	if c.BaseBinary != "" {
 		fmt.Fprintf(w, "base: %s\n", c.BaseBinary)
 	}
+	if c.Base2Binary != "" {
+		fmt.Fprintf(w, "base2: %s\n", c.Base2Binary)
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	fmt.Fprintln(w, "\nmedians over rounds; CPU is user + system time of the proxy's processes (/proc/PID/stat) over the measured window;")
 	fmt.Fprintln(w, "ratios are per round, then the median")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "side\treq/s\tproxy CPU µs/req\tupstream CPU µs/req\tCPU vs nginx\treq/s vs nginx\tCPU vs base\treq/s vs base\tfailed\t")
-	nginx, base := findSide(rep, sideNginx), findSide(rep, sideBase)
+	fmt.Fprintln(tw, "side\treq/s\tproxy CPU µs/req\tupstream CPU µs/req\tCPU vs nginx\treq/s vs nginx\tCPU vs base\treq/s vs base\tp99 ms\tp99 added ms\tfailed\t")
+	nginx, base, direct := findSide(rep, sideNginx), findSide(rep, sideBase), findSide(rep, sideDirect)
+	p99 := func(p phase) float64 { return float64(p.P99) / float64(time.Millisecond) }
 	for _, s := range rep.Sides {
 		cpu := func(p phase) float64 { return p.cpuPerRequest(p.ProxyCPU) }
 		tput := func(p phase) float64 { return p.throughput() }
@@ -43,11 +48,16 @@ func writeTable(w io.Writer, rep *report) {
 		for _, p := range s.Phases {
 			failed += p.Failed
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%d\t\n", s.Name,
+		added := "-" // over the direct side's p99: what the proxy adds
+		if direct != nil && s.Name != sideDirect {
+			added = fmt.Sprintf("%.2f", median(s.Phases, p99)-median(direct.Phases, p99))
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%s\t%d\t\n", s.Name,
 			median(s.Phases, tput), proxyCPU,
 			median(s.Phases, func(p phase) float64 { return p.cpuPerRequest(p.UpstreamCPU) }),
 			ratio(s, nginx, cpu, s.Name != sideDirect), ratio(s, nginx, tput, true),
-			ratio(s, base, cpu, s.Name != sideDirect), ratio(s, base, tput, true), failed)
+			ratio(s, base, cpu, s.Name != sideDirect), ratio(s, base, tput, true),
+			median(s.Phases, p99), added, failed)
 	}
 	tw.Flush()
 	if router := findSide(rep, sideRouter); router != nil && base != nil && len(base.Phases) == len(router.Phases) {
