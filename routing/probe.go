@@ -97,7 +97,9 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	rt.lastIdle.Store(p.Idle)
 	rt.busy = !p.Idle
 	rt.paused.Store(p.Paused)
-	rt.asleep.Store(p.Asleep)
+	if !rt.asleep.Swap(p.Asleep) && p.Asleep {
+		st.clearPrefixLocked(rt) // its memory, KV cache included, is released
+	}
 	if p.HasModels {
 		rt.models = p.Models
 	}
@@ -107,7 +109,11 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	if p.HasVersion {
 		rt.reportsVersion.Store(true)
 		rt.weightVersion = p.WeightVersion
-		if old := rt.version.Swap(max(p.Version, 0)); p.Version > old && st.waiters.len > 0 {
+		old := rt.version.Swap(max(p.Version, 0))
+		if old != max(p.Version, 0) {
+			st.clearPrefixLocked(rt) // new weights: the cache computed with the old ones is no use
+		}
+		if p.Version > old && st.waiters.len > 0 {
 			// Waiters with a floor the old version missed may take its
 			// idle slots now.
 			st.reofferLocked(rt)
@@ -118,6 +124,9 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 		rt.healthy.Store(true)
 		rt.unhealthySince = time.Time{}
 		tr = BecameHealthy
+		// Down for FailThreshold probes and back: most likely restarted,
+		// with an empty cache.
+		st.clearPrefixLocked(rt)
 	}
 	if rt.healthy.Load() {
 		rt.lastError = ""

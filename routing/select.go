@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/policyrouter/policyrouter/prefix"
 )
 
 // SelectRequest is one /select call.
@@ -52,6 +54,13 @@ type SelectRequest struct {
 	// policy's removal: the holder alone (ReleaseExplicit, the default) or
 	// also an idle answer (ReleaseOnIdle, the seed's contract).
 	Release ReleaseMode
+	// PrefixHashes, when not empty, are the block hashes of the request's
+	// prompt (prefix.TokenHashes): the score stage sends it where the
+	// prompt is cached, within the load bound (score_prefix.go), and the
+	// decision records them pending on its policy. At most
+	// prefix.MaxBlocks are used. Hash them before the call: the decision
+	// only reads them.
+	PrefixHashes []prefix.Hash
 }
 
 // Sticky is where the sticky stage sent a request that named a session.
@@ -90,6 +99,14 @@ type Decision struct {
 	Version int64
 	// Sticky is the sticky stage's outcome, NotSticky without a session.
 	Sticky Sticky
+	// PrefixMatch is the blocks of the request's prefix hashes that the
+	// prefix index holds confirmed for the chosen policy, from the start
+	// of the chain (pending blocks attract but are not claimed): the
+	// prompt tokens expected cached are PrefixMatch times the unit.
+	PrefixMatch int
+	// PrefixOutcome is the score stage's outcome: PrefixHit, PrefixMiss,
+	// PrefixBalanced, or PrefixNone for a request without hashes.
+	PrefixOutcome string
 }
 
 // AffinityHeld reports whether the policy is on the env worker's node;
@@ -137,6 +154,10 @@ func (e *WaitError) Unwrap() error { return e.Err }
 func (st *State) Select(ctx context.Context, req SelectRequest) (Decision, error) {
 	d, err := st.decide(ctx, req)
 	d.EnvUnmapped = req.EnvID != "" && d.EnvNode == "" && err == nil
+	if err == nil && len(req.PrefixHashes) == 0 {
+		d.PrefixOutcome = PrefixNone
+		st.prefixN.none.Add(1)
+	}
 	return d, err
 }
 
@@ -160,6 +181,7 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 		q.shared = &st.floor
 	}
 	deadline := time.Now().Add(req.Wait)
+	hashes := capHashes(req.PrefixHashes)
 	var pref preference
 	if req.Session != "" {
 		// The rings are built on first use; build them outside the lock
@@ -178,12 +200,16 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 		var d Decision
 		var done bool
 		if pref, d, done = st.preferLocked(&req, r, &q, ttl, envNode, time.Until(deadline)); done {
+			if len(hashes) > 0 {
+				outcome, confirmed := st.judgeLocked(pref.home, &q, hashes)
+				st.notePrefixLocked(&d, hashes, outcome, confirmed)
+			}
 			st.mu.Unlock()
 			return d, nil
 		}
 	}
 	if !pref.homeOnly {
-		if d, ok := st.pickLocked(r, &q, ttl, req.Release, envNode); ok {
+		if d, ok := st.pickLocked(r, &q, ttl, req.Release, envNode, hashes); ok {
 			st.mu.Unlock()
 			return pref.served(st, d), nil
 		}
@@ -211,7 +237,7 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 		st.mu.Unlock()
 		return Decision{}, ErrOverloaded
 	}
-	w := &waiter{ch: make(chan struct{}), ttl: ttl, mode: req.Release, q: q, home: pref.home, homeOnly: pref.homeOnly}
+	w := &waiter{ch: make(chan struct{}), ttl: ttl, mode: req.Release, q: q, home: pref.home, homeOnly: pref.homeOnly, hashes: hashes}
 	st.waiters.pushBack(w)
 	if w.home != nil {
 		w.home.homeWaiters.pushBack(w)
@@ -222,23 +248,45 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 }
 
 // pickLocked asks router r for a policy that passes q, and leases or hands
-// it out. Caller must hold mu.
-func (st *State) pickLocked(r Selector, q *Query, ttl time.Duration, mode ReleaseMode, envNode string) (Decision, bool) {
+// it out: with prefix hashes, through the score stage first
+// (score_prefix.go) when r leases. Caller must hold mu.
+func (st *State) pickLocked(r Selector, q *Query, ttl time.Duration, mode ReleaseMode, envNode string, hashes []prefix.Hash) (Decision, bool) {
 	if own, ok := st.selectors[r]; ok {
 		r = own
 	}
-	c, ok := r.pick(View{envNode: envNode, snap: st.ledger.snap, global: &st.ledger.global, byNode: st.ledger.byNode, q: *q})
+	v := View{envNode: envNode, snap: st.ledger.snap, global: &st.ledger.global, byNode: st.ledger.byNode, q: *q}
+	var (
+		c          Choice
+		ok, scored bool
+		outcome    string
+		confirmed  int
+	)
+	if len(hashes) > 0 && r.leases() {
+		c, ok, outcome, confirmed = st.scoreLocked(r, v, hashes)
+		scored = true
+	} else {
+		c, ok = r.pick(v)
+	}
 	if !ok {
 		return Decision{}, false
 	}
 	var d Decision
+	var rt *policyRuntime
 	if c.s != nil {
+		rt = c.s.rt
 		st.unlistLocked(c.s)
 		d = st.leaseLocked(c.s, ttl, mode)
 	} else {
-		d = st.handOutLocked(st.ledger.snap.rts[c.pos])
+		rt = st.ledger.snap.rts[c.pos]
+		d = st.handOutLocked(rt)
 	}
 	d.EnvNode = envNode
+	if len(hashes) > 0 {
+		if !scored {
+			outcome, confirmed = st.judgeLocked(rt, q, hashes)
+		}
+		st.notePrefixLocked(&d, hashes, outcome, confirmed)
+	}
 	return d, true
 }
 
@@ -276,7 +324,7 @@ func (st *State) await(ctx context.Context, w *waiter, req *SelectRequest, r Sel
 				continue // w.ch is closed
 			}
 			w.homeOnly = false
-			if d, ok := st.pickLocked(r, &w.q, w.ttl, w.mode, envNode); ok {
+			if d, ok := st.pickLocked(r, &w.q, w.ttl, w.mode, envNode, w.hashes); ok {
 				st.unwaitLocked(w)
 				st.mu.Unlock()
 				return pref.served(st, d), nil
@@ -306,7 +354,7 @@ func (st *State) await(ctx context.Context, w *waiter, req *SelectRequest, r Sel
 		// The wait ran out before the home-only phase was seen to end
 		// (a late wake-up): the router picks before the answer is no.
 		w.homeOnly = false
-		d, ok := st.pickLocked(r, &w.q, w.ttl, w.mode, envNode)
+		d, ok := st.pickLocked(r, &w.q, w.ttl, w.mode, envNode, w.hashes)
 		st.unwaitLocked(w)
 		if ok {
 			return pref.served(st, d), nil

@@ -1,6 +1,10 @@
 package routing
 
-import "time"
+import (
+	"time"
+
+	"github.com/policyrouter/policyrouter/prefix"
+)
 
 // A slot is one unit of a policy's capacity. An idle slot sits at once in
 // the global idle deque and in its node's idle deque (intrusive lists, so a
@@ -128,9 +132,12 @@ type waiter struct {
 	// the waiter waits for its home alone (sticky_wait_ms).
 	home     *policyRuntime
 	homeOnly bool
-	sel      Decision
-	granted  *slot
-	err      error // why the wait was ended without a slot (ErrReset)
+	// hashes are the request's prompt block hashes (score_prefix.go),
+	// nil without.
+	hashes  []prefix.Hash
+	sel     Decision
+	granted *slot
+	err     error // why the wait was ended without a slot (ErrReset)
 }
 
 type waiterLink struct{ prev, next *waiter }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/policyrouter/policyrouter/prefix"
 )
 
 // Errors returned by State. Handlers map them to HTTP statuses.
@@ -82,6 +84,10 @@ type Options struct {
 	Serves func(p *Policy, route string) bool
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// PrefixIndexTokens is each policy's budget in the prefix index, in
+	// tokens, while its engine reports no KV size (--prefix-index-tokens);
+	// 0 means prefix.DefaultPolicyTokens.
+	PrefixIndexTokens int
 }
 
 func (o Options) withDefaults() Options {
@@ -249,17 +255,23 @@ type State struct {
 	// selectors maps each router of the table with state of its own to
 	// this State's instance (Router.NewSelect). Read-only after New.
 	selectors map[Selector]Selector
+	// prefix is the score stage's index of what each policy's engine is
+	// expected to cache (score_prefix.go); prefixN its counts.
+	prefix  *prefix.Index
+	prefixN prefixCounters
 
 	mu sync.Mutex
 	ledger
-	assignBuf assignLists // guarded by mu
+	assignBuf     assignLists   // guarded by mu
+	prefixScratch prefixScratch // guarded by mu
 }
 
 // New returns a State with no policies and an empty topology.
 func New(opts Options) *State {
 	st := &State{
-		opts:  opts.withDefaults(),
-		codec: newLeaseCodec(),
+		opts:   opts.withDefaults(),
+		codec:  newLeaseCodec(),
+		prefix: prefix.NewIndex(prefix.Options{DefaultTokens: opts.PrefixIndexTokens}),
 		ledger: ledger{
 			runtimes:   make(map[string]*policyRuntime),
 			global:     slotList{kind: globalList},
@@ -354,6 +366,9 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 	for pos, p := range snap.policies {
 		rt := old[p.ID]
 		if rt == nil || rt.policy.Index != p.Index || reset {
+			if rt != nil && rt.policy.Index != p.Index {
+				st.prefix.Clear(p.ID) // another policy under the same id
+			}
 			rt = &policyRuntime{homeWaiters: waiterList{kind: homeWaiters}}
 			rt.healthy.Store(true)
 			// Nothing to probe without a URL: such a policy is taken as it is.
@@ -370,6 +385,7 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 			}
 			if p.Version > rt.version.Load() {
 				rt.version.Store(p.Version)
+				st.clearPrefixLocked(rt)
 			}
 		}
 		rt.policy = p
@@ -380,6 +396,7 @@ func (st *State) updateLocked(snap *Snapshot, reset bool) {
 	}
 	for _, rt := range old {
 		rt.removed = true
+		st.prefix.Remove(rt.policy.ID)
 		for _, s := range rt.slots {
 			if s.lease != 0 {
 				st.endLeaseLocked(s, EndRemoved, false)
@@ -523,6 +540,12 @@ func (st *State) offerLocked(s *slot, front bool) {
 		st.unwaitLocked(w)
 		w.granted = s
 		w.sel = st.leaseLocked(s, w.ttl, w.mode)
+		if len(w.hashes) > 0 {
+			// Waiters are served in arrival order: the hand-off is not
+			// scored, but its prefix is recorded and its match reported.
+			outcome, confirmed := st.judgeLocked(s.rt, &w.q, w.hashes)
+			st.notePrefixLocked(&w.sel, w.hashes, outcome, confirmed)
+		}
 		close(w.ch)
 		return
 	}
@@ -695,7 +718,9 @@ func (st *State) SetVersion(id string, v int64) error {
 	if rt == nil {
 		return ErrUnknownPolicy
 	}
-	rt.version.Store(max(v, 0))
+	if rt.version.Swap(max(v, 0)) != max(v, 0) {
+		st.clearPrefixLocked(rt)
+	}
 	return nil
 }
 
