@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/policyrouter/policyrouter/prefix"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -135,6 +136,11 @@ type AssignRequest struct {
 	// LoadFactor is c of the homes' load bound ⌈c · (total + 1) /
 	// available⌉; absent means the server's --sticky-load-factor.
 	LoadFactor *float64 `json:"load_factor,omitempty"`
+	// PrefixHashes, when present, are the block hashes of the prompt the
+	// tasks share (openapi.yaml PrefixHashes; at most prefix.MaxBlocks
+	// are used): they are recorded pending on each policy a task goes to,
+	// so that the next /select or /assign with the same prompt matches.
+	PrefixHashes []prefix.Hash `json:"prefix_hashes,omitempty"`
 }
 
 // PolicyRef is the short form of a policy in answers.
@@ -190,6 +196,11 @@ type SelectRequest struct {
 	// default: only POST /release) or "on_idle" (the seed's contract: an
 	// idle answer may end it too).
 	Release string `json:"release,omitempty"`
+	// PrefixHashes, when present, are the block hashes of the prompt
+	// (openapi.yaml PrefixHashes): the policy expected to hold the longest
+	// prefix of them is preferred, within a load bound. A longer list than
+	// prefix.MaxBlocks is used up to it.
+	PrefixHashes []prefix.Hash `json:"prefix_hashes,omitempty"`
 }
 
 // SelectResponse is the answer to POST /select.
@@ -209,6 +220,11 @@ type SelectResponse struct {
 	// EnvUnmapped is true when the request's env_id names no env worker of
 	// the topology: no router could prefer its node.
 	EnvUnmapped bool `json:"env_unmapped,omitempty"`
+	// PrefixMatch is, when the request carried prefix_hashes, the blocks
+	// of them the chosen policy is expected to hold cached (16 tokens a
+	// block); PrefixOutcome is "hit", "miss" or "balanced".
+	PrefixMatch   *int   `json:"prefix_match,omitempty"`
+	PrefixOutcome string `json:"prefix_outcome,omitempty"`
 }
 
 // ReleaseRequest is the body of POST /release: a lease id, or a policy
@@ -218,6 +234,10 @@ type SelectResponse struct {
 type ReleaseRequest struct {
 	LeaseID string `json:"lease_id,omitempty"`
 	Index   *int   `json:"index,omitempty"`
+	// PrefixHashes, when present, are the block hashes of the prompt and
+	// the tokens generated after it: the released policy holds them now,
+	// so that the next turn, which resends both, matches.
+	PrefixHashes []prefix.Hash `json:"prefix_hashes,omitempty"`
 }
 
 // ReleaseResponse is the answer to POST /release. Released is false for a
@@ -391,9 +411,44 @@ type Stats struct {
 	Replica *ReplicaStats `json:"replica"`
 	// EnvUnmapped counts the env ids of node-affine decisions that map to
 	// no node: requests that got no node affinity.
-	EnvUnmapped   EnvUnmappedStats `json:"env_unmapped"`
-	UptimeSeconds float64          `json:"uptime_seconds"`
-	Time          time.Time        `json:"time"`
+	EnvUnmapped EnvUnmappedStats `json:"env_unmapped"`
+	// Prefix is the prefix index and the score stage's decisions.
+	Prefix        PrefixStats `json:"prefix"`
+	UptimeSeconds float64     `json:"uptime_seconds"`
+	Time          time.Time   `json:"time"`
+}
+
+// PrefixStats is /stats' prefix: the router's index of what each policy's
+// engine is expected to cache, and the decisions of its score stage.
+type PrefixStats struct {
+	// Policies are the indexed policies, by id order.
+	Policies []PrefixPolicyStats `json:"policies"`
+	// Decisions counts the decisions by outcome: hit, miss, balanced,
+	// none.
+	Decisions map[string]uint64 `json:"decisions"`
+	// MatchedTokens are the prompt tokens expected cached on the chosen
+	// policies, PromptTokens the prompt tokens of the decisions with
+	// hashes, both as blocks of 16 (text prompts too, for now).
+	MatchedTokens uint64 `json:"matched_tokens"`
+	PromptTokens  uint64 `json:"prompt_tokens"`
+	// IndexBytes is the index's estimated memory, MaxBytes its cap.
+	IndexBytes int64 `json:"index_bytes"`
+	MaxBytes   int64 `json:"max_bytes"`
+}
+
+// PrefixPolicyStats is one policy's part of the prefix index.
+type PrefixPolicyStats struct {
+	ID string `json:"id"`
+	// IndexedTokens are the tokens of the blocks indexed for the policy,
+	// pending or confirmed; PendingTokens those pending; CapacityTokens
+	// its budget.
+	IndexedTokens  int64 `json:"indexed_tokens"`
+	PendingTokens  int64 `json:"pending_tokens"`
+	CapacityTokens int64 `json:"capacity_tokens"`
+	// Evictions counts blocks dropped for the budget or a cut-back,
+	// Clears the clears of the whole policy.
+	Evictions uint64 `json:"evictions"`
+	Clears    uint64 `json:"clears"`
 }
 
 // FloorStats is what the weight-version floor in force (Stats.MinVersion)

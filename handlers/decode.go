@@ -17,6 +17,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/engine"
+	"github.com/policyrouter/policyrouter/prefix"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -108,6 +109,10 @@ func decodeError(err error, limit int64) error {
 		return errorf(api.CodeBadRequest, "request body is empty; send a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errorf(api.CodeBadRequest, "malformed JSON: unexpected end of body")
+	case errors.Is(err, prefix.ErrHashForm) ||
+		errors.As(err, &typeErr) && typeErr.Type == reflect.TypeFor[prefix.Hash]():
+		// The one field of hashes in every request that has one.
+		return fieldError("prefix_hashes", prefixHashesForm)
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
@@ -124,6 +129,9 @@ func decodeError(err error, limit int64) error {
 		return errorf(api.CodeBadRequest, "malformed JSON: "+err.Error())
 	}
 }
+
+// prefixHashesForm says what prefix_hashes must be.
+const prefixHashesForm = "must be an array of block hashes, each a string of 16 lowercase hex digits"
 
 func jsonKind(t reflect.Type) string {
 	switch t.Kind() {

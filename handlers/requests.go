@@ -77,6 +77,7 @@ var selectRequest = reqType[api.SelectRequest]{
 	intField("sticky_wait_ms", func(r *api.SelectRequest) **int { return &r.StickyWaitMS }, 0, routing.MaxWaitMS),
 	loadFactorField(func(r *api.SelectRequest) **float64 { return &r.LoadFactor }),
 	choiceField("release", func(r *api.SelectRequest) *string { return &r.Release }, routing.ReleaseModeNames),
+	prefixHashesField[api.SelectRequest](),
 }
 
 var releaseRequest = reqType[api.ReleaseRequest]{
@@ -104,6 +105,7 @@ var releaseRequest = reqType[api.ReleaseRequest]{
 		},
 		bounds: []bound{{"minimum", 0}, {"maximum", routing.MaxIndex - 1}},
 	},
+	prefixHashesField[api.ReleaseRequest](),
 }
 
 var assignRequest = reqType[api.AssignRequest]{
@@ -140,6 +142,16 @@ var assignRequest = reqType[api.AssignRequest]{
 		bound{"items.maxLength", routing.MaxSessionBytes}), // each key checked by routing.CheckSession
 	intField("assign_ttl_ms", func(r *api.AssignRequest) **int { return &r.AssignTTLMS }, 1, routing.MaxTTLMS),
 	loadFactorField(func(r *api.AssignRequest) **float64 { return &r.LoadFactor }),
+	prefixHashesField[api.AssignRequest](),
+}
+
+// prefixHashesField is the optional prefix_hashes, an array only
+// encoding/json decodes: each element's form (16 lowercase hex digits) is
+// checked as it is decoded (prefix.Hash.UnmarshalText, named by
+// decodeError), and a list longer than prefix.MaxBlocks is used up to it,
+// never refused.
+func prefixHashesField[T any]() reqField[T] {
+	return reqField[T]{name: "prefix_hashes", check: func(*T) []complaint { return nil }}
 }
 
 // intField is an optional integer in [lo, hi].

@@ -95,6 +95,9 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		s.observeAffinity("assign", router.Name, a.Snapshot, req.EnvIDs, a.Indices)
 		s.noteUnmapped(r.Context(), a.Snapshot, req.EnvIDs...)
 	}
+	if len(req.PrefixHashes) > 0 {
+		s.State.PrefixRecord(assignedIDs(a), req.PrefixHashes)
+	}
 	s.writeAssignment(w, a, anyUnmapped(a.Snapshot, req.EnvIDs))
 }
 
@@ -122,7 +125,7 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID, MinVersion: req.MinVersion, Session: req.SessionID, LoadFactor: deref(req.LoadFactor), Release: mode}
+	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID, MinVersion: req.MinVersion, Session: req.SessionID, LoadFactor: deref(req.LoadFactor), Release: mode, PrefixHashes: req.PrefixHashes}
 	if req.LeaseTTLMS != nil {
 		sreq.LeaseTTL = time.Duration(*req.LeaseTTLMS) * time.Millisecond
 	}
@@ -147,10 +150,14 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		hit := b2i(d.AffinityHeld())
 		s.Metrics.ObserveAffinity("select", router.Name, hit, 1-hit)
 	}
-	writeSelected(w, &api.SelectResponse{
+	resp := api.SelectResponse{
 		Index: d.Policy.Index, ID: d.Policy.ID, URL: d.Policy.URL, NodeID: d.Node,
 		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky), EnvUnmapped: unmapped,
-	})
+	}
+	if len(req.PrefixHashes) > 0 {
+		resp.PrefixMatch, resp.PrefixOutcome = &d.PrefixMatch, d.PrefixOutcome
+	}
+	writeSelected(w, &resp)
 }
 
 // decide makes the one routing decision of a /select or a proxied
@@ -226,6 +233,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if leaseID == "" {
 		leaseID = s.State.LeaseID(sel.Lease)
 	}
+	s.State.PrefixAdd(sel.Policy.ID, req.PrefixHashes)
 	writeReleased(w, &api.ReleaseResponse{Released: true, LeaseID: leaseID, Index: &sel.Policy.Index, ID: sel.Policy.ID})
 }
 

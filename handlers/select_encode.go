@@ -37,6 +37,14 @@ func writeSelected(w http.ResponseWriter, resp *api.SelectResponse) {
 	if resp.EnvUnmapped {
 		buf = append(buf, `,"env_unmapped":true`...)
 	}
+	if resp.PrefixMatch != nil {
+		buf = append(buf, `,"prefix_match":`...)
+		buf = strconv.AppendInt(buf, int64(*resp.PrefixMatch), 10)
+	}
+	if resp.PrefixOutcome != "" {
+		buf = append(buf, `,"prefix_outcome":`...)
+		buf = appendJSONString(buf, resp.PrefixOutcome)
+	}
 	buf = append(buf, "}\n"...)
 	writeBody(w, http.StatusOK, buf)
 }

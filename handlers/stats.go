@@ -73,6 +73,7 @@ func (s *Server) buildStats() api.Stats {
 		Router:             s.DefaultRouter,
 		Decisions:          s.decisions.stats(),
 		EnvUnmapped:        s.unmapped.stats(),
+		Prefix:             prefixStats(s.State.PrefixStats()),
 		MinVersion:         s.State.MinVersion(),
 		UptimeSeconds:      now.Sub(s.started).Seconds(),
 		Time:               now.UTC(),

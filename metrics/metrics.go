@@ -305,6 +305,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- oldestTaskDesc
 	ch <- leaseTTLDesc
 	ch <- phaseAgeDesc
+	describePrefix(ch)
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -352,4 +353,5 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for how, n := range st.LeasesEnded {
 		ch <- prometheus.MustNewConstMetric(leasesEndedDesc, prometheus.CounterValue, float64(n), how)
 	}
+	collectPrefix(ch, c.state)
 }

@@ -292,3 +292,22 @@ func (st *State) PrefixStats() PrefixStats {
 func (st *State) clearPrefixLocked(rt *policyRuntime) {
 	st.prefix.Clear(rt.policy.ID)
 }
+
+// PrefixRecord records hashes pending on each of the policies with the
+// given (distinct) ids, as a decision does for its policy: the policies
+// /assign gave the tasks of one prompt. /assign's routers spread by load and are
+// not scored; what they chose is recorded so that later requests with the
+// same prompt match. Unknown ids are ignored. It takes no routing lock.
+func (st *State) PrefixRecord(ids []string, hashes []prefix.Hash) {
+	if len(hashes) == 0 {
+		return
+	}
+	hashes = capHashes(hashes)
+	for _, id := range ids {
+		if !st.registered(id) {
+			continue
+		}
+		st.prefix.RecordPending(id, hashes)
+		st.forgetIfRemoved(id)
+	}
+}

@@ -1,0 +1,116 @@
+package handlers
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/prefix"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// hashesJSON renders the hashes of the token ids base, base+1, ... (n
+// blocks) as a JSON array.
+func hashesJSON(tb testing.TB, base, n int) string {
+	tb.Helper()
+	ids := make([]uint32, n*prefix.BlockTokens)
+	for i := range ids {
+		ids[i] = uint32(base + i)
+	}
+	b, err := json.Marshal(prefix.TokenHashes(ids, 0))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestSelectBadPrefixHashes(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.register(t, 2)
+	for _, tc := range []struct{ name, value string }{
+		{"not hex", `["zzzzzzzzzzzzzzzz"]`},
+		{"short", `["abc"]`},
+		{"upper case", `["ABCDEF0123456789"]`},
+		{"a number", `[12]`},
+		{"a string", `"4cbad8846f198735"`},
+		{"an object", `{}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, path := range []string{"/select", "/assign", "/release"} {
+				body := `{"prefix_hashes":` + tc.value + `}`
+				switch path {
+				case "/assign":
+					body = `{"num_tasks":1,"prefix_hashes":` + tc.value + `}`
+				case "/release":
+					body = `{"index":0,"prefix_hashes":` + tc.value + `}`
+				}
+				wantError(t, ts.do(t, "POST", path, body), http.StatusUnprocessableEntity, api.CodeValidationFailed, "prefix_hashes")
+			}
+		})
+	}
+}
+
+func TestSelectPrefixHashes(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.register(t, 3)
+	h := hashesJSON(t, 0, 4)
+
+	// Nobody holds them: the router's pick, and the hashes pending there.
+	var first api.SelectResponse
+	want(t, ts.do(t, "POST", "/select", `{"router":"simple","prefix_hashes":`+h+`}`), http.StatusOK, &first)
+	if first.PrefixOutcome != routing.PrefixMiss || first.PrefixMatch == nil || *first.PrefixMatch != 0 {
+		t.Fatalf("first answer %+v; want a miss with match 0", first)
+	}
+	// Its release reports prompt + output: the next turn matches.
+	turn := hashesJSON(t, 0, 6)
+	want(t, ts.do(t, "POST", "/release", `{"lease_id":"`+first.LeaseID+`","prefix_hashes":`+turn+`}`), http.StatusOK, nil)
+	var next api.SelectResponse
+	want(t, ts.do(t, "POST", "/select", `{"router":"simple","prefix_hashes":`+turn+`}`), http.StatusOK, &next)
+	if next.ID != first.ID || next.PrefixOutcome != routing.PrefixHit || next.PrefixMatch == nil || *next.PrefixMatch != 6 {
+		t.Errorf("next turn %+v; want %s, a hit matching 6 blocks", next, first.ID)
+	}
+
+	// Without hashes the answer says nothing of prefixes.
+	rec := ts.do(t, "POST", "/select", `{"router":"simple"}`)
+	want(t, rec, http.StatusOK, nil)
+	if strings.Contains(rec.Body.String(), "prefix") {
+		t.Errorf("answer without hashes %s; want no prefix fields", rec.Body)
+	}
+
+	var st api.Stats
+	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &st)
+	if st.Prefix.Decisions[routing.PrefixHit] != 1 || st.Prefix.Decisions[routing.PrefixMiss] != 1 ||
+		st.Prefix.MatchedTokens != 6*prefix.BlockTokens || len(st.Prefix.Policies) == 0 {
+		t.Errorf("stats prefix %+v; want 1 hit, 1 miss, 96 matched tokens and the indexed policy", st.Prefix)
+	}
+}
+
+func TestSelectLongPrefixHashesCapped(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.register(t, 1)
+	var out api.SelectResponse
+	want(t, ts.do(t, "POST", "/select", `{"prefix_hashes":`+hashesJSON(t, 0, prefix.MaxBlocks+100)+`}`), http.StatusOK, &out)
+	if out.PrefixOutcome == "" {
+		t.Errorf("answer %+v; want a prefix outcome", out)
+	}
+	var st api.Stats
+	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &st)
+	if got := st.Prefix.PromptTokens; got != prefix.MaxBlocks*prefix.BlockTokens {
+		t.Errorf("prompt tokens %d; want %d (capped, not refused)", got, prefix.MaxBlocks*prefix.BlockTokens)
+	}
+}
+
+func TestAssignPrefixHashesRecorded(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.register(t, 2)
+	h := hashesJSON(t, 50, 3)
+	var a api.AssignResponse
+	want(t, ts.do(t, "POST", "/assign", `{"num_tasks":1,"router":"simple","prefix_hashes":`+h+`}`), http.StatusOK, &a)
+	var st api.Stats
+	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &st)
+	if len(st.Prefix.Policies) != 1 || st.Prefix.Policies[0].PendingTokens != 3*prefix.BlockTokens {
+		t.Errorf("stats prefix policies %+v; want the assigned policy with 3 blocks pending", st.Prefix.Policies)
+	}
+}
