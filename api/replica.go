@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/policyrouter/policyrouter/prefix"
+)
 
 // Bounds of the internal lease requests: the wait for a policy
 // (timeout_ms, sticky_wait_ms) and a lease's TTL (lease_ttl_ms).
@@ -37,6 +41,10 @@ type LeaseRequest struct {
 	Route string `json:"route,omitempty" validate:"max=256"`
 	// Exclude names the policies (by id) the request failed on already.
 	Exclude []string `json:"exclude,omitempty" validate:"max=1024,dive,max=256"`
+	// PrefixHashes are the block hashes of the request's prompt, hashed by
+	// the replica the request entered (never the prompt itself), so that
+	// the leader decides as it would for its own proxy.
+	PrefixHashes []prefix.Hash `json:"prefix_hashes,omitempty"`
 }
 
 // AdoptRequest is the body of PUT /internal/leases/{id}: a lease another
@@ -60,6 +68,12 @@ type LeaseReleaseRequest struct {
 	// attempt (proxy.Outcome): its slot stays taken until a probe says
 	// what the engine runs.
 	Unfinished bool `json:"unfinished,omitempty"`
+	// PrefixHashes are the hashes the lease's request carried: confirmed
+	// on the policy when the attempt ended well, else dropped.
+	PrefixHashes []prefix.Hash `json:"prefix_hashes,omitempty"`
+	// CachedTokens is the prompt tokens the engine reported cached; nil
+	// when it reported none.
+	CachedTokens *int `json:"cached_tokens,omitempty" validate:"omitempty,min=0"`
 }
 
 // LeaseFailure is a failed attempt: when it began, and what happened.

@@ -42,7 +42,7 @@ func (s *Server) takeLease(w http.ResponseWriter, r *http.Request) {
 		Wait:       min(time.Duration(req.TimeoutMS)*time.Millisecond, s.MaxSelectWait),
 		StickyWait: time.Duration(req.StickyWaitMS) * time.Millisecond,
 		MinVersion: req.MinVersion, LeaseTTL: time.Duration(req.LeaseTTLMS) * time.Millisecond,
-		Model: req.Model, Route: req.Route, Exclude: req.Exclude,
+		Model: req.Model, Route: req.Route, Exclude: req.Exclude, Prefix: req.PrefixHashes,
 	}
 	preq.StickyWait = min(preq.StickyWait, preq.Wait)
 	if err := routing.CheckSession("session_id", req.SessionID); err != nil {
@@ -55,8 +55,13 @@ func (s *Server) takeLease(w http.ResponseWriter, r *http.Request) {
 	case err == nil && r.Context().Err() != nil:
 		// The replica left (its client did): the lease goes back at once.
 		_ = leaser.Release(r.Context(), d, proxy.Outcome{})
+		s.State.PrefixRelease(d.Policy.ID, req.PrefixHashes, false, -1) // never sent
 	case err == nil:
-		writeSelected(w, decisionToAPI(d))
+		resp := decisionToAPI(d)
+		if len(req.PrefixHashes) > 0 {
+			resp.PrefixMatch, resp.PrefixOutcome = &d.PrefixMatch, d.PrefixOutcome
+		}
+		writeSelected(w, resp)
 	case r.Context().Err() != nil:
 	default:
 		s.writeProxyError(w, r, err)
@@ -111,6 +116,11 @@ func (s *Server) returnLease(w http.ResponseWriter, r *http.Request) {
 	if req.Failure != nil {
 		s.State.ObserveFailure(req.PolicyID, req.Failure.At, req.Failure.Reason)
 	}
+	cached := -1
+	if req.CachedTokens != nil {
+		cached = *req.CachedTokens
+	}
+	s.State.PrefixRelease(req.PolicyID, req.PrefixHashes, req.Failure == nil && !req.Unfinished, cached)
 	writeReleased(w, &out)
 }
 

@@ -109,7 +109,7 @@ func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.
 		TimeoutMS:    int(min(req.Wait, api.MaxLeaseWait).Milliseconds()),
 		StickyWaitMS: int(min(req.StickyWait, api.MaxLeaseWait).Milliseconds()),
 		MinVersion:   req.MinVersion, LeaseTTLMS: min(req.LeaseTTL, api.MaxLeaseTTL).Milliseconds(),
-		Model: req.Model, Route: req.Route, Exclude: req.Exclude,
+		Model: req.Model, Route: req.Route, Exclude: req.Exclude, PrefixHashes: req.Prefix,
 	}
 	cctx, cancel := context.WithTimeout(ctx, req.Wait+replicaCallTimeout)
 	defer cancel()
@@ -123,6 +123,10 @@ func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.
 	d := routing.Decision{
 		Policy: l.policy(sel), Node: sel.NodeID, EnvUnmapped: sel.EnvUnmapped,
 		LeaseID: sel.LeaseID, Version: sel.Version, Sticky: routing.Sticky(sel.Sticky),
+		PrefixOutcome: sel.PrefixOutcome,
+	}
+	if sel.PrefixMatch != nil {
+		d.PrefixMatch = *sel.PrefixMatch
 	}
 	if d.LeaseID != "" {
 		l.hold(d, req.LeaseTTL, leader)
@@ -171,7 +175,10 @@ func (l *replicaLeaser) Release(ctx context.Context, d routing.Decision, out pro
 
 // returnTo returns a lease to leader.
 func (l *replicaLeaser) returnTo(ctx context.Context, leader, id, policyID string, out proxy.Outcome) error {
-	body := api.LeaseReleaseRequest{PolicyID: policyID, Unfinished: out.Unfinished}
+	body := api.LeaseReleaseRequest{PolicyID: policyID, Unfinished: out.Unfinished, PrefixHashes: out.Prefix}
+	if out.CachedKnown {
+		body.CachedTokens = &out.CachedTokens
+	}
 	if f := out.Failure; f != nil {
 		body.Failure = &api.LeaseFailure{At: f.At, Reason: f.Reason}
 	}

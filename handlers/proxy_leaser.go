@@ -39,7 +39,7 @@ func (l stateLeaser) Select(ctx context.Context, req proxy.Request) (routing.Dec
 	d, err := l.s.State.Select(ctx, routing.SelectRequest{
 		Router: row.Select, EnvID: req.EnvID, Wait: req.Wait, Stop: l.s.stopping.Done(), LeaseTTL: req.LeaseTTL,
 		MinVersion: req.MinVersion, Session: req.Session, StickyWait: req.StickyWait, Exclude: req.Exclude,
-		Model: req.Model, Route: req.Route,
+		Model: req.Model, Route: req.Route, PrefixHashes: req.Prefix,
 	})
 	l.s.observeDecision("proxy", req.Router, start)
 	return d, err
@@ -57,7 +57,17 @@ func (l stateLeaser) Release(_ context.Context, d routing.Decision, out proxy.Ou
 	if f := out.Failure; f != nil {
 		l.s.State.ObserveFailure(d.Policy.ID, f.At, f.Reason)
 	}
+	l.s.State.PrefixRelease(d.Policy.ID, out.Prefix, out.Failure == nil && !out.Unfinished, cachedTokens(out))
 	return err
+}
+
+// cachedTokens is the prompt tokens the engine reported cached for the
+// attempt, or -1 when it reported none.
+func cachedTokens(out proxy.Outcome) int {
+	if !out.CachedKnown {
+		return -1
+	}
+	return out.CachedTokens
 }
 
 // endLease ends a proxied attempt's lease: unfinished when its work may

@@ -66,9 +66,6 @@ type Options struct {
 	// Resume continues an aborted native /generate on another policy
 	// (--proxy-resume; resume.go).
 	Resume bool
-	// PrefixAffinity routes each request where its prompt's prefix is
-	// cached, unless it opts out (--prefix-affinity; prefix.go).
-	PrefixAffinity bool
 	// APIKey returns the key sent to a policy as its bearer token; nil is
 	// the policy's registered api_key (routing.Policy.BearerFor), "" sends
 	// none.
@@ -207,19 +204,12 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 		p.WriteError(w, r, err)
 		return
 	}
-	var pr *prompt
 	rs, err := p.resumeFor(w, r, body, valid)
-	if err == nil {
-		pr, err = p.promptFor(r, body, valid, rs)
-	}
 	if err != nil {
 		p.WriteError(w, r, err)
 		return
 	}
-	if pr != nil {
-		sreq.Prefix = pr.hashes
-	}
-	p.run(w, r, sreq, body, rs, pr)
+	p.run(w, r, sreq, body, rs)
 }
 
 // run is the one retry loop of every proxied request: a decision, an
@@ -228,7 +218,7 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 // after tokens came back), up to --proxy-retries. rs is a resumable
 // request's state, nil for any other: it says what each attempt sends
 // and how the client's answer ends when no policy goes on with it.
-func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body []byte, rs *resumeState, pr *prompt) {
+func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body []byte, rs *resumeState) {
 	defer rs.trailers(w)
 	failed := sreq.Exclude
 	for try := 0; ; try++ {
@@ -237,7 +227,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body [
 			return
 		}
 		p.armDeadlines(w, sreq.Wait)
-		a := p.forward(rs.writer(w), r, rs.next(body), d, rs, pr)
+		a := p.forward(rs.writer(w), r, rs.next(body), d, rs)
 		switch {
 		case rs.done(r):
 			return
