@@ -128,6 +128,9 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		MaxWaiters:    cfg.MaxWaiters,
 		LoadFactor:    cfg.StickyLoadFactor,
 		Serves:        engine.Serves,
+		// Each policy's budget in the prefix index, when its engine
+		// reports no KV size.
+		PrefixIndexTokens: cfg.PrefixIndexTokens,
 	})
 	// The store is read once: the registration for the registry, the
 	// rolling updates' documents for the update manager.
@@ -162,11 +165,13 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		OpenAPI:           policyrouter.OpenAPI,
 		PeerTLS:           peers,
 		Proxy: proxy.Options{
-			Retries:   cfg.ProxyRetries,
-			Timeout:   cfg.ProxyTimeout,
-			MaxBody:   cfg.ProxyMaxBody,
-			Resume:    cfg.ProxyResume,
-			Transport: proxy.NewTransport(ptls),
+			Retries: cfg.ProxyRetries,
+			Timeout: cfg.ProxyTimeout,
+			MaxBody: cfg.ProxyMaxBody,
+			Resume:  cfg.ProxyResume,
+			// Every replica hashes its own requests' prompts.
+			PrefixAffinity: cfg.PrefixAffinity,
+			Transport:      proxy.NewTransport(ptls),
 		},
 	}
 	if a.etcd != nil {

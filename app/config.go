@@ -17,6 +17,7 @@ import (
 	"github.com/policyrouter/policyrouter/engine"
 	"github.com/policyrouter/policyrouter/handlers"
 	"github.com/policyrouter/policyrouter/poller"
+	"github.com/policyrouter/policyrouter/prefix"
 	"github.com/policyrouter/policyrouter/proxy"
 	"github.com/policyrouter/policyrouter/routing"
 	"github.com/policyrouter/policyrouter/store"
@@ -98,6 +99,14 @@ type Config struct {
 	// (--proxy-resume). On in DefaultConfig (so for the flags); a Config
 	// literal that leaves it false has it off.
 	ProxyResume bool
+	// PrefixAffinity routes each proxied request where its prompt's
+	// prefix is cached (--prefix-affinity). On in DefaultConfig; a Config
+	// literal that leaves it false has it off.
+	PrefixAffinity bool
+	// PrefixIndexTokens is each policy's budget in the prefix index, in
+	// tokens, when its engine reports no KV size (--prefix-index-tokens);
+	// 0 is the index's default.
+	PrefixIndexTokens int
 	// ProxyNetHTTP is --proxy-net-http, accepted for one release after
 	// the router stopped serving proxy traffic with a server of its own:
 	// net/http serves every request now, and the flag changes nothing
@@ -209,6 +218,7 @@ func DefaultConfig() Config {
 		ProxyTimeout:      proxy.DefaultTimeout,
 		ProxyMaxBody:      proxy.DefaultMaxBody,
 		ProxyResume:       true,
+		PrefixAffinity:    true,
 		EtcdPrefix:        store.DefaultEtcdPrefix,
 		LeaderTTL:         DefaultLeaderTTL,
 		AssignTTL:         DefaultAssignTTL,
@@ -266,6 +276,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PassThreshold, "pass-threshold", c.PassThreshold, "consecutive good probes that make an unhealthy policy healthy")
 	fs.DurationVar(&c.MaxSelectWait, "max-select-wait", c.MaxSelectWait, "cap on /select timeout_ms")
 	fs.BoolVar(&c.ProxyNetHTTP, "proxy-net-http", c.ProxyNetHTTP, "deprecated, changes nothing: Go's net/http server serves every request, proxied ones included")
+	fs.BoolVar(&c.PrefixAffinity, "prefix-affinity", c.PrefixAffinity, "proxy mode: route each /generate, /v1/completions and /v1/chat/completions where its prompt's prefix is cached, within load bounds; a request opts out with X-Prefix-Affinity: 0")
+	fs.IntVar(&c.PrefixIndexTokens, "prefix-index-tokens", c.PrefixIndexTokens, "tokens of prompt prefixes indexed per policy when its engine reports no KV cache size; 0: "+strconv.Itoa(prefix.DefaultPolicyTokens))
 	fs.BoolVar(&c.ProxyResume, "proxy-resume", c.ProxyResume, "proxy mode: continue a /generate (streamed or not) whose answer was aborted (or cut off) on another policy, from input_ids + the tokens so far; a request opts out with X-Resume-On-Abort: 0")
 	fs.IntVar(&c.ProxyRetries, "proxy-retries", c.ProxyRetries, "proxy mode: other policies a request is retried on after a connect error or a 502/503 answer, before any byte reached the client")
 	fs.DurationVar(&c.ProxyTimeout, "proxy-timeout", c.ProxyTimeout, "proxy mode: bound of each upstream request, streaming included; 0: none")
@@ -379,6 +391,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--proxy-timeout must be >= 0 (0: none), not %s", c.ProxyTimeout)
 	case c.ProxyMaxBody <= 0:
 		return fmt.Errorf("--proxy-max-body must be positive, not %d", c.ProxyMaxBody)
+	case c.PrefixIndexTokens < 0:
+		return fmt.Errorf("--prefix-index-tokens must be >= 0 (0: the default), not %d", c.PrefixIndexTokens)
 	case c.MaxSelectWait <= 0:
 		return fmt.Errorf("--max-select-wait must be positive, not %s", c.MaxSelectWait)
 	case c.ReadHeaderTimeout <= 0:

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/prefix"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -38,7 +39,12 @@ type attempt struct {
 	status int
 	ttfb   time.Duration
 	resume *resumeState // a resumable request's (resume.go), or nil
-	body   upstreamBody // the answer's body, watched (one allocation with the attempt)
+	prompt *prompt      // its blocks, under prefix-cache affinity (prefix.go), or nil
+	// cached is the prompt tokens the engine said it had cached, when
+	// cachedKnown.
+	cached      int
+	cachedKnown bool
+	body        upstreamBody // the answer's body, watched (one allocation with the attempt)
 }
 
 type attemptKey struct{}
@@ -105,6 +111,10 @@ func (p *Proxy) answer(res *http.Response, a *attempt) error {
 	h[canonicalPolicyIndex], h[canonicalPolicyID], h[canonicalWeightVersion] = v[0:1:1], v[1:2:2], v[2:3:3]
 	if a.d.EnvUnmapped {
 		h.Set(HeaderEnvUnmapped, "true")
+	}
+	if a.prompt != nil {
+		h.Set(HeaderPrefixMatch, strconv.Itoa(a.prompt.units(a.d.PrefixMatch)))
+		h.Set(HeaderPrefixOutcome, a.d.PrefixOutcome)
 	}
 	if a.resume != nil && a.resume.stream != nil {
 		return a.resume.resumeStream(res, a)
@@ -182,8 +192,8 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // answer to the client, unless the attempt is to be retried. However it
 // ends (a client that left makes ReverseProxy abort the handler with a
 // panic), the lease is released and a failure counted.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d routing.Decision, rs *resumeState) *attempt {
-	a := &attempt{d: d, start: time.Now(), status: http.StatusBadGateway, resume: rs}
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d routing.Decision, rs *resumeState, pr *prompt) *attempt {
+	a := &attempt{d: d, start: time.Now(), status: http.StatusBadGateway, resume: rs, prompt: pr}
 	defer p.finish(r.Context(), a)
 	if p.APIKey != nil {
 		a.apiKey = p.APIKey(d.Policy)
@@ -213,7 +223,12 @@ func (p *Proxy) finish(ctx context.Context, a *attempt) {
 	if a.failed {
 		failure = &Failure{At: a.start, Reason: "proxy: " + a.reason}
 	}
-	if err := p.Leaser.Release(context.WithoutCancel(ctx), d, Outcome{Failure: failure, Unfinished: !a.over}); err != nil {
+	out := Outcome{Failure: failure, Unfinished: !a.over}
+	if a.prompt != nil {
+		out.Prefix = a.prompt.hashes
+		out.CachedTokens, out.CachedKnown = a.cached, a.cachedKnown && a.prompt.kind == prefix.Tokens
+	}
+	if err := p.Leaser.Release(context.WithoutCancel(ctx), d, out); err != nil {
 		p.Logger.Warn("proxy: release", "policy_id", d.Policy.ID, "err", err)
 	}
 	if p.Metrics != nil {
@@ -254,6 +269,9 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	n, err := b.ReadCloser.Read(p)
+	if b.a.prompt != nil && n > 0 {
+		b.a.noteCached(p[:n])
+	}
 	switch {
 	case err == nil:
 		return n, nil

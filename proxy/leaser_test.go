@@ -21,6 +21,7 @@ import (
 type fakeLeaser struct {
 	policies []routing.Policy
 	err      error // Select's answer when set
+	match    int   // the decisions' PrefixMatch, when the request has a prefix
 
 	mu       sync.Mutex
 	next     uint64
@@ -40,7 +41,11 @@ func (l *fakeLeaser) Select(_ context.Context, req Request) (routing.Decision, e
 	for _, p := range l.policies {
 		if !slices.Contains(req.Exclude, p.ID) {
 			l.next++
-			return routing.Decision{Policy: p, Lease: l.next, LeaseID: strconv.FormatUint(l.next, 10), Version: 7}, nil
+			d := routing.Decision{Policy: p, Lease: l.next, LeaseID: strconv.FormatUint(l.next, 10), Version: 7}
+			if req.Prefix != nil {
+				d.PrefixMatch, d.PrefixOutcome = l.match, "hit"
+			}
+			return d, nil
 		}
 	}
 	return routing.Decision{}, routing.ErrAllExcluded

@@ -66,6 +66,9 @@ type Options struct {
 	// Resume continues an aborted native /generate on another policy
 	// (--proxy-resume; resume.go).
 	Resume bool
+	// PrefixAffinity routes each request where its prompt's prefix is
+	// cached, unless it opts out (--prefix-affinity; prefix.go).
+	PrefixAffinity bool
 	// APIKey returns the key sent to a policy as its bearer token; nil is
 	// the policy's registered api_key (routing.Policy.BearerFor), "" sends
 	// none.
@@ -204,12 +207,19 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 		p.WriteError(w, r, err)
 		return
 	}
+	var pr *prompt
 	rs, err := p.resumeFor(w, r, body, valid)
+	if err == nil {
+		pr, err = p.promptFor(r, body, valid, rs)
+	}
 	if err != nil {
 		p.WriteError(w, r, err)
 		return
 	}
-	p.run(w, r, sreq, body, rs)
+	if pr != nil {
+		sreq.Prefix = pr.hashes
+	}
+	p.run(w, r, sreq, body, rs, pr)
 }
 
 // run is the one retry loop of every proxied request: a decision, an
@@ -218,7 +228,7 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 // after tokens came back), up to --proxy-retries. rs is a resumable
 // request's state, nil for any other: it says what each attempt sends
 // and how the client's answer ends when no policy goes on with it.
-func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body []byte, rs *resumeState) {
+func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body []byte, rs *resumeState, pr *prompt) {
 	defer rs.trailers(w)
 	failed := sreq.Exclude
 	for try := 0; ; try++ {
@@ -227,7 +237,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body [
 			return
 		}
 		p.armDeadlines(w, sreq.Wait)
-		a := p.forward(rs.writer(w), r, rs.next(body), d, rs)
+		a := p.forward(rs.writer(w), r, rs.next(body), d, rs, pr)
 		switch {
 		case rs.done(r):
 			return

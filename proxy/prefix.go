@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/policyrouter/policyrouter/engine"
+	"github.com/policyrouter/policyrouter/prefix"
+)
+
+// Prefix-cache affinity (--prefix-affinity, X-Prefix-Affinity): the
+// proxy hashes each request's prompt into blocks (package prefix) before
+// its decision, outside the routing lock; the Leaser scores the policies
+// by the blocks they hold and records the attempt's as pending; Release
+// confirms them when the policy answered whole, with the prompt tokens
+// the engine said it had cached (the key "cached_tokens": SGLang's
+// meta_info.cached_tokens, vLLM's usage.prompt_tokens_details.cached_tokens,
+// the latter only with --enable-prompt-tokens-details), or drops them.
+//
+// The prompt, by route: /generate's input_ids (or its text), a
+// /v1/completions prompt of token ids (or a string), a
+// /v1/chat/completions's messages, message by message. A batch, or a
+// prompt in another form, is routed without affinity.
+
+// Headers of prefix-cache affinity.
+const (
+	// HeaderPrefixAffinity opts a request out (0) of prefix-cache
+	// affinity, or in (1, the default under --prefix-affinity).
+	HeaderPrefixAffinity = "X-Prefix-Affinity"
+	// HeaderPrefixMatch is what the router expected cached on the chosen
+	// policy, from blocks an answer confirmed: prompt tokens, or bytes of
+	// a text prompt (of the chat encoding, for messages).
+	HeaderPrefixMatch = "X-Prefix-Match"
+	// HeaderPrefixOutcome is the scorer's outcome of the decision.
+	HeaderPrefixOutcome = "X-Prefix-Outcome"
+)
+
+var canonicalPrefixAffinity = http.CanonicalHeaderKey(HeaderPrefixAffinity)
+
+// prompt is a request's prompt in blocks.
+type prompt struct {
+	hashes []prefix.Hash
+	kind   prefix.Kind
+	msgs   []prefix.Message // a chat's, to count its matched bytes
+}
+
+// units is how many prompt tokens (bytes, for text and chat) blocks
+// matched blocks hold.
+func (pr *prompt) units(blocks int) int {
+	switch pr.kind {
+	case prefix.Tokens:
+		return blocks * prefix.BlockTokens
+	case prefix.Chat:
+		return prefix.ChatBytes(pr.msgs, blocks)
+	}
+	return blocks * prefix.TextBlockBytes
+}
+
+// affinityWanted reads X-Prefix-Affinity against the server's default.
+func (p *Proxy) affinityWanted(h http.Header) (bool, error) {
+	switch v := headerValue(h, canonicalPrefixAffinity); v {
+	case "":
+		return p.PrefixAffinity, nil
+	case "0", "1":
+		return v == "1", nil
+	default:
+		return false, fieldError(HeaderPrefixAffinity, "must be 0 or 1, not "+strconv.Quote(v))
+	}
+}
+
+// promptOf reads the prompt of a proxied request (valid: json.Valid(body)),
+// nil when it has no full block or is in a form the proxy does not hash.
+// ids, when not nil, are its token ids read already (resuming).
+func promptOf(path string, body []byte, valid bool, ids []int64) *prompt {
+	if !valid {
+		return nil
+	}
+	var text, list, msgs []byte
+	if ids == nil {
+		ok := scanTopLevel(body, func(key, val []byte) {
+			switch string(key) {
+			case "input_ids":
+				if path == engine.RouteGenerate {
+					list = val
+				}
+			case "text":
+				if path == engine.RouteGenerate {
+					text = val
+				}
+			case "prompt":
+				if path == engine.RouteCompletions {
+					list, text = val, val
+				}
+			case "messages":
+				if path == engine.RouteChat {
+					msgs = val
+				}
+			}
+		})
+		if !ok {
+			return nil
+		}
+		if len(list) > 0 && list[0] == '[' {
+			ids, _ = tokenIDs(list)
+		}
+	}
+	pr := &prompt{}
+	switch {
+	case ids != nil:
+		pr.kind, pr.hashes = prefix.Tokens, prefix.TokenHashes(ids, 0)
+	case len(text) > 0 && text[0] == '"':
+		var s string
+		if json.Unmarshal(text, &s) != nil {
+			return nil
+		}
+		pr.kind, pr.hashes = prefix.Text, prefix.TextHashes(s, 0)
+	case len(msgs) > 0 && msgs[0] == '[':
+		var ms []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(msgs, &ms) != nil {
+			return nil
+		}
+		for _, m := range ms {
+			content := []byte(m.Content)
+			var s string
+			if len(content) > 0 && content[0] == '"' && json.Unmarshal(content, &s) == nil {
+				content = []byte(s)
+			}
+			pr.msgs = append(pr.msgs, prefix.Message{Role: m.Role, Content: content})
+		}
+		pr.kind, pr.hashes = prefix.Chat, prefix.ChatHashes(pr.msgs, 0)
+	}
+	if len(pr.hashes) == 0 {
+		return nil
+	}
+	return pr
+}
+
+// cachedKey is the key of the prompt tokens an engine says it had cached.
+var cachedKey = []byte(`"cached_tokens":`)
+
+// noteCached reads the last "cached_tokens" count in b, an answer's
+// bytes, into the attempt.
+func (a *attempt) noteCached(b []byte) {
+	i := bytes.LastIndex(b, cachedKey)
+	if i < 0 {
+		return
+	}
+	j := skipSpace(b, i+len(cachedKey))
+	k := j
+	for k < len(b) && b[k] >= '0' && b[k] <= '9' {
+		k++
+	}
+	if n, err := strconv.Atoi(string(b[j:k])); err == nil && k < len(b) {
+		a.cached, a.cachedKnown = n, true
+	}
+}
+
+// promptFor is the prompt of a request under prefix-cache affinity, nil
+// when affinity is off for it; a malformed X-Prefix-Affinity is a 422.
+func (p *Proxy) promptFor(r *http.Request, body []byte, valid bool, rs *resumeState) (*prompt, error) {
+	on, err := p.affinityWanted(r.Header)
+	if !on || err != nil {
+		return nil, err
+	}
+	var ids []int64
+	if rs != nil {
+		ids = rs.prompt
+	}
+	return promptOf(r.URL.Path, body, valid, ids), nil
+}

@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/policyrouter/policyrouter/prefix"
+	"github.com/policyrouter/policyrouter/routing"
+)
+
+// Under prefix-cache affinity the proxy hashes the prompt of each route
+// into blocks, hands them to the Leaser with the request, names what the
+// decision expected cached (X-Prefix-Match, in tokens or bytes) and its
+// outcome, and releases the lease with the blocks and the cached tokens
+// the engine reported; X-Prefix-Affinity: 0 opts out, another value is a
+// 422 naming the header.
+func TestPrefixAffinity(t *testing.T) {
+	ids := make([]string, 40) // two whole blocks of 16, and 8 tokens more
+	for i := range ids {
+		ids[i] = strconv.Itoa(i + 1)
+	}
+	idList := "[" + strings.Join(ids, ",") + "]"
+	text := strings.Repeat("abcdefgh", 20) // 160 bytes: two blocks of 64
+	answer := `{"text":"ok","output_ids":[1],"meta_info":{"finish_reason":{"type":"length"},"cached_tokens":32,"completion_tokens":1}}`
+	policy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer)
+	}))
+	t.Cleanup(policy.Close)
+	for _, tt := range []struct {
+		name, path, body, header string
+		resume                   bool
+		blocks, match            int // the prompt's blocks, X-Prefix-Match of a decision matching 2
+		cached                   bool
+	}{
+		{"generate ids", "/generate", `{"input_ids":` + idList + `}`, "", false, 2, 32, true},
+		{"generate ids, resumable", "/generate", `{"input_ids":` + idList + `}`, "", true, 2, 32, true},
+		{"generate text", "/generate", `{"text":"` + text + `"}`, "", false, 2, 128, false},
+		{"completions ids", "/v1/completions", `{"model":"m","prompt":` + idList + `}`, "", false, 2, 32, true},
+		{"completions text", "/v1/completions", `{"model":"m","prompt":"` + text + `"}`, "", false, 2, 128, false},
+		{"chat", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"` + text + `"}]}`, "", false, 3, 128, false},
+		{"opted out", "/generate", `{"input_ids":` + idList + `}`, "0", false, 0, 0, false},
+		{"a batch", "/generate", `{"input_ids":[` + idList + `,` + idList + `]}`, "", false, 0, 0, false},
+		{"under a block", "/generate", `{"input_ids":[1,2,3]}`, "", false, 0, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := &fakeLeaser{policies: []routing.Policy{{Index: 0, ID: "p0", URL: policy.URL}}, match: 2}
+			var ew errorWriter
+			p := New(Config{Options: Options{PrefixAffinity: true, Resume: tt.resume}, Leaser: l, WriteError: ew.write})
+			t.Cleanup(p.CloseIdleConnections)
+			req := httptest.NewRequest(http.MethodPost, tt.path, strings.NewReader(tt.body))
+			if tt.header != "" {
+				req.Header.Set(HeaderPrefixAffinity, tt.header)
+			}
+			rec := httptest.NewRecorder()
+			p.Forward(rec, req)
+			if rec.Code != http.StatusOK || len(ew.errs) > 0 {
+				t.Fatalf("answer %d %q, errors %v", rec.Code, rec.Body, ew.errs)
+			}
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			got, out := l.selects[0].Prefix, l.released[1]
+			if len(got) != tt.blocks || len(out.Prefix) != tt.blocks {
+				t.Fatalf("blocks to the Leaser %d, released %d; want %d", len(got), len(out.Prefix), tt.blocks)
+			}
+			if tt.blocks == 0 {
+				if h := rec.Header().Get(HeaderPrefixMatch); h != "" {
+					t.Errorf("X-Prefix-Match %q without affinity", h)
+				}
+				return
+			}
+			if h := rec.Header().Get(HeaderPrefixMatch); h != strconv.Itoa(tt.match) || rec.Header().Get(HeaderPrefixOutcome) != "hit" {
+				t.Errorf("X-Prefix-Match %q, X-Prefix-Outcome %q; want %d, hit", h, rec.Header().Get(HeaderPrefixOutcome), tt.match)
+			}
+			if out.CachedKnown != tt.cached || (tt.cached && out.CachedTokens != 32) || out.Unfinished || out.Failure != nil {
+				t.Errorf("released %+v; want the engine's 32 cached tokens known %v, over", out, tt.cached)
+			}
+		})
+	}
+
+	l := &fakeLeaser{policies: []routing.Policy{{Index: 0, ID: "p0", URL: policy.URL}}}
+	var ew errorWriter
+	p := New(Config{Options: Options{PrefixAffinity: true}, Leaser: l, WriteError: ew.write})
+	req := httptest.NewRequest(http.MethodPost, "/generate", strings.NewReader(`{"input_ids":[1]}`))
+	req.Header.Set(HeaderPrefixAffinity, "yes")
+	p.Forward(httptest.NewRecorder(), req)
+	var in *routing.InputError
+	if len(ew.errs) != 1 || !errors.As(ew.errs[0], &in) || in.Field != HeaderPrefixAffinity || len(l.selects) != 0 {
+		t.Errorf("X-Prefix-Affinity: yes: errors %v, %d selects; want one naming the header, none", ew.errs, len(l.selects))
+	}
+}
+
+// The block hashes the proxy sends are those of package prefix, which
+// the Python client computes too: the same ids, the same chain.
+func TestPromptOfIsPrefixTokenHashes(t *testing.T) {
+	ids := make([]int64, 48)
+	for i := range ids {
+		ids[i] = int64(i * 7)
+	}
+	body := `{"input_ids":[`
+	for i, id := range ids {
+		if i > 0 {
+			body += ","
+		}
+		body += strconv.FormatInt(id, 10)
+	}
+	body += `]}`
+	pr := promptOf("/generate", []byte(body), true, nil)
+	want := prefix.TokenHashes(ids, 0)
+	if pr == nil || len(pr.hashes) != 3 || pr.kind != prefix.Tokens {
+		t.Fatalf("prompt %+v; want 3 token blocks", pr)
+	}
+	for i := range want {
+		if pr.hashes[i] != want[i] {
+			t.Errorf("block %d: %s, want %s", i, pr.hashes[i], want[i])
+		}
+	}
+}
