@@ -49,6 +49,23 @@ type workload struct {
 var workloads = map[string]workload{
 	"completions": {"/v1/completions", completionsBody},
 	"generate":    {"/generate", generateBody},
+	"generate8k":  {"/generate", longGenerateBody(8192)},
+}
+
+// longGenerateBody is generateBody with a prompt of n token ids (a long
+// RL prompt: the proxy hashes it under prefix-cache affinity), the same
+// ids on every request.
+func longGenerateBody(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"input_ids":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(1 + (i*7919)%32000))
+	}
+	b.WriteString(`],"sampling_params":{"max_new_tokens":4,"temperature":0},"return_logprob":true}`)
+	return b.String()
 }
 
 // childEnv, set in a child's environment, makes the benchmark's own binary
