@@ -36,6 +36,14 @@ type Leaser interface {
 	// ServedModels returns every model id some registered policy serves,
 	// sorted (routing.State.ServedModels).
 	ServedModels(ctx context.Context) ([]string, error)
+	// Returning reports whether the policy with the given id was taken
+	// out of routing by the router itself (a rolling update of its own,
+	// or POST /fleet/sleep) and so will come back, and by when at the
+	// latest. An abort from such a policy is the router's doing: the
+	// generation it ended may wait until then for a policy, when there is
+	// no other. Not (ok false) when it cannot say: the abort then ends the
+	// answer, as one the router did not cause.
+	Returning(ctx context.Context, policyID string) (until time.Time, ok bool)
 }
 
 // StreamForms says how policy servers stream a native /generate, for

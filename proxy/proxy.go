@@ -228,11 +228,29 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 // after tokens came back), up to --proxy-retries. rs is a resumable
 // request's state, nil for any other: it says what each attempt sends
 // and how the client's answer ends when no policy goes on with it.
+//
+// An aborted generation goes on elsewhere when another policy can route.
+// When none can, it waits for one only if the router itself took the
+// aborting policy out (Leaser.Returning: its own rolling update, any
+// max_unavailable, or POST /fleet/sleep) and so knows it comes back, and
+// at most until that operation's own bound; else it ends at once with
+// the tokens so far. An abort the router did not cause (a framework
+// ending its step, as slime's abort_all before its own sleep) never
+// waits, and neither does the request after it: its framework would find
+// it held until a wake that comes only after it trains.
 func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body []byte, rs *resumeState, pr *prompt) {
 	defer rs.trailers(w)
 	failed := sreq.Exclude
+	var (
+		hold    time.Duration // the next decision's wait for a returning policy
+		outside bool          // an abort the router did not cause ended an attempt
+	)
 	for try := 0; ; try++ {
-		d, ok := p.decide(w, r, sreq, rs)
+		req := sreq
+		if hold > 0 {
+			req.Wait, req.StickyWait, hold = hold, min(req.StickyWait, hold), 0
+		}
+		d, ok := p.decide(w, r, req, rs)
 		if !ok {
 			return
 		}
@@ -252,13 +270,27 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body [
 			rs.end(w, a.reason+"; --proxy-retries "+strconv.Itoa(p.Retries)+" exhausted")
 			return
 		}
+		aborted := rs != nil && rs.abortedOn == d.Policy.ID
 		failed, sreq.Exclude = rs.exclude(failed, d.Policy.ID)
+		var until time.Time
+		if aborted && !outside {
+			back := false
+			if until, back = p.Leaser.Returning(r.Context(), d.Policy.ID); !back {
+				outside = true
+			}
+		}
 		if rs.began() && !p.availableBeyond(r.Context(), sreq.Exclude) {
-			// Waiting for a policy this request has not been aborted on
-			// would only delay the tokens it has (all of them aborted it,
-			// as slime's abort_all on every engine does).
-			rs.end(w, a.reason+"; no other policy available")
-			return
+			if hold = time.Until(until); until.IsZero() || hold <= 0 {
+				// Waiting for a policy this request has not been aborted on
+				// would only delay the tokens it has (all of them aborted it,
+				// as slime's abort_all on every engine does).
+				rs.end(w, a.reason+"; no other policy available")
+				return
+			}
+			// The router paused or put to sleep the policy that aborted,
+			// and every other: wait for one to return, that one included.
+			sreq.Exclude = failed
+			p.armDeadlines(w, hold)
 		}
 	}
 }

@@ -259,6 +259,9 @@ type State struct {
 	// expected to cache (score_prefix.go); prefixN its counts.
 	prefix  *prefix.Index
 	prefixN prefixCounters
+	// returns are the policies the router took out and expects back
+	// (returning.go).
+	returns returns
 
 	mu sync.Mutex
 	ledger

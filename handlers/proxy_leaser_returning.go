@@ -1,0 +1,33 @@
+package handlers
+
+import (
+	"context"
+	"time"
+)
+
+// Returning reports whether the policy with the given id is out of
+// routing by the router's own doing, and by when it is due back: a
+// rolling update of this router draining or updating it
+// (updates.Manager.Returning), or POST /fleet/sleep (its resume_within_ms,
+// recorded in the routing state). The later of the two bounds wins.
+func (l stateLeaser) Returning(_ context.Context, policyID string) (until time.Time, ok bool) {
+	if m := l.s.Updates; m != nil {
+		until, ok = m.Returning(policyID)
+	}
+	if slept, asleep := l.s.State.Returning(policyID, time.Now()); asleep && slept.After(until) {
+		until, ok = slept, true
+	}
+	return until, ok
+}
+
+// Returning is the state's answer while this replica leads, whose update
+// manager and fleet verbs took the policies out. A follower cannot say
+// (the leader knows), and answers not: an aborted generation then ends
+// with its tokens so far when no other policy can go on with it, as
+// before.
+func (l *replicaLeaser) Returning(ctx context.Context, policyID string) (time.Time, bool) {
+	if leading, _ := l.s.Leader(); leading {
+		return stateLeaser{l.s}.Returning(ctx, policyID)
+	}
+	return time.Time{}, false
+}
