@@ -78,6 +78,9 @@ type Server struct {
 	// probes only.
 	infoTries                  atomic.Int32
 	infoRead, legacyServerInfo atomic.Bool
+	// kvTokens is the KV cache's size in tokens as the server info said
+	// (SGLang), 0 when it did not.
+	kvTokens atomic.Int64
 	// probes counts the probes, for the occasional GET /v1/models.
 	probes atomic.Uint64
 }

@@ -52,6 +52,9 @@ type Answer struct {
 	// Models, when HasModels, are the model ids the server lists.
 	Models    []string
 	HasModels bool
+	// KVTokens, when positive, is the size of the server's KV cache in
+	// tokens, which bounds what the prefix index keeps for it.
+	KVTokens int64
 }
 
 // Call is one HTTP request to an engine: Method to the policy's URL plus

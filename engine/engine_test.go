@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -401,3 +402,33 @@ func TestLlamaCppHasNoSteps(t *testing.T) {
 }
 
 func second(_ engine.Call, ok bool) bool { return ok }
+
+// The KV cache's size comes with the probe's answer where the engine
+// says it: SGLang's max_total_num_tokens in its server info, vLLM's
+// num_gpu_blocks × block_size in its cache config's info gauge; an engine
+// that does not say answers 0.
+func TestProbeKVTokens(t *testing.T) {
+	c := &engine.Client{HTTP: http.DefaultClient}
+	for _, tt := range []struct {
+		name string
+		kv   int
+		want int64
+	}{
+		{engine.SGLang, 4096, 4096}, {engine.VLLM, 4096, 4096}, {engine.SGLang, 0, 0}, {engine.Native, 4096, 0},
+	} {
+		t.Run(tt.name+"/"+strconv.Itoa(tt.kv), func(t *testing.T) {
+			f, err := fakepolicy.New(1, nil, fakepolicy.Options{Engine: tt.name, KVTokens: tt.kv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = f.Close() })
+			s, err := engine.NewServer(routing.Policy{ID: "p", URL: f.URL(0), Engine: tt.name, Capacity: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := probe(t, c, s).KVTokens; got != tt.want {
+				t.Errorf("KVTokens %d; want %d", got, tt.want)
+			}
+		})
+	}
+}

@@ -125,6 +125,7 @@ func (sglang) Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
 	if !s.infoRead.Load() {
 		sglangStreamForm(ctx, c, s)
 	}
+	a.KVTokens = s.kvTokens.Load()
 	return a, nil
 }
 
@@ -140,8 +141,18 @@ func (sglang) Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
 // Newer releases serve the same answer at GET /server_info and keep
 // /get_server_info as a deprecated alias (the index of sources read holds
 // no such http_server.py to quote).
+//
+// max_total_num_tokens is the size of the KV cache's token pool, one DP
+// rank's: the scheduler's get_init_info puts it in the scheduler info
+// (python/sglang/srt/managers/scheduler.py, commit 9c0549b727fe). With
+// DP ranks, each rank keeps a cache of that size and SGLang's DP
+// controller picks the rank of a request: the prefix index keeps one
+// cache of that size per engine, so a match on the engine is a match on
+// the rank that served the prompt last only while the controller sends
+// it there again; the engine's cached_tokens then cut the index back.
 type sglangServerInfo struct {
-	IncrementalStreamingOutput *bool `json:"incremental_streaming_output"`
+	IncrementalStreamingOutput *bool  `json:"incremental_streaming_output"`
+	MaxTotalNumTokens          *int64 `json:"max_total_num_tokens"`
 }
 
 // Endpoints of the SGLang server info, newest first.
@@ -174,6 +185,9 @@ func sglangStreamForm(ctx context.Context, c *Client, s *Server) {
 	}
 	var se *StatusError
 	var de *DecodeError
+	if err == nil && info.MaxTotalNumTokens != nil && *info.MaxTotalNumTokens > 0 {
+		s.kvTokens.Store(*info.MaxTotalNumTokens)
+	}
 	switch {
 	case err == nil && info.IncrementalStreamingOutput != nil:
 		form := int32(streamCumulative)

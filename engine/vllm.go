@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -112,11 +113,11 @@ func (vllm) Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
 	}
-	load, err := vllmLoad(body)
+	load, kv, err := vllmLoad(body)
 	if err != nil {
 		return Answer{}, endpointError(s, "/metrics", err)
 	}
-	var a Answer
+	a := Answer{KVTokens: kv}
 	idleBelow(&a, load, s.Policy.Capacity)
 	var paused vllmPaused
 	switch err := c.optionalJSON(ctx, s, "/is_paused", &s.noPauseInfo, &paused); {
@@ -161,13 +162,49 @@ func (c *Client) optionalJSON(ctx context.Context, s *Server, path string, missi
 }
 
 // vllmLoad reads running + waiting requests from a Prometheus text
-// exposition, summed over every series of the two gauges.
-func vllmLoad(body []byte) (int64, error) {
+// exposition, summed over every series of the two gauges, and the KV
+// cache's size in tokens (0 when it does not say).
+func vllmLoad(body []byte) (load, kvTokens int64, err error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
-		return 0, fmt.Errorf("parse metrics: %w", err)
+		return 0, 0, fmt.Errorf("parse metrics: %w", err)
 	}
+	load, err = vllmRequests(families)
+	return load, vllmKVTokens(families), err
+}
+
+// vllmCacheConfig is the info gauge of the cache config:
+// log_metrics_info("cache_config", vllm_config.cache_config) in
+// vllm/v1/metrics/loggers.py (vllm-project/vllm, commit 005a810bc40f)
+// makes "vllm:cache_config_info" with CacheConfig.metrics_info() as
+// labels, among them block_size and num_gpu_blocks.
+const vllmCacheConfig = "vllm:cache_config_info"
+
+// vllmKVTokens is num_gpu_blocks × block_size of the cache config's
+// info gauge (summed over engine cores: one cache each), 0 when absent.
+func vllmKVTokens(families map[string]*dto.MetricFamily) int64 {
+	var total int64
+	for _, m := range families[vllmCacheConfig].GetMetric() {
+		var blocks, size int64
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "num_gpu_blocks":
+				blocks, _ = strconv.ParseInt(l.GetValue(), 10, 64)
+			case "block_size":
+				size, _ = strconv.ParseInt(l.GetValue(), 10, 64)
+			}
+		}
+		if blocks > 0 && size > 0 && blocks <= math.MaxInt64/size-total {
+			total += blocks * size
+		}
+	}
+	return total
+}
+
+// vllmRequests is running + waiting requests, summed over every series
+// of the two gauges.
+func vllmRequests(families map[string]*dto.MetricFamily) (int64, error) {
 	var total float64
 	for _, name := range []string{vllmRunning, vllmWaiting} {
 		mf := families[name]

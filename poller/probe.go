@@ -28,6 +28,7 @@ func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 		pr.Version, pr.HasVersion, pr.WeightVersion = ans.Version, ans.HasVersion, ans.WeightVersion
 		pr.Paused, pr.Asleep = ans.Paused, ans.Asleep
 		pr.Models, pr.HasModels = ans.Models, ans.HasModels
+		pr.KVTokens = ans.KVTokens
 	}
 	p.probes.Add(1)
 	p.recent.add(sent, err != nil)

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 )
@@ -39,6 +40,9 @@ type Probe struct {
 	// (GET /v1/models); a policy registered with models keeps those.
 	Models    []string
 	HasModels bool
+	// KVTokens, when positive, is the engine's KV cache size in tokens:
+	// the policy's budget in the prefix index.
+	KVTokens int64
 	// Err says why a failed probe failed (shown as the policy's last
 	// error); it must not hold secrets such as a URL's password.
 	Err string
@@ -102,6 +106,9 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	}
 	if p.HasModels {
 		rt.models = p.Models
+	}
+	if p.KVTokens > 0 {
+		st.prefix.SetCapacity(rt.policy.ID, int(min(p.KVTokens, math.MaxInt32)))
 	}
 	if p.HasLoad {
 		rt.load = min(max(p.Load, 0), MaxLoad)

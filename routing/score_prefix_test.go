@@ -289,3 +289,31 @@ func TestPrefixLongListCapped(t *testing.T) {
 		t.Errorf("prompt tokens %d; want %d (capped)", got, prefix.MaxBlocks*prefix.BlockTokens)
 	}
 }
+
+// A probe that carries the engine's KV size makes it the policy's budget
+// in the index; one without keeps the budget it had.
+func TestPrefixCapacityFromProbe(t *testing.T) {
+	st := newState(t, Options{PrefixIndexTokens: 1 << 12}, withCapacity(densePolicies(2), 4), Topology{})
+	capacity := func(id string) int64 {
+		for _, ps := range st.PrefixStats().Index.Policies {
+			if ps.ID == id {
+				return ps.CapacityTokens
+			}
+		}
+		return -1
+	}
+	st.ObserveProbe("p1", Probe{OK: true, Idle: true, KVTokens: 160})
+	st.PrefixAdd("p1", chain(1, 20)) // 320 tokens, over the budget
+	if got := capacity("p1"); got != 160 {
+		t.Errorf("p1's budget %d after a probe with a KV size of 160; want 160", got)
+	}
+	for _, ps := range st.PrefixStats().Index.Policies {
+		if ps.ID == "p1" && ps.IndexedTokens > 160 {
+			t.Errorf("p1 indexes %d tokens over its budget of 160", ps.IndexedTokens)
+		}
+	}
+	st.ObserveProbe("p1", Probe{OK: true, Idle: true})
+	if got := capacity("p1"); got != 160 {
+		t.Errorf("p1's budget %d after a probe without a KV size; want 160 kept", got)
+	}
+}
