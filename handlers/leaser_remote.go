@@ -3,6 +3,7 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,19 +89,71 @@ func newReplicaLeaser(s *Server, cfg ReplicaConfig) *replicaLeaser {
 }
 
 // Select leases the attempt's policy from this replica's state while it
-// leads, else from the leader.
+// leads, else from the leader. When there is no leader (none elected, the
+// leader did not answer or no longer leads, or this replica's term ended
+// while the request waited) it waits for the next one, within req.Wait
+// in all (leader_wait.go), and asks it; not_leader when that runs out.
 func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.Decision, error) {
-	leading, leader := l.s.Leader()
-	if leading {
-		d, err := stateLeaser{l.s}.Select(ctx, req)
-		if err == nil && d.LeaseID != "" {
-			l.hold(d, req.LeaseTTL, l.cfg.Holder())
+	deadline := time.Now().Add(req.Wait)
+	var (
+		unlike string // a leader that failed this request
+		last   error  // why the last try leased nothing
+	)
+	for {
+		changed := l.s.leaderWatch.next()
+		req.Wait = max(time.Until(deadline), 0)
+		req.StickyWait = min(req.StickyWait, req.Wait)
+		switch leading, leader := l.s.Leader(); {
+		case leading:
+			d, err := stateLeaser{l.s}.Select(ctx, req)
+			if err == nil && d.LeaseID != "" {
+				l.hold(d, req.LeaseTTL, l.cfg.Holder())
+			}
+			if !errors.Is(err, routing.ErrReset) {
+				return d, err
+			}
+			unlike, last = l.cfg.Holder(), err // its term ended during the wait
+		case leader == "" || leader == unlike || leader == l.cfg.Holder():
+			if last == nil {
+				last = routing.ErrReset // answered not_leader
+			}
+		default:
+			d, err := l.selectAt(ctx, changed, leader, req)
+			if err != nil && changed.Err() != nil && ctx.Err() == nil {
+				continue // the election moved on during the call: ask again
+			}
+			if !leaderGone(err) {
+				return d, err
+			}
+			unlike, last = leader, err
 		}
-		return d, err
+		if _, _, err := l.s.awaitLeader(ctx, deadline, unlike); err != nil {
+			if isCode(err, api.CodeNotLeader) {
+				return routing.Decision{}, last
+			}
+			return routing.Decision{}, err
+		}
 	}
-	if leader == "" {
-		return routing.Decision{}, routing.ErrReset // answered not_leader
-	}
+}
+
+// untrusted is the not_leader of a leader that this replica and it do
+// not trust each other's certificates: leaderGone does not take it for a
+// fail-over.
+type untrusted struct{ e *Error }
+
+func (u untrusted) Error() string { return u.e.Error() }
+func (u untrusted) Unwrap() error { return u.e }
+
+// leaderGone reports whether a leader's answer says it cannot lease (it
+// did not answer, no longer leads, or is stopping): the next one may.
+func leaderGone(err error) bool {
+	return isCode(err, api.CodeNotLeader) || isCode(err, api.CodeShuttingDown)
+}
+
+// selectAt leases the attempt's policy from leader. The call is given
+// up when changed is done (this replica's view of the election moved on):
+// a leader that is not leading yet holds it until its own view changes.
+func (l *replicaLeaser) selectAt(ctx, changed context.Context, leader string, req proxy.Request) (routing.Decision, error) {
 	// Within the bounds of the internal API: the leader caps the wait by
 	// its --max-select-wait anyway, and a lease's TTL only guards against
 	// a holder that never returns it.
@@ -113,6 +166,7 @@ func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.
 	}
 	cctx, cancel := context.WithTimeout(ctx, req.Wait+replicaCallTimeout)
 	defer cancel()
+	defer context.AfterFunc(changed, cancel)()
 	var sel api.SelectResponse
 	if err := l.call(cctx, http.MethodPost, leader, "/internal/leases", false, body, &sel); err != nil {
 		if ctx.Err() != nil {
@@ -330,7 +384,15 @@ func (l *replicaLeaser) send(ctx context.Context, method, leader, path string, b
 	}
 	res, err := l.s.peers.Do(req)
 	if err != nil {
-		return 0, nil, errorf(api.CodeNotLeader, "the leader "+leader+" did not answer; retry: "+err.Error())
+		e := errorf(api.CodeNotLeader, "the leader "+leader+" did not answer; retry: "+err.Error())
+		var cve *tls.CertificateVerificationError
+		var alert tls.AlertError
+		if errors.As(err, &cve) || errors.As(err, &alert) {
+			// This replica's TLS settings (--peer-ca, --peer-cert): no
+			// wait for the next leader mends them.
+			return 0, nil, untrusted{e}
+		}
+		return 0, nil, e
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
@@ -341,9 +403,11 @@ func (l *replicaLeaser) send(ctx context.Context, method, leader, path string, b
 }
 
 // LeaderChanged tells the replica that the leader may have changed (a
-// new one elected, or this replica's term began or ended): the leases of
-// its requests in flight go to the leader now. Safe to call at any time.
+// new one elected, or this replica's term began or ended): the requests
+// waiting for a leader look again, and the leases of its requests in
+// flight go to the leader now. Safe to call at any time.
 func (s *Server) LeaderChanged() {
+	s.leaderWatch.wake()
 	if s.leases == nil {
 		return
 	}
@@ -359,6 +423,7 @@ func (s *Server) LeaderChanged() {
 // after the reset.
 func (s *Server) TermEnded() {
 	if s.leases == nil {
+		s.leaderWatch.wake()
 		return
 	}
 	self := s.leases.cfg.Holder()

@@ -150,7 +150,8 @@ func TestFollowerPassesTheLeadersRefusal(t *testing.T) {
 }
 
 // A follower whose token the leader refuses, or whose leader does not
-// answer, says so; neither is the client's fault.
+// answer (and no other is elected within the request's wait), says so;
+// neither is the client's fault.
 func TestFollowerCannotReachTheLeader(t *testing.T) {
 	b := newBackend(t, func(b *backend, w http.ResponseWriter, r *http.Request) {})
 	noToken := &ReplicaConfig{Holder: func() string { return "http://follower.test" }}
@@ -159,7 +160,7 @@ func TestFollowerCannotReachTheLeader(t *testing.T) {
 
 	gone := newReplicas(t, replicaConfig(t), b.URL)
 	gone.leaderURL = "http://127.0.0.1:1" // nothing listens there
-	wantError(t, gone.proxied(t, "/generate", `{"text": "hi"}`, nil), http.StatusServiceUnavailable, api.CodeNotLeader, "")
+	wantError(t, gone.proxied(t, "/generate", `{"text": "hi"}`, map[string]string{"X-Select-Timeout-MS": "100"}), http.StatusServiceUnavailable, api.CodeNotLeader, "")
 	if b.served.Load() != 0 {
 		t.Error("the policy was sent a request no lease was granted for")
 	}

@@ -111,6 +111,7 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	if req.TimeoutMS != nil {
 		wait = min(time.Duration(*req.TimeoutMS)*time.Millisecond, s.MaxSelectWait)
 	}
+	wait = max(wait-leaderWaited(r.Context()), 0) // what a fail-over took of it
 	router, err := s.router(req.Router, offersSelect, routing.SelectRouterNames)
 	if err != nil {
 		s.writeError(w, r, err)

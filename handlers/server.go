@@ -86,9 +86,20 @@ type Config struct {
 	// leader's advertised URL, if known. A follower answers the routing
 	// endpoints (/select, /assign, /release, /complete, /updates and
 	// /readyz), and the proxied ones unless Replica is set, 503
-	// not_leader, naming the leader. Nil: a single router,
-	// always the leader.
+	// not_leader, naming the leader. While no leader is known, a routing
+	// request waits for one within its wait for a policy (leader_wait.go).
+	// Call LeaderChanged at every change of its answer. Nil: a single
+	// router, always the leader.
 	Leader func() (leading bool, leader string)
+	// MaxLeaderWaiters bounds the requests waiting for a leader at once;
+	// beyond it they are answered overloaded. Default
+	// routing.DefaultMaxWaiters.
+	MaxLeaderWaiters int
+	// Election, with Leader, reports whether a leader can be elected now:
+	// nil, or why not (an *Error store_unavailable when the store does not
+	// answer). A request that finds no leader is answered its error at
+	// once instead of waiting. Nil: always.
+	Election func(ctx context.Context) error
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
 	// PeerTLS is the TLS configuration of a follower's requests to the
@@ -144,6 +155,8 @@ type Server struct {
 	// engines sends the fleet verbs' calls (fleet.go).
 	engines    *engine.Client
 	fleetLocks *fleet.Locks
+	// leaderWatch wakes the requests waiting for a leader (leader_wait.go).
+	leaderWatch leaderWatch
 }
 
 // New returns a Server for cfg.
@@ -161,6 +174,9 @@ func New(cfg Config) *Server {
 		cfg.DefaultSelectWait = 30 * time.Second
 	}
 	cfg.DefaultSelectWait = min(cfg.DefaultSelectWait, cfg.MaxSelectWait)
+	if cfg.MaxLeaderWaiters <= 0 {
+		cfg.MaxLeaderWaiters = routing.DefaultMaxWaiters
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
@@ -223,7 +239,9 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	admin := r.With(s.require(auth.ScopeAdmin))
-	route := r.With(s.require(auth.ScopeRoute), s.leaderOnly)
+	// The internal lease API: a replica about to lead (the election says
+	// it leads; its term has not begun) lets a follower's call wait.
+	route := r.With(s.require(auth.ScopeRoute), s.awaitLeaderFor(selectWait))
 	read := r.With(s.require(auth.ScopeRead))
 
 	read.Get("/openapi.yaml", s.openapi)
@@ -257,19 +275,22 @@ func (s *Server) Handler() http.Handler {
 	admin.Post("/fleet/engine/*", s.fleetEngine)
 	read.Get("/registration", s.getRegistration)
 
-	route.Post("/assign", s.assign)
-	route.Post("/select", s.selectPolicy)
-	route.Post("/release", s.release)
-	route.Post("/complete", s.complete)
-	proxied := route
+	// Where no leader is known, these wait for one (leader_wait.go).
+	routed := r.With(s.require(auth.ScopeRoute))
+	routed.With(s.awaitLeaderFor(headerWait)).Post("/assign", s.assign)
+	routed.With(s.awaitLeaderFor(selectWait)).Post("/select", s.selectPolicy)
+	routed.With(s.awaitLeaderFor(askedWait)).Post("/release", s.release)
+	routed.With(s.awaitLeaderFor(askedWait)).Post("/complete", s.complete)
+	proxied, models := routed.With(s.awaitLeaderFor(headerWait)), routed.With(s.awaitLeaderFor(askedWait))
 	if s.leases != nil {
-		// Every replica proxies (leaser_remote.go).
-		proxied = r.With(s.require(auth.ScopeRoute))
+		// Every replica proxies (leaser_remote.go); its Leaser waits for
+		// a leader.
+		proxied, models = routed, routed
 	}
 	proxied.Post("/v1/completions", s.proxy.Forward)
 	proxied.Post("/v1/chat/completions", s.proxy.Forward)
 	proxied.Post("/generate", s.proxy.Forward)
-	proxied.Get("/v1/models", s.proxy.Models)
+	models.Get("/v1/models", s.proxy.Models)
 	s.mountInternal(route)
 
 	s.mountWorkers(r)
@@ -286,7 +307,9 @@ func (s *Server) Handler() http.Handler {
 // do not forward routing calls: a client that knows every replica goes to
 // the leader itself, and a dead leader's clients fail over without a
 // second hop. (Generate traffic is the exception: with Config.Replica
-// every replica proxies it, leasing from the leader.)
+// every replica proxies it, leasing from the leader.) It guards /readyz
+// and /updates; the routing endpoints and the internal lease API, which
+// wait for a leader when none is known, have awaitLeaderFor.
 func (s *Server) leaderOnly(next http.Handler) http.Handler {
 	if s.Leader == nil {
 		return next
