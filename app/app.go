@@ -60,6 +60,8 @@ type App struct {
 	logs    *logbuf.Writer
 	leading atomic.Bool            // this replica is the elected leader
 	leader  atomic.Pointer[string] // the leader's advertised URL; "" none known
+	// storeCheck is the last check of the store by electable.
+	storeCheck storeCheck
 }
 
 // The store kinds of Config.Store.
@@ -175,7 +177,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		},
 	}
 	if a.etcd != nil {
-		hcfg.Leader = a.Leader
+		hcfg.Leader, hcfg.Election, hcfg.MaxLeaderWaiters = a.Leader, a.electable, cfg.MaxWaiters
 		if hcfg.Replica, err = a.replicaConfig(); err != nil {
 			return nil, err
 		}

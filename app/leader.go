@@ -11,6 +11,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/handlers"
 )
 
 // DefaultLeaderTTL is the default of Config.LeaderTTL.
@@ -207,6 +210,42 @@ func (a *App) watchLeader(ctx context.Context) {
 		cancel()
 	}
 }
+
+// electable reports whether a leader can be elected now: nil, or
+// store_unavailable when etcd does not answer. A routing request that
+// finds no leader asks it before it waits for one (handlers.Config.Election).
+// The answer is shared: the requests of one fail-over ask etcd once in
+// storeCheckFresh.
+func (a *App) electable(ctx context.Context) error {
+	c := &a.storeCheck
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < storeCheckFresh {
+		return c.err
+	}
+	pctx, cancel := context.WithTimeout(ctx, storePingTimeout)
+	defer cancel()
+	err := a.etcd.Ping(pctx)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err() // the caller left: no news of the store
+	}
+	c.err, c.at = nil, time.Now()
+	if err != nil {
+		c.err = &handlers.Error{Code: api.CodeStoreDown, Message: "no leader is elected, and none can be: the store (etcd) does not answer: " + err.Error()}
+	}
+	return c.err
+}
+
+// storeCheck is the last answer of electable; its mutex makes the
+// requests that ask at once share one call to etcd.
+type storeCheck struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+// storeCheckFresh is how long electable's answer is used again.
+const storeCheckFresh = 500 * time.Millisecond
 
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
