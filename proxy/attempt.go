@@ -38,8 +38,9 @@ type attempt struct {
 	reason string
 	status int
 	ttfb   time.Duration
-	resume *resumeState // a resumable request's (resume.go), or nil
-	prompt *prompt      // its blocks, under prefix-cache affinity (prefix.go), or nil
+	resume *resumeState  // a resumable request's (resume.go), or nil
+	prompt *prompt       // its blocks, under prefix-cache affinity (prefix.go), or nil
+	chain  []prefix.Hash // the prompt's blocks and the output's after them, once known
 	// cached is the prompt tokens the engine said it had cached, when
 	// cachedKnown.
 	cached      int
@@ -226,6 +227,9 @@ func (p *Proxy) finish(ctx context.Context, a *attempt) {
 	out := Outcome{Failure: failure, Unfinished: !a.over}
 	if a.prompt != nil {
 		out.Prefix = a.prompt.hashes
+		if a.chain != nil {
+			out.Prefix = a.chain
+		}
 		out.CachedTokens, out.CachedKnown = a.cached, a.cachedKnown && a.prompt.kind == prefix.Tokens
 	}
 	if err := p.Leaser.Release(context.WithoutCancel(ctx), d, out); err != nil {

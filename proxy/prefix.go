@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/policyrouter/policyrouter/engine"
@@ -172,4 +173,33 @@ func (p *Proxy) promptFor(r *http.Request, body []byte, valid bool, rs *resumeSt
 		ids = rs.prompt
 	}
 	return promptOf(r.URL.Path, body, valid, ids), nil
+}
+
+// noteOutput extends the attempt's blocks by the tokens the policy
+// generated after the prompt's ids: the engine caches prompt + output,
+// and the next turn of a conversation sends them back as the start of its
+// prompt, so Release records them too.
+func (a *attempt) noteOutput(promptIDs, output []int64) {
+	pr := a.prompt
+	if pr == nil || pr.kind != prefix.Tokens || len(output) == 0 || len(promptIDs) < len(pr.hashes)*prefix.BlockTokens {
+		return
+	}
+	whole := len(pr.hashes) * prefix.BlockTokens
+	tail := append(slices.Clip(promptIDs[whole:]), output...)
+	a.chain = prefix.AppendTokenHashes(slices.Clip(pr.hashes), tail, 0)
+}
+
+// topLevelIDs is the list of token ids under a top-level key of a JSON
+// answer, nil when there is none.
+func topLevelIDs(b []byte, key string) []int64 {
+	var raw []byte
+	if !scanTopLevel(b, func(k, v []byte) {
+		if string(k) == key {
+			raw = v
+		}
+	}) || len(raw) == 0 || raw[0] != '[' {
+		return nil
+	}
+	ids, _ := tokenIDs(raw)
+	return ids
 }

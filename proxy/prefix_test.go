@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,6 +120,56 @@ func TestPromptOfIsPrefixTokenHashes(t *testing.T) {
 	for i := range want {
 		if pr.hashes[i] != want[i] {
 			t.Errorf("block %d: %s, want %s", i, pr.hashes[i], want[i])
+		}
+	}
+}
+
+// A /generate answered whole releases the blocks of prompt + output: the
+// next turn of the conversation, which sends them back as its prompt's
+// start, matches them. Streamed or not.
+func TestPrefixRecordsTheOutput(t *testing.T) {
+	prompt := make([]int64, 24) // one whole block, and 8 tokens
+	output := make([]int64, 12) // which complete a second block with 4 of these
+	for i := range prompt {
+		prompt[i] = int64(100 + i)
+	}
+	for i := range output {
+		output[i] = int64(900 + i)
+	}
+	ids := func(xs []int64) string {
+		s := make([]string, len(xs))
+		for i, x := range xs {
+			s[i] = strconv.FormatInt(x, 10)
+		}
+		return "[" + strings.Join(s, ",") + "]"
+	}
+	policy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		meta := `"meta_info":{"id":"x","finish_reason":{"type":"length","length":12},"completion_tokens":12,"cached_tokens":0}`
+		if strings.Contains(string(b), `"stream":true`) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, `data: {"text":"a","output_ids":`+ids(output[:5])+`,"meta_info":{"id":"x","finish_reason":null,"completion_tokens":5}}`+"\n\n")
+			_, _ = io.WriteString(w, `data: {"text":"ab","output_ids":`+ids(output)+`,`+meta+`}`+"\n\ndata: [DONE]\n\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"text":"ab","output_ids":`+ids(output)+`,`+meta+`}`)
+	}))
+	t.Cleanup(policy.Close)
+	want := prefix.TokenHashes(append(slices.Clone(prompt), output...), 0)
+	for _, stream := range []bool{false, true} {
+		l := &fakeLeaser{policies: []routing.Policy{{Index: 0, ID: "p0", URL: policy.URL}}}
+		var ew errorWriter
+		p := New(Config{Options: Options{PrefixAffinity: true, Resume: true}, Leaser: l, WriteError: ew.write})
+		t.Cleanup(p.CloseIdleConnections)
+		body := `{"input_ids":` + ids(prompt) + `,"stream":` + strconv.FormatBool(stream) + `}`
+		rec := httptest.NewRecorder()
+		p.Forward(rec, httptest.NewRequest(http.MethodPost, "/generate", strings.NewReader(body)))
+		l.mu.Lock()
+		got := l.released[1].Prefix
+		l.mu.Unlock()
+		if rec.Code != http.StatusOK || !slices.Equal(got, want) {
+			t.Errorf("stream %v: answer %d, released blocks %v; want %v (prompt + output)", stream, rec.Code, got, want)
 		}
 	}
 }

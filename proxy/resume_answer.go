@@ -64,6 +64,9 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 		return nil
 	}
 	if len(rs.segs) == 0 && !bytes.Contains(raw, []byte(`"abort"`)) {
+		if a.prompt != nil && rs.completion == nil {
+			a.noteOutput(rs.prompt, topLevelIDs(raw, "output_ids"))
+		}
 		return pass() // not aborted: no decoding, no copy
 	}
 	if rs.completion != nil {

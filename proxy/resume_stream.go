@@ -289,6 +289,7 @@ func (b *streamBody) next() error {
 	switch {
 	case first && !aborted:
 		b.out = event
+		b.a.noteOutput(b.rs.prompt, b.rs.ids)
 	case aborted && b.rs.remaining() <= 0:
 		// Aborted with nothing left to generate: it ended by length.
 		length, _ := json.Marshal(map[string]any{"type": "length", "length": len(b.rs.ids)})
