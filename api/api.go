@@ -815,6 +815,16 @@ type FleetSleepRequest struct {
 	// Level is vLLM's sleep level (1 offloads the weights, 2 discards
 	// them); 0 or absent is the engine's default.
 	Level int `json:"level,omitempty" validate:"min=0,max=2"`
+	// Drain, true when absent, waits before the sleep calls until the
+	// selected policies have no generation in flight (leases and proxied
+	// requests), at most the server's select timeout; false sleeps at
+	// once, aborting them.
+	Drain *bool `json:"drain,omitempty"`
+	// ResumeWithinMS bounds how long a proxied generation the sleep
+	// aborted waits for a policy to be woken (or another to take it) when
+	// no other policy can; absent: the server's select timeout. 0 does not
+	// wait: the answer ends with its tokens so far.
+	ResumeWithinMS *int `json:"resume_within_ms,omitempty" validate:"omitempty,min=0,max=3600000"`
 }
 
 // FleetWakeRequest is the body of POST /fleet/wake.

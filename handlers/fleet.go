@@ -88,6 +88,19 @@ func (s *Server) fleetSleep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.awaitState(r.Context(), marked, routing.StateAsleep)
+	if req.Drain == nil || *req.Drain {
+		s.awaitDrained(r.Context(), marked, s.DefaultSelectWait)
+	}
+	// What the sleep aborts (drain false, or a generation that outlasted
+	// the drain) is the router's doing: a proxied generation may wait for
+	// a policy to be woken, up to resume_within_ms.
+	within := s.DefaultSelectWait
+	if req.ResumeWithinMS != nil {
+		within = time.Duration(*req.ResumeWithinMS) * time.Millisecond
+	}
+	if within > 0 {
+		s.State.ExpectReturn(time.Now().Add(within), marked...)
+	}
 	results := s.fanOut(r.Context(), pols, func(p routing.Policy) (engine.Call, bool) { return engine.Of(p).Sleep(req.Level) })
 	var failed []string
 	for _, res := range results {
@@ -95,6 +108,7 @@ func (s *Server) fleetSleep(w http.ResponseWriter, r *http.Request) {
 			failed = append(failed, res.Policy.ID) // not asleep: routed again
 		}
 	}
+	s.State.ExpectReturn(time.Time{}, failed...)
 	if err := s.clearSleepMarks(r.Context(), failed); err != nil {
 		// Still out of routing, as if asleep, until a wake succeeds:
 		// their failure is in the answer already.
@@ -122,6 +136,7 @@ func (s *Server) fleetWake(w http.ResponseWriter, r *http.Request) {
 			woken = append(woken, res.Policy.ID) // routed again from the next probe
 		}
 	}
+	s.State.ExpectReturn(time.Time{}, woken...) // back: an abort from now on is not the sleep's
 	if err := s.clearSleepMarks(r.Context(), woken); err != nil {
 		// Awake, but out of routing: the caller must know, and wake again.
 		for i := range results {
@@ -213,6 +228,37 @@ func (s *Server) awaitState(ctx context.Context, ids []string, state string) {
 			}
 		}
 		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// awaitDrained waits, at most bound, until no policy of ids has a
+// generation in flight: a lease out, proxied requests included. A proxied
+// generation that an abort ended and that waits for a policy to return
+// holds no lease, and so is not waited for.
+func (s *Server) awaitDrained(ctx context.Context, ids []string, bound time.Duration) {
+	if len(ids) == 0 || bound <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		drained := true
+		for _, id := range ids {
+			if ps, ok := s.State.PolicyStats(id); ok && ps.Inflight > 0 {
+				drained = false
+				break
+			}
+		}
+		if drained {
 			return
 		}
 		select {
