@@ -24,12 +24,15 @@
 // rollouts, without and with sessions; with -update-every, the weight
 // update strategies (rollout_update.go), live beside the model. With
 // -sweep, the command runs the weight-update model of internal/updatesim
-// over its grid instead, in simulated time (rollout_sweep.go).
+// over its grid instead, in simulated time (rollout_sweep.go). The prefix
+// subcommand runs keyless workloads on stand-ins with a block prefix cache
+// and compares prefix-cache affinity with other strategies (prefix.go).
 //
 // Usage:
 //
 //	go run ./cmd/policyrouter-rollout [flags]
 //	go run ./cmd/policyrouter-rollout -sweep 3 -charts docs/rollout
+//	go run ./cmd/policyrouter-rollout prefix [-proxy] [flags]
 //
 // Run with -h for the flags.
 package main

@@ -270,10 +270,14 @@ func (c rolloutConfig) bestHitRate() float64 {
 	return float64(c.Turns-1) / float64(c.Turns)
 }
 
-// run parses the flags, runs every strategy at every load (or the sweep),
+// run parses the flags, runs every strategy at every load (or the sweep,
+// or the prefix subcommand of prefix.go),
 // writes the charts and prints the report to stdout; progress goes to
 // stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "prefix" {
+		return runPrefix(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := parseRolloutConfig(args, stderr)
 	if err != nil || cfg.Sweep > 0 {
 		if err == nil {
