@@ -59,6 +59,10 @@ func TestFleetSleepDrainsAndExpectsReturn(t *testing.T) {
 	}
 	// drain false sends the calls at once; resume_within_ms 0 expects
 	// nothing back.
+	poll.Until(t, "the policy idle after the wake", func() bool {
+		ps, _ := st.PolicyStats(id)
+		return ps.State == routing.StateIdle
+	})
 	want(t, ts.do(t, "POST", "/select", `{}`), http.StatusOK, &sel)
 	want(t, ts.do(t, "POST", "/fleet/sleep", `{"drain": false, "resume_within_ms": 0}`), http.StatusOK, nil)
 	if _, ok := l.Returning(context.Background(), id); ok || !f.Policy(0).Asleep() {

@@ -39,7 +39,7 @@ func (l stateLeaser) Select(ctx context.Context, req proxy.Request) (routing.Dec
 	d, err := l.s.State.Select(ctx, routing.SelectRequest{
 		Router: row.Select, EnvID: req.EnvID, Wait: req.Wait, Stop: l.s.stopping.Done(), LeaseTTL: req.LeaseTTL,
 		MinVersion: req.MinVersion, Session: req.Session, StickyWait: req.StickyWait, Exclude: req.Exclude,
-		Model: req.Model, Route: req.Route, PrefixHashes: req.Prefix,
+		Model: req.Model, Route: req.Route, PrefixHashes: req.Prefix, AwaitReturn: req.AwaitReturn,
 	})
 	l.s.observeDecision("proxy", req.Router, start)
 	return d, err

@@ -88,6 +88,11 @@ type Request struct {
 	// prefix-cache affinity; nil when the request opted out
 	// (X-Prefix-Affinity: 0, --prefix-affinity=false) or has no full block.
 	Prefix []prefix.Hash
+	// AwaitReturn: the policies are out of routing by the router's own
+	// doing (Leaser.Returning), and the attempt waits up to Wait for one
+	// to return rather than failing at once because none can route now
+	// (routing.SelectRequest.AwaitReturn).
+	AwaitReturn bool
 }
 
 // Outcome is how an attempt ended, as Release reports it.

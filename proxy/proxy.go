@@ -248,7 +248,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body [
 	for try := 0; ; try++ {
 		req := sreq
 		if hold > 0 {
-			req.Wait, req.StickyWait, hold = hold, min(req.StickyWait, hold), 0
+			req.Wait, req.StickyWait, req.AwaitReturn, hold = hold, min(req.StickyWait, hold), true, 0
 		}
 		d, ok := p.decide(w, r, req, rs)
 		if !ok {

@@ -131,7 +131,7 @@ func TestResumeWaitsOnlyForReturningPolicies(t *testing.T) {
 			if tt.back {
 				// The wait is the operation's bound, not the request's, and
 				// the policy that aborted may serve the continuation.
-				if s := l.selects[1]; len(s.Exclude) != 0 || s.Wait <= time.Second || s.StickyWait > s.Wait {
+				if s := l.selects[1]; len(s.Exclude) != 0 || s.Wait <= time.Second || s.StickyWait > s.Wait || !s.AwaitReturn {
 					t.Errorf("the continuation's select %+v; want no exclusion and a wait past the select timeout", s)
 				}
 			}

@@ -61,6 +61,11 @@ type SelectRequest struct {
 	// prefix.MaxBlocks are used. Hash them before the call: the decision
 	// only reads them.
 	PrefixHashes []prefix.Hash
+	// AwaitReturn says that policies out of routing now (draining,
+	// asleep, paused) are expected back, the router having taken them out
+	// itself: the call waits up to Wait for one as for a busy one, instead
+	// of answering ErrAllUnavailable at once.
+	AwaitReturn bool
 }
 
 // Sticky is where the sticky stage sent a request that named a session.
@@ -222,7 +227,7 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 		st.mu.Unlock()
 		return Decision{}, ErrAllUnavailable
 	}
-	if err := st.availabilityLocked(&q); err != nil {
+	if err := st.availabilityLocked(&q); err != nil && !req.AwaitReturn {
 		st.mu.Unlock()
 		return Decision{}, err
 	}
