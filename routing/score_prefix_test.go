@@ -317,3 +317,56 @@ func TestPrefixCapacityFromProbe(t *testing.T) {
 		t.Errorf("p1's budget %d after a probe without a KV size; want 160 kept", got)
 	}
 }
+
+// A freed slot goes to the longest waiter, but a younger one whose prompt
+// the slot's policy has cached (the rest of a GRPO group) may go ahead of
+// it, at most maxPrefixBypass times: no waiter starves for want of a
+// cached prefix.
+func TestPrefixWaiterBypassIsBounded(t *testing.T) {
+	st := newState(t, Options{}, withCapacity(densePolicies(2), 1), Topology{})
+	cold, held := chain(1000, 2), chain(2000, 2)
+	st.PrefixAdd("p1", held)
+	busy0, busy1 := mustSelect(t, st, SelectIdle, ""), mustSelect(t, st, SelectIdle, "")
+	if busy1.Policy.ID != "p1" {
+		busy0, busy1 = busy1, busy0
+	}
+	type result struct {
+		i int
+		d Decision
+	}
+	got := make(chan result, maxPrefixBypass+2)
+	wait := func(i int, hashes []prefix.Hash) {
+		go func() {
+			d, err := st.Select(context.Background(), SelectRequest{Router: SelectIdle, Wait: time.Hour, PrefixHashes: hashes})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- result{i, d}
+		}()
+		waitForWaiters(t, st, i+1)
+	}
+	wait(0, cold) // the longest waiter, whose prompt no policy holds
+	for i := 1; i <= maxPrefixBypass+1; i++ {
+		wait(i, held)
+	}
+	// p1's slot, freed again and again: the waiters holding its prefix go
+	// first, maxPrefixBypass of them, then the longest waiter.
+	lease := busy1.Lease
+	for n := 1; n <= maxPrefixBypass+1; n++ {
+		mustRelease(t, st, lease)
+		r := <-got
+		want := n
+		if n == maxPrefixBypass+1 {
+			want = 0
+		}
+		if r.i != want || r.d.Policy.ID != "p1" {
+			t.Fatalf("release %d of p1's slot went to waiter %d on %s; want waiter %d", n, r.i, r.d.Policy.ID, want)
+		}
+		lease = r.d.Lease
+	}
+	mustRelease(t, st, busy0.Lease)
+	if r := <-got; r.i != maxPrefixBypass+1 {
+		t.Errorf("p0's slot went to waiter %d; want the last, %d", r.i, maxPrefixBypass+1)
+	}
+	mustRelease(t, st, lease)
+}

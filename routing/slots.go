@@ -134,10 +134,13 @@ type waiter struct {
 	homeOnly bool
 	// hashes are the request's prompt block hashes (score_prefix.go),
 	// nil without.
-	hashes  []prefix.Hash
-	sel     Decision
-	granted *slot
-	err     error // why the wait was ended without a slot (ErrReset)
+	hashes []prefix.Hash
+	// bypassed counts the waiters served before this one, while it was
+	// the longest, for the prefix their prompts had cached (waiterForLocked).
+	bypassed int
+	sel      Decision
+	granted  *slot
+	err      error // why the wait was ended without a slot (ErrReset)
 }
 
 type waiterLink struct{ prev, next *waiter }

@@ -569,22 +569,56 @@ func (st *State) offerLocked(s *slot, front bool) {
 }
 
 // waiterForLocked returns the waiter a freed slot of rt goes to: the
-// longest waiter whose home rt is, else the longest waiter not waiting for
+// longest waiter whose home rt is; else the longest waiter not waiting for
 // its home alone (a session within its sticky wait waits for its home, as
-// it would for an idle slot elsewhere when it arrived); each only if rt
-// passes its filters. nil when none. Caller must hold mu.
+// it would for an idle slot elsewhere when it arrived), unless a younger
+// one among the next prefixBypassScan holds a prompt rt has cached (the
+// first block of its chain: the rest of a GRPO group, the next turn of an
+// episode), which may go ahead of it, at most maxPrefixBypass times; each
+// only if rt passes its filters. So no waiter starves for want of a
+// cached prefix. nil when none. Caller must hold mu.
 func (st *State) waiterForLocked(rt *policyRuntime) *waiter {
 	for w := rt.homeWaiters.head; w != nil; w = w.links[homeWaiters].next {
 		if w.q.ok(rt) {
 			return w
 		}
 	}
+	var first *waiter
 	for w := st.waiters.head; w != nil; w = w.links[allWaiters].next {
 		if !w.homeOnly && w.q.ok(rt) {
+			first = w
+			break
+		}
+	}
+	if first == nil || first.bypassed >= maxPrefixBypass || (len(first.hashes) > 0 && st.holdsLocked(rt, first.hashes)) {
+		return first
+	}
+	n := 0
+	for w := first.links[allWaiters].next; w != nil && n < prefixBypassScan; w = w.links[allWaiters].next {
+		n++
+		if !w.homeOnly && len(w.hashes) > 0 && w.q.ok(rt) && st.holdsLocked(rt, w.hashes) {
+			first.bypassed++
 			return w
 		}
 	}
-	return nil
+	return first
+}
+
+// The bound of the prefix bypass of waiterForLocked: how many younger
+// waiters it looks at, and how many times the longest waiter may be
+// passed over.
+const (
+	prefixBypassScan = 64
+	maxPrefixBypass  = 16
+)
+
+// holdsLocked reports whether the prefix index holds the first block of
+// hashes for rt, pending or confirmed. Caller must hold mu.
+func (st *State) holdsLocked(rt *policyRuntime, hashes []prefix.Hash) bool {
+	sc := &st.prefixScratch
+	sc.ids = append(sc.ids[:0], rt.policy.ID)
+	sc.matches = st.prefix.Match(hashes[:1], sc.ids, sc.matches)
+	return sc.matches[0].Pending > 0
 }
 
 // releaseLocked ends a slot's lease and offers it; unfinished as for
