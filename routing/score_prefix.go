@@ -37,9 +37,13 @@ import (
 //     longer one was past the bound, PrefixBalanced (and when nobody
 //     within the bound matches at all, that is the least loaded
 //     candidate, SGLang's shortest queue).
-//   - When no candidate holds any block, the router's own pick decides,
-//     unchanged (PrefixMiss): prompts that share nothing spread as they
-//     would without hashes.
+//   - When no candidate holds any block (PrefixMiss), the router's own
+//     pick decides when it is among the least loaded candidates, else the
+//     least loaded candidate (the first in the view's order): a prompt
+//     that starts a group or a conversation lands where its followers
+//     will find room. (The idle deque's oldest slot, idle_affinity's pick,
+//     is often on a policy that already took the starts of other groups,
+//     which then cannot all stay together there.)
 //
 // SGLang's cache_threshold (below a match rate of 0.3, the worker with
 // the smallest tree) is not taken: any confirmed or pending block
@@ -49,10 +53,11 @@ import (
 //
 // A session key keeps its meaning: the prefer stage gives the session its
 // home first, and the score stage ranks only what is left when the home
-// cannot serve. A freed slot goes to the waiters in arrival order as
-// before (the stage never reorders them, so nothing starves); a waiter
-// handed a policy still has its hashes recorded there and its match
-// reported. Every decision with hashes records them as pending on the
+// cannot serve. A freed slot goes to the waiters in arrival order, but
+// that a younger waiter whose prompt the slot's policy holds may go ahead
+// of the longest one a bounded number of times (waiterForLocked), so
+// nothing starves; a waiter handed a policy has its hashes recorded there
+// and its match reported. Every decision with hashes records them as pending on the
 // chosen policy (prefix.Index.RecordPending); the lease's end confirms or
 // drops them (PrefixRelease).
 //
@@ -153,8 +158,7 @@ func (st *State) scoreLocked(r Selector, v View, hashes []prefix.Hash) (c Choice
 		top = max(top, sc.matches[i].Pending)
 	}
 	if top == 0 {
-		c, ok = r.pick(v)
-		return c, ok, PrefixMiss, 0
+		return sc.leastLoaded(r, v, least), true, PrefixMiss, 0
 	}
 	best, bestLoad := -1, 0.0
 	for i, cand := range sc.idle {
@@ -172,6 +176,24 @@ func (st *State) scoreLocked(r Selector, v View, hashes []prefix.Hash) (c Choice
 		outcome = PrefixBalanced
 	}
 	return Lease(sc.idle[best]), true, outcome, sc.matches[best].Confirmed
+}
+
+// leastLoaded is the choice of a miss: the router's pick when its policy
+// is among the least loaded of the idle candidates (least is their
+// lowest load), else the first of those.
+func (sc *prefixScratch) leastLoaded(r Selector, v View, least float64) Choice {
+	c, ok := r.pick(v)
+	for _, i := range sc.idle {
+		if ok && c.s != nil && i.s.rt == c.s.rt && loadFraction(i.Candidate) <= least {
+			return c
+		}
+	}
+	for _, i := range sc.idle {
+		if loadFraction(i.Candidate) <= least {
+			return Lease(i)
+		}
+	}
+	return c
 }
 
 // judgeLocked is the outcome and confirmed match of a decision made

@@ -370,3 +370,24 @@ func TestPrefixWaiterBypassIsBounded(t *testing.T) {
 	}
 	mustRelease(t, st, lease)
 }
+
+// A prompt no policy holds goes to a least loaded policy, whatever the
+// router's oldest idle slot: the start of a group lands where its
+// samples find room.
+func TestPrefixMissGoesToLeastLoaded(t *testing.T) {
+	st := newState(t, Options{}, withCapacity(densePolicies(2), 4), Topology{})
+	var byPolicy = map[string][]uint64{}
+	for range 8 {
+		d := mustSelect(t, st, SelectIdle, "")
+		byPolicy[d.Policy.ID] = append(byPolicy[d.Policy.ID], d.Lease)
+	}
+	// p0's freed slot is the oldest idle one, on the busier policy: p0
+	// runs 3, p1 nothing.
+	mustRelease(t, st, byPolicy["p0"][0])
+	for _, l := range byPolicy["p1"] {
+		mustRelease(t, st, l)
+	}
+	if d := selectHashes(t, st, chain(7, 2)); d.Policy.ID != "p1" || d.PrefixOutcome != PrefixMiss {
+		t.Errorf("a prompt nobody holds: %s (%s); want p1, the least loaded", d.Policy.ID, d.PrefixOutcome)
+	}
+}
