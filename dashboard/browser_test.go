@@ -239,7 +239,8 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("charts %v lack %s", charts, want)
 		}
 	}
-	waitFor(t, b, "every chart has data points", `Array.from(document.querySelectorAll(".chart")).every(c => +c.dataset.points >= 3)`, 15*time.Second)
+	// (The prefix index's charts are hidden while it has nothing in it.)
+	waitFor(t, b, "every chart shown has data points", `Array.from(document.querySelectorAll(".chart:not([hidden])")).every(c => +c.dataset.points >= 3)`, 15*time.Second)
 	waitFor(t, b, "the decision chart draws selects", `document.querySelector("#chart-decisions polyline.series").getAttribute("points").split(" ").length >= 3`, 5*time.Second)
 	waitFor(t, b, "the wait chart draws p50 and p99", `document.querySelectorAll("#chart-wait polyline.series").length === 2`, 5*time.Second)
 	if got := eval[int](t, b, `document.querySelectorAll("#chart-utilisation polyline.series").length`); got != len(stats.Nodes) {
@@ -247,12 +248,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	b.screenshot(t, "demo")
+	checkLayout(t, b, "demo")
 	b.checkConsole(t)
 }
 
-// startDemo builds the binary, runs `policyrouter demo` on a free port and
-// returns its address once it logs that it listens.
-func startDemo(tb testing.TB) string {
+// startDemo builds the binary, runs `policyrouter demo` with args on a
+// free port and returns its address once it logs that it listens.
+func startDemo(tb testing.TB, args ...string) string {
 	tb.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -265,7 +267,7 @@ func startDemo(tb testing.TB) string {
 		tb.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	cmd := exec.Command(bin, "demo", "--addr", "127.0.0.1:0", "--log-format", "json")
+	cmd := exec.Command(bin, append([]string{"demo", "--addr", "127.0.0.1:0", "--log-format", "json"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -389,6 +391,15 @@ type fakeRouter struct {
 	// minVersion and floor are the weight floor /stats shows (setFloor).
 	minVersion int64
 	floor      *api.FloorStats
+	// prefix: /stats shows a prefix index whose counters grow (setPrefix).
+	prefix bool
+}
+
+// setPrefix turns the prefix index of the next /stats on or off.
+func (f *fakeRouter) setPrefix(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prefix = on
 }
 
 // setFloor sets the weight floor the next /stats shows.
@@ -413,7 +424,7 @@ func (f *fakeRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.reads++
 	k := f.reads
-	minVersion, floor := f.minVersion, f.floor
+	minVersion, floor, prefix := f.minVersion, f.floor, f.prefix
 	f.mu.Unlock()
 
 	now := time.Now().UTC()
@@ -457,10 +468,20 @@ func (f *fakeRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.LastPoll = &old
 		}
 		s.Policies = append(s.Policies, p)
+		if prefix {
+			s.Prefix.Policies = append(s.Prefix.Policies, api.PrefixPolicyStats{ID: p.ID,
+				IndexedTokens: int64(1000*k + 4096*i), PendingTokens: int64(16 * (i % 3)), CapacityTokens: 2 << 20, Evictions: uint64(k * (i % 2))})
+		}
 		addCounts(&s.Totals, p)
 		nc := s.Nodes[p.NodeID]
 		addCounts(&nc, p)
 		s.Nodes[p.NodeID] = nc
+	}
+	if prefix {
+		s.Prefix.Decisions = map[string]uint64{"hit": uint64(40 * k), "miss": uint64(6 * k), "balanced": uint64(4 * k), "none": uint64(k)}
+		s.Prefix.PromptTokens = uint64(16 * 200 * k)
+		s.Prefix.MatchedTokens = uint64(16 * (150*k + k*k%50))
+		s.Prefix.IndexBytes, s.Prefix.MaxBytes = int64(900*k), 64<<20
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(s)
@@ -603,7 +624,7 @@ func TestDashboardManyPoliciesInBrowser(t *testing.T) {
 			draw(s, t + i * 1000, i < 599);
 		}
 		const ms = performance.now() - t0;
-		const pts = Array.from(div.querySelectorAll(".chart"), c => +c.dataset.points);
+		const pts = Array.from(div.querySelectorAll(".chart:not([hidden])"), c => +c.dataset.points);
 		div.remove();
 		return { ms, min: Math.min(...pts) };
 	})()`)
@@ -612,6 +633,7 @@ func TestDashboardManyPoliciesInBrowser(t *testing.T) {
 	}
 	t.Logf("redraw of six charts with 600 points each (12 node lines): %.1f ms", run.MS)
 	b.screenshot(t, "1000")
+	checkLayout(t, b, "1000 policies")
 
 	b.do(t, 5*time.Second, chromedp.Click(chromedp.CSS(`button.count[data-state="unhealthy"]`)))
 	waitFor(t, b, "only unhealthy tiles visible",

@@ -131,6 +131,21 @@ window.policyrouterCharts = (() => {
     }
   }
 
+  // PREFIX_OUTCOMES are the outcomes of a decision's prefix stage
+  // (/stats prefix.decisions), in the order the charts list them.
+  const PREFIX_OUTCOMES = ["hit", "miss", "balanced", "none"];
+
+  // prefixShown says whether /stats has a prefix index with something to
+  // show: an older router has no prefix object, and a router whose
+  // requests carry no prompts (or with affinity off) has only zeros and
+  // decisions without hashes (none).
+  const prefixShown = (pf) => {
+    if (!pf || typeof pf !== "object") return false;
+    if (pf.prompt_tokens > 0 || pf.matched_tokens > 0 || pf.index_bytes > 0) return true;
+    if (Object.entries(pf.decisions || {}).some(([o, n]) => o !== "none" && n > 0)) return true;
+    return (pf.policies || []).some((p) => p.indexed_tokens > 0 || p.evictions > 0);
+  };
+
   // quantile estimates the q-quantile of a histogram's counts by linear
   // interpolation within the bucket that holds it; null without counts.
   const quantile = (bounds, counts, q) => {
@@ -161,12 +176,22 @@ window.policyrouterCharts = (() => {
       util: new Chart(parent, "utilisation", "utilisation per node (in flight / capacity)", "%", 1),
       health: new Chart(parent, "health", "unhealthy and draining policies", ""),
       versions: new Chart(parent, "versions", "policies per weight version", ""),
+      // The prefix index's charts show only while it has something in it
+      // (shown): an older router, or one whose requests carry no prompts,
+      // has none.
+      prefixHit: new Chart(parent, "prefix-hit", "prefix hit rate (matched / prompt tokens)", "%", 1),
+      prefixDecisions: new Chart(parent, "prefix-decisions", "prefix decisions per second, by outcome", ""),
     };
+    charts.prefixHit.root.hidden = true;
+    charts.prefixDecisions.root.hidden = true;
     let prev = null; // the previous /stats, for rates and histogram deltas
 
     return (s, now, noDraw) => {
       const d = s.decisions || {};
-      const wait = d.select_wait || { bounds_ms: [], counts: [] };
+      // A router without /select calls may send its histogram's lists as
+      // null.
+      const sw = d.select_wait || {};
+      const wait = { bounds_ms: sw.bounds_ms || [], counts: sw.counts || [] };
       if (prev && prev.time !== s.time) {
         const dt = (Date.parse(s.time) - Date.parse(prev.time)) / 1000;
         const pd = prev.decisions || {};
@@ -182,6 +207,18 @@ window.policyrouterCharts = (() => {
             p50: quantile(wait.bounds_ms, delta, 0.5),
             p99: quantile(wait.bounds_ms, delta, 0.99),
           });
+        }
+        const pf = s.prefix, ppf = prev.prefix;
+        if (dt > 0 && pf && ppf && (pf.prompt_tokens || 0) >= (ppf.prompt_tokens || 0)) {
+          const prompt = (pf.prompt_tokens || 0) - (ppf.prompt_tokens || 0);
+          const matched = (pf.matched_tokens || 0) - (ppf.matched_tokens || 0);
+          charts.prefixHit.push(now, { "hit rate": prompt > 0 ? Math.max(0, matched) / prompt : null });
+          const dd = pf.decisions || {}, pdd = ppf.decisions || {};
+          const byOutcome = {};
+          for (const o of PREFIX_OUTCOMES.concat(Object.keys(dd).filter((o) => !PREFIX_OUTCOMES.includes(o)))) {
+            byOutcome[o] = Math.max(0, (dd[o] || 0) - (pdd[o] || 0)) / dt;
+          }
+          charts.prefixDecisions.push(now, byOutcome);
         }
       }
       prev = s;
@@ -212,9 +249,13 @@ window.policyrouterCharts = (() => {
       }
       charts.versions.push(now, versions);
 
+      const shown = prefixShown(s.prefix);
+      charts.prefixHit.root.hidden = !shown;
+      charts.prefixDecisions.root.hidden = !shown;
+
       if (!noDraw) for (const c of Object.values(charts)) c.draw(now);
     };
   };
 
-  return { create, quantile };
+  return { create, quantile, prefixShown, PREFIX_OUTCOMES };
 })();

@@ -20,6 +20,10 @@
   const STATES = ["idle", "busy", "unhealthy", "draining", "unknown", "paused", "asleep"];
   const ABBR = { idle: "IDLE", busy: "BUSY", unhealthy: "DOWN", draining: "DRAIN", unknown: "NEW", paused: "PAUSE", asleep: "SLEEP" };
   const NO_NODE = "";
+  // shownState is the state a policy's tile, its node's counts and the
+  // totals show: update_failed (a failed update keeps the policy drained)
+  // and any state this page does not know count as unhealthy.
+  const shownState = (state) => (STATES.includes(state) ? state : "unhealthy");
 
   const $ = (id) => document.getElementById(id);
   const el = (tag, cls, text) => {
@@ -82,6 +86,35 @@
     return "Weight floor " + s.min_version + " is unmet: " + who + " reached it (the highest version is " + f.highest_version +
       "), so all routing waits. Update the policies, or lower the floor with PUT /weights.";
   };
+  // prefixShown and PREFIX_OUTCOMES are charts.js's: the charts and the
+  // figures show the prefix index on the same condition.
+  const charts = window.policyrouterCharts || {};
+  const prefixShown = charts.prefixShown || (() => false);
+  const PREFIX_OUTCOMES = charts.PREFIX_OUTCOMES || ["hit", "miss", "balanced", "none"];
+  // prefixFigure is the summary's prefix figure: the share of prompt
+  // tokens expected cached since the start, and its tooltip.
+  const prefixFigure = (pf) => {
+    const prompt = pf.prompt_tokens || 0, matched = pf.matched_tokens || 0;
+    const d = pf.decisions || {};
+    const outcomes = PREFIX_OUTCOMES.concat(Object.keys(d).filter((o) => !PREFIX_OUTCOMES.includes(o)));
+    return {
+      rate: prompt > 0 ? (100 * matched / prompt).toFixed(1) + "%" : "—",
+      of: fmtCount(prompt) + " tok",
+      title: "prefix hit rate since start: prompt tokens expected cached on the chosen policy (" + matched +
+        ") of the prompt tokens of decisions with prefix hashes (" + prompt + ")\n" +
+        "decisions: " + outcomes.map((o) => o + " " + (d[o] || 0)).join(", ") + "\n" +
+        "index " + fmtBytes(pf.index_bytes || 0) + (pf.max_bytes ? " of " + fmtBytes(pf.max_bytes) : "") +
+        ", " + (pf.policies || []).length + " policies indexed",
+    };
+  };
+  const fmtBytes = (n) => {
+    if (!Number.isFinite(n)) return "—";
+    if (n < 1024) return n + " B";
+    if (n < 1 << 20) return (n / 1024).toFixed(1) + " KiB";
+    if (n < 1 << 30) return (n / (1 << 20)).toFixed(1) + " MiB";
+    return (n / (1 << 30)).toFixed(1) + " GiB";
+  };
+  const PROBES_TITLE = "probes of the policies' load and health over the span shown (the counts since start are in GET /stats and /metrics); red while new ones fail";
   // probeCounts is the poller figure: its probes and failures over its
   // recent window (window_seconds) rather than since start, where a router
   // up for weeks would hide a new run of failures behind its old
@@ -194,16 +227,18 @@
     t.flight = num("in flight");
     t.rate = num("/s");
     t.poll = el("div", "t-poll");
+    t.prefix = el("div", "t-prefix");
+    t.prefix.hidden = true;
     t.err = el("div", "t-err");
-    t.root.append(head, t.id, bar, nums, t.poll, t.err);
+    t.root.append(head, t.id, bar, nums, t.poll, t.prefix, t.err);
     t.meter = new Rate();
     t.cls = "";
     t.width = "";
     return t;
   };
 
-  const updateTile = (t, p, now, lateMS, span) => {
-    const state = STATES.includes(p.state) ? p.state : "unhealthy";
+  const updateTile = (t, p, now, lateMS, span, pfx) => {
+    const state = shownState(p.state);
     const cls = "tile s-" + state;
     if (t.cls !== cls) {
       t.root.className = cls;
@@ -254,6 +289,13 @@
     if (err && p.unhealthy_since) err = "down " + fmtMS(Math.max(0, now - Date.parse(p.unhealthy_since))) + ": " + err;
     setText(t.err, err);
     t.err.hidden = err === "";
+    // What the router's prefix index expects the engine to cache: only
+    // while the router keeps an index with something in it (pfx).
+    const ix = pfx ? pfx.get(p.id) : undefined;
+    const prefixLine = ix ? "prefix " + fmtCount(ix.indexed_tokens || 0) +
+      (ix.capacity_tokens ? " of " + fmtCount(ix.capacity_tokens) : "") + " tok" : "";
+    setText(t.prefix, prefixLine);
+    t.prefix.hidden = prefixLine === "";
 
     const title = [
       "policy " + p.index + " — " + (p.state || "unknown"),
@@ -271,6 +313,8 @@
       fmtPolicyProbes(p, span),
       p.last_error ? "last error: " + p.last_error : "",
       p.last_ok ? "last good probe " + fmtMS(Math.max(0, now - Date.parse(p.last_ok))) + " ago" : "",
+      ix ? "prefix index: " + (ix.indexed_tokens || 0) + " tokens (" + (ix.pending_tokens || 0) + " pending, not yet confirmed by an answer)" +
+        (ix.capacity_tokens ? " of " + ix.capacity_tokens : "") + ", " + (ix.evictions || 0) + " blocks evicted, cleared " + (ix.clears || 0) + " times" : "",
     ].filter(Boolean).join("\n");
     if (t.root.title !== title) t.root.title = title;
   };
@@ -304,15 +348,19 @@
     return n;
   };
 
+  // updateNode counts the node's policies by the state each tile shows
+  // (shownState), from the policies themselves: every state of STATES
+  // has a count, zero included.
   const updateNode = (n, list, rate) => {
-    const c = { idle: 0, busy: 0, unhealthy: 0, draining: 0, unknown: 0 };
+    const c = Object.fromEntries(STATES.map((s) => [s, 0]));
     let inflight = 0, capacity = 0, load = 0, visible = 0;
     for (const p of list) {
-      c[STATES.includes(p.state) ? p.state : "unhealthy"]++;
-      inflight += p.inflight;
-      capacity += p.capacity;
-      load += p.load;
-      if (filter === null || filter === p.state) visible++;
+      const state = shownState(p.state);
+      c[state]++;
+      inflight += p.inflight || 0;
+      capacity += p.capacity || 0;
+      load += p.load || 0;
+      if (filter === null || filter === state) visible++;
     }
     setText(n.count, list.length + (list.length === 1 ? " policy" : " policies"));
     for (const s of STATES) {
@@ -352,6 +400,7 @@
     const poller = s.poller || {};
     const probes = probeCounts(poller);
     const interval = poller.interval_ms || 100;
+    const pfx = prefixShown(s.prefix) ? new Map((s.prefix.policies || []).map((x) => [x.id, x])) : null;
     const lateMS = Math.max(5 * interval, interval + (poller.timeout_ms || 1000)) + 1500;
 
     const groups = new Map();
@@ -372,7 +421,7 @@
         t = newTile();
         tiles.set(key, t);
       }
-      updateTile(t, p, now, lateMS, probes.span);
+      updateTile(t, p, now, lateMS, probes.span, pfx);
       t.node = node;
     }
     for (const [key, t] of tiles) {
@@ -415,7 +464,7 @@
     // header
     const tot = s.totals || {};
     for (const st of STATES) {
-      const v = tot[st] || 0;
+      const v = (tot[st] || 0) + (st === "unhealthy" ? tot.update_failed || 0 : 0);
       setText($("n-" + st), fmtCount(v));
       $("n-" + st).parentElement.classList.toggle("zero", v === 0);
     }
@@ -438,6 +487,16 @@
     setText($("f-sticky-n"), fmtCount(stickyN));
     setText($("f-uptime"), fmtDuration(uptime));
     setText($("f-update"), fmtUpdate(s.update));
+    $("f-update").title = fmtUpdate(s.update) + "\n(the running rolling update, else the latest: GET /updates)";
+    const pf = s.prefix;
+    const showPrefix = prefixShown(pf);
+    $("f-prefix-box").hidden = !showPrefix;
+    if (showPrefix) {
+      const f = prefixFigure(pf);
+      setText($("f-prefix"), f.rate);
+      setText($("f-prefix-n"), f.of);
+      $("f-prefix-box").title = f.title;
+    }
     setText($("f-floor"), fmtFloor(s));
     const alarm = floorAlarm(s);
     $("f-floor").classList.toggle("bad", alarm !== "");
@@ -446,6 +505,7 @@
     setText($("f-probes"), s.poller ? fmtCount(probes.probes) : "—");
     setText($("f-failures"), s.poller ? fmtCount(probes.failures) : "—");
     setText($("f-probes-span"), s.poller ? probes.span : "—");
+    $("f-probes-box").title = PROBES_TITLE + (s.poller ? "\n" + $("f-probes-box").querySelector("dd").textContent : "");
     if (s !== lastStats) { // red while probes keep failing: failures since start grew
       const failures = poller.failures_total || 0;
       $("f-failures").classList.toggle("bad", lastFailures !== null && failures > lastFailures);

@@ -6,14 +6,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/dashboard"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
 // Every routing state, paused and asleep included, is one the dashboard
-// knows: in its list of states, with a counter button in the page, a
-// colour and a glyph of its own in the stylesheet; and each tile shows
-// its policy's engine.
+// knows: in its list of states, with a counter button and a legend entry
+// in the page, a colour and a glyph of its own in the stylesheet; the
+// state a failed update leaves (update_failed) has its legend entry too;
+// and each tile shows its policy's engine.
 func TestEveryStateHasItsColour(t *testing.T) {
 	h := dashboard.Handler()
 	_, js := get(t, h, http.MethodGet, "/dashboard.js", nil)
@@ -32,7 +34,7 @@ func TestEveryStateHasItsColour(t *testing.T) {
 		if !strings.Contains(m[1], `"`+s+`"`) {
 			t.Errorf("state %s is not in dashboard.js's STATES [%s]", s, m[1])
 		}
-		for _, want := range []string{`data-state="` + s + `"`, `id="n-` + s + `"`} {
+		for _, want := range []string{`data-state="` + s + `"`, `id="n-` + s + `"`, `<span class="key s-` + s + `"><i class="glyph" aria-hidden="true"></i>` + s + `: `} {
 			if !strings.Contains(page, want) {
 				t.Errorf("index.html lacks %s", want)
 			}
@@ -51,6 +53,9 @@ func TestEveryStateHasItsColour(t *testing.T) {
 			t.Errorf("states %s and %s share the colour %s", other, s, c)
 		}
 		seen[c] = s
+	}
+	if want := `</i>update failed: `; !strings.Contains(page, want) {
+		t.Errorf("index.html's legend lacks the state %s (%q)", api.StateUpdateFailed, want)
 	}
 	for _, want := range []string{`el("span", "t-eng")`, `setText(t.eng, p.engine || "policyrouter")`} {
 		if !strings.Contains(js, want) {
