@@ -205,3 +205,34 @@ func TestFollowerExportsNoPolicyStates(t *testing.T) {
 		t.Errorf("leading: policies unknown = %v; want 1", got)
 	}
 }
+
+// Tokens by kind, completion tokens by version lag (3 and more together),
+// and resumes by outcome.
+func TestTokensAndResumes(t *testing.T) {
+	m := New(routing.New(routing.Options{}))
+	m.ObserveTokens(100, 10, 0)
+	m.ObserveTokens(50, 5, 1)
+	m.ObserveTokens(0, 7, 5)
+	m.ObserveResume(ResumeResumed)
+	m.ObserveResume(ResumeIncomplete)
+	m.ObserveResume(ResumeIncomplete)
+	f := scrape(t, m)
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"policyrouter_proxy_tokens_total", map[string]string{"kind": "prompt"}, 150},
+		{"policyrouter_proxy_tokens_total", map[string]string{"kind": "completion"}, 22},
+		{"policyrouter_proxy_completion_tokens_by_lag_total", map[string]string{"lag": "0"}, 10},
+		{"policyrouter_proxy_completion_tokens_by_lag_total", map[string]string{"lag": "1"}, 5},
+		{"policyrouter_proxy_completion_tokens_by_lag_total", map[string]string{"lag": "2"}, 0},
+		{"policyrouter_proxy_completion_tokens_by_lag_total", map[string]string{"lag": "3+"}, 7},
+		{"policyrouter_resumes_total", map[string]string{"outcome": "resumed"}, 1},
+		{"policyrouter_resumes_total", map[string]string{"outcome": "incomplete"}, 2},
+	} {
+		if got := value(t, f, tt.name, tt.labels); got != tt.want {
+			t.Errorf("%s%v = %v; want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+}

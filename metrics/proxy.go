@@ -21,6 +21,15 @@ type proxyMetrics struct {
 	ttfb     prometheus.Histogram
 	duration prometheus.Histogram
 
+	// The tokens of the answers, as the engines counted them, and the
+	// generations resumed: each series resolved once.
+	tokens                   *prometheus.CounterVec
+	promptTokens, completion prometheus.Counter
+	lagTokens                *prometheus.CounterVec
+	byLag                    [len(lagLabels)]prometheus.Counter
+	resumes                  *prometheus.CounterVec
+	resumed, incomplete      prometheus.Counter
+
 	// counters holds the requests series already used, by policy index
 	// and status, so that an attempt costs one map lookup instead of
 	// formatting and hashing two labels. The map is copied on the rare
@@ -35,7 +44,63 @@ var policyInflightDesc = prometheus.NewDesc("policyrouter_policy_inflight",
 	"Requests in flight per policy: its leases out, which in proxy mode are exactly its proxied requests.",
 	[]string{"policy"}, nil)
 
+// lagLabels are the values of the lag label: how many versions behind the
+// newest the policy that generated the tokens was, 3 and more together.
+var lagLabels = [...]string{"0", "1", "2", "3+"}
+
+// Outcomes of a resumable generation that was aborted at least once
+// (ObserveResume).
+const (
+	ResumeResumed    = "resumed"    // continued to its end, its segments joined
+	ResumeIncomplete = "incomplete" // ended with the tokens so far
+)
+
 func newProxyMetrics() *proxyMetrics {
+	p := newProxyFigures()
+	p.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyrouter_proxy_tokens_total",
+		Help: "Prompt and completion tokens of proxied answers, as the engines counted them (SGLang meta_info, OpenAI usage).",
+	}, []string{"kind"})
+	p.promptTokens, p.completion = p.tokens.WithLabelValues("prompt"), p.tokens.WithLabelValues("completion")
+	p.lagTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyrouter_proxy_completion_tokens_by_lag_total",
+		Help: "Completion tokens of proxied answers by how many weight versions the generating policy was behind the newest version the proxy had dispatched to (0, 1, 2, 3+).",
+	}, []string{"lag"})
+	for i, l := range lagLabels {
+		p.byLag[i] = p.lagTokens.WithLabelValues(l)
+	}
+	p.resumes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyrouter_resumes_total",
+		Help: "Resumable generations that an abort or a death interrupted, by outcome: resumed (continued to the end) or incomplete (answered with the tokens so far).",
+	}, []string{"outcome"})
+	p.resumed, p.incomplete = p.resumes.WithLabelValues(ResumeResumed), p.resumes.WithLabelValues(ResumeIncomplete)
+	return p
+}
+
+// ObserveTokens records one attempt's prompt and completion tokens, the
+// completion generated lag versions behind the newest.
+func (m *Metrics) ObserveTokens(prompt, completion int, lag int64) {
+	p := m.proxy
+	if prompt > 0 {
+		p.promptTokens.Add(float64(prompt))
+	}
+	if completion > 0 {
+		p.completion.Add(float64(completion))
+		p.byLag[min(max(lag, 0), int64(len(lagLabels)-1))].Add(float64(completion))
+	}
+}
+
+// ObserveResume records how an interrupted resumable generation ended:
+// ResumeResumed or ResumeIncomplete.
+func (m *Metrics) ObserveResume(outcome string) {
+	if outcome == ResumeResumed {
+		m.proxy.resumed.Inc()
+	} else {
+		m.proxy.incomplete.Inc()
+	}
+}
+
+func newProxyFigures() *proxyMetrics {
 	return &proxyMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyrouter_proxy_requests_total",
@@ -55,7 +120,7 @@ func newProxyMetrics() *proxyMetrics {
 }
 
 func (p *proxyMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{p.requests, p.ttfb, p.duration}
+	return []prometheus.Collector{p.requests, p.ttfb, p.duration, p.tokens, p.lagTokens, p.resumes}
 }
 
 // collectPolicyInflight exports the per-policy in-flight gauge from st.

@@ -42,10 +42,12 @@ type attempt struct {
 	prompt *prompt       // its blocks, under prefix-cache affinity (prefix.go), or nil
 	chain  []prefix.Hash // the prompt's blocks and the output's after them, once known
 	// cached is the prompt tokens the engine said it had cached, when
-	// cachedKnown.
-	cached      int
-	cachedKnown bool
-	body        upstreamBody // the answer's body, watched (one allocation with the attempt)
+	// cachedKnown; prompt and completion tokens as it counted them
+	// (noteUsage).
+	cached            int
+	cachedKnown       bool
+	promptN, complete int
+	body              upstreamBody // the answer's body, watched (one allocation with the attempt)
 }
 
 type attemptKey struct{}
@@ -195,6 +197,8 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // panic), the lease is released and a failure counted.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d routing.Decision, rs *resumeState, pr *prompt) *attempt {
 	a := &attempt{d: d, start: time.Now(), status: http.StatusBadGateway, resume: rs, prompt: pr}
+	for v := p.newest.Load(); d.Version > v && !p.newest.CompareAndSwap(v, d.Version); v = p.newest.Load() {
+	}
 	defer p.finish(r.Context(), a)
 	if p.APIKey != nil {
 		a.apiKey = p.APIKey(d.Policy)
@@ -237,6 +241,7 @@ func (p *Proxy) finish(ctx context.Context, a *attempt) {
 	}
 	if p.Metrics != nil {
 		p.Metrics.ObserveProxy(d.Policy.Index, a.status, a.ttfb, time.Since(a.start))
+		p.Metrics.ObserveTokens(a.promptN, a.complete, p.newest.Load()-d.Version)
 	}
 }
 
@@ -273,8 +278,8 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	n, err := b.ReadCloser.Read(p)
-	if b.a.prompt != nil && n > 0 {
-		b.a.noteCached(p[:n])
+	if n > 0 {
+		b.a.noteUsage(p[:n])
 	}
 	switch {
 	case err == nil:

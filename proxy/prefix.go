@@ -141,24 +141,46 @@ func promptOf(path string, body []byte, valid bool, ids []int64) *prompt {
 	return pr
 }
 
-// cachedKey is the key of the prompt tokens an engine says it had cached.
-var cachedKey = []byte(`"cached_tokens":`)
+// The keys of the tokens an engine counted, in SGLang's meta_info and in
+// OpenAI's usage (its prompt_tokens_details holds cached_tokens).
+var (
+	cachedKey     = []byte(`"cached_tokens":`)
+	promptKey     = []byte(`"prompt_tokens":`)
+	completionKey = []byte(`"completion_tokens":`)
+)
 
-// noteCached reads the last "cached_tokens" count in b, an answer's
-// bytes, into the attempt.
-func (a *attempt) noteCached(b []byte) {
-	i := bytes.LastIndex(b, cachedKey)
-	if i < 0 {
-		return
+// noteUsage reads the last counts of cached, prompt and completion tokens
+// in b, an answer's bytes, into the attempt. A stream's chunks count
+// cumulatively: the last one read says the whole.
+func (a *attempt) noteUsage(b []byte) {
+	if n, ok := lastCount(b, cachedKey); ok {
+		a.cached, a.cachedKnown = n, true
 	}
-	j := skipSpace(b, i+len(cachedKey))
+	if n, ok := lastCount(b, promptKey); ok {
+		a.promptN = n
+	}
+	if n, ok := lastCount(b, completionKey); ok {
+		a.complete = n
+	}
+}
+
+// lastCount is the number after the last key in b, when one is there
+// whole.
+func lastCount(b, key []byte) (int, bool) {
+	i := bytes.LastIndex(b, key)
+	if i < 0 {
+		return 0, false
+	}
+	j := skipSpace(b, i+len(key))
 	k := j
 	for k < len(b) && b[k] >= '0' && b[k] <= '9' {
 		k++
 	}
-	if n, err := strconv.Atoi(string(b[j:k])); err == nil && k < len(b) {
-		a.cached, a.cachedKnown = n, true
+	if k == j || k == len(b) {
+		return 0, false // no digits, or perhaps more in the next read
 	}
+	n, err := strconv.Atoi(string(b[j:k]))
+	return n, err == nil
 }
 
 // promptFor is the prompt of a request under prefix-cache affinity, nil

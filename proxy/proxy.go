@@ -125,9 +125,12 @@ func fieldError(field, msg string) *routing.InputError {
 type Proxy struct {
 	Config
 	reverseProxy *httputil.ReverseProxy
-	models       modelsCache
-	targets      sync.Map     // policy URL → its *url.URL, parsed once
-	targetCount  atomic.Int64 // entries of targets
+	// newest is the newest weight version the proxy dispatched to: the
+	// version lag of an answer's tokens is counted from it.
+	newest      atomic.Int64
+	models      modelsCache
+	targets     sync.Map     // policy URL → its *url.URL, parsed once
+	targetCount atomic.Int64 // entries of targets
 }
 
 // New returns a Proxy for cfg.
@@ -239,6 +242,9 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 // waits, and neither does the request after it: its framework would find
 // it held until a wake that comes only after it trains.
 func (p *Proxy) run(w http.ResponseWriter, r *http.Request, sreq Request, body []byte, rs *resumeState, pr *prompt) {
+	if rs != nil && p.Metrics != nil {
+		defer p.observeResume(w) // after the trailers
+	}
 	defer rs.trailers(w)
 	failed := sreq.Exclude
 	var (

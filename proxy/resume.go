@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/policyrouter/policyrouter/metrics"
 )
 
 // Resume on abort (--proxy-resume). A rolling update with pause_mode
@@ -265,4 +267,15 @@ func (p *Proxy) availableBeyond(ctx context.Context, exclude []string) bool {
 		}
 	}
 	return false
+}
+
+// observeResume counts how an interrupted generation ended, from what
+// its answer says (X-Resume, in the header or the stream's trailer).
+func (p *Proxy) observeResume(w http.ResponseWriter) {
+	switch v := w.Header().Get(HeaderResume); {
+	case v == "resumed":
+		p.Metrics.ObserveResume(metrics.ResumeResumed)
+	case strings.HasPrefix(v, "incomplete"):
+		p.Metrics.ObserveResume(metrics.ResumeIncomplete)
+	}
 }

@@ -56,9 +56,7 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 	}
 	res.Body.Close()
 	a.over = true // read to its end
-	if a.prompt != nil {
-		a.noteCached(raw)
-	}
+	a.noteUsage(raw)
 	pass := func() error {
 		res.Body = io.NopCloser(bytes.NewReader(raw))
 		return nil

@@ -232,9 +232,7 @@ func (b *streamBody) next() error {
 		b.died("ended without a finish_reason", true)
 		return nil
 	}
-	if b.a.prompt != nil {
-		b.a.noteCached(data)
-	}
+	b.a.noteUsage(data)
 	var c sglangChunk
 	var ids []int64
 	ok := json.Unmarshal(data, &c) == nil && c.Error == nil
