@@ -25,13 +25,16 @@ type generateAnswer struct {
 	Text      string  `json:"text"`
 	OutputIDs []int64 `json:"output_ids"`
 	Meta      struct {
-		PromptTokens     int                   `json:"prompt_tokens"`
-		CompletionTokens int                   `json:"completion_tokens"`
-		FinishReason     struct{ Type string } `json:"finish_reason"`
-		Logprobs         [][3]any              `json:"output_token_logprobs"`
-		LogprobsLength   int                   `json:"output_token_logprobs_length"`
-		Segments         []segment             `json:"segments"`
-		WeightVersions   []weightSpan          `json:"weight_versions"`
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		FinishReason     struct {
+			Type   string
+			Length int
+		} `json:"finish_reason"`
+		Logprobs       [][3]any     `json:"output_token_logprobs"`
+		LogprobsLength int          `json:"output_token_logprobs_length"`
+		Segments       []segment    `json:"segments"`
+		WeightVersions []weightSpan `json:"weight_versions"`
 	} `json:"meta_info"`
 }
 
@@ -166,11 +169,13 @@ func TestProxyResumesAbortedGenerations(t *testing.T) {
 		if !slices.Equal(a.OutputIDs, wantIDs) || a.Text != fakepolicy.Detokenize(wantIDs) {
 			t.Errorf("request %d: %d output_ids, first difference at %d; want the uninterrupted %d", i, len(a.OutputIDs), firstDiff(a.OutputIDs, wantIDs), len(wantIDs))
 		}
+		// The finish counts against the client's budget, not what was
+		// left of it for the last segment.
 		if a.Meta.PromptTokens != len(prompts[i]) || a.Meta.CompletionTokens != tokens || a.Meta.FinishReason.Type != "length" ||
-			len(a.Meta.Logprobs) != tokens || a.Meta.LogprobsLength != tokens {
-			t.Errorf("request %d: prompt_tokens %d, completion_tokens %d, finish %q, %d logprobs (length %d); want %d, %d, length, %d",
-				i, a.Meta.PromptTokens, a.Meta.CompletionTokens, a.Meta.FinishReason.Type, len(a.Meta.Logprobs), a.Meta.LogprobsLength,
-				len(prompts[i]), tokens, tokens)
+			a.Meta.FinishReason.Length != tokens || len(a.Meta.Logprobs) != tokens || a.Meta.LogprobsLength != tokens {
+			t.Errorf("request %d: prompt_tokens %d, completion_tokens %d, finish %+v, %d logprobs (length %d); want %d, %d, length %d, %d",
+				i, a.Meta.PromptTokens, a.Meta.CompletionTokens, a.Meta.FinishReason, len(a.Meta.Logprobs), a.Meta.LogprobsLength,
+				len(prompts[i]), tokens, tokens, tokens)
 		}
 		for j, lp := range a.Meta.Logprobs {
 			if lp[0] != wantLPs[j] || lp[1] != float64(wantIDs[j]) {

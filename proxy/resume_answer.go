@@ -270,6 +270,7 @@ func (rs *resumeState) merged() []byte {
 	if _, ok := meta["cached_tokens"]; ok {
 		meta["cached_tokens"], _ = json.Marshal(rs.cached)
 	}
+	meta["finish_reason"] = rs.clientFinish(meta["finish_reason"])
 	meta["weight_versions"], _ = json.Marshal(rs.spans)
 	meta["segments"], _ = json.Marshal(rs.segs)
 	out["meta_info"], _ = json.Marshal(meta)
@@ -312,4 +313,21 @@ func (rs *resumeState) writePartial(w http.ResponseWriter, why string) {
 	rs.setHeaders(h, why)
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
+}
+
+// clientFinish is a resumed answer's finish_reason as the client's request
+// has it: SGLang's FINISH_LENGTH names the budget that ended the
+// generation ({"type": "length", "length": max_new_tokens}), and the last
+// segment's was what was left of the client's, not the client's.
+func (rs *resumeState) clientFinish(finish json.RawMessage) json.RawMessage {
+	if len(rs.segs) < 2 || rs.maxNew == nil {
+		return finish
+	}
+	var f map[string]json.RawMessage
+	if json.Unmarshal(finish, &f) != nil || string(f["type"]) != `"length"` {
+		return finish
+	}
+	f["length"], _ = json.Marshal(*rs.maxNew)
+	b, _ := json.Marshal(f)
+	return b
 }

@@ -210,6 +210,7 @@ func (rs *resumeState) chunkEvent(data, finish json.RawMessage, last bool) []byt
 		meta["finish_reason"] = finish
 	}
 	if last {
+		meta["finish_reason"] = rs.clientFinish(meta["finish_reason"])
 		meta["weight_versions"], _ = json.Marshal(rs.spans)
 		meta["segments"], _ = json.Marshal(rs.segs)
 	}
