@@ -41,6 +41,7 @@ type e2eChunk struct {
 		Segments         []struct {
 			PolicyIndex   int    `json:"policy_index"`
 			WeightVersion string `json:"weight_version"`
+			RouterVersion int64  `json:"router_version"`
 			Start         int    `json:"start"`
 			End           int    `json:"end"`
 		} `json:"segments"`
@@ -234,6 +235,9 @@ func TestRollingUpdateResumesStreams(t *testing.T) {
 			}
 			end = seg.End
 			versions[seg.WeightVersion] = true
+			if strconv.FormatInt(seg.RouterVersion, 10) != seg.WeightVersion {
+				t.Errorf("stream %d: segment %+v names router version %d for the engine's %q", i, seg, seg.RouterVersion, seg.WeightVersion)
+			}
 		}
 		if end != tokens || !versions["1"] || !versions["2"] || s.trailer.Get(proxy.HeaderResume) != "resumed" ||
 			!strings.HasPrefix(s.trailer.Get(proxy.HeaderWeightVersions), "1:0-") || !strings.HasSuffix(s.trailer.Get(proxy.HeaderWeightVersions), "-"+strconv.Itoa(tokens)) {

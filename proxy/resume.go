@@ -124,7 +124,7 @@ type resumeSegment struct {
 	Start         int             `json:"start"`
 	End           int             `json:"end"`
 	FinishReason  json.RawMessage `json:"finish_reason"`
-	dispatched    int64           // the router's version of the policy
+	RouterVersion int64           `json:"router_version"` // the router's version of the policy at dispatch
 }
 
 // weightSpan is SGLang's WeightVersionSpan.

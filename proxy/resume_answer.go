@@ -177,7 +177,7 @@ func (rs *resumeState) addSegment(d routing.Decision, weightVersion, weightVersi
 	version := strconv.FormatInt(d.Version, 10)
 	_ = json.Unmarshal(weightVersion, &version)
 	rs.segs = append(rs.segs, resumeSegment{PolicyID: d.Policy.ID, PolicyIndex: d.Policy.Index, WeightVersion: version,
-		Start: start, End: start + n, FinishReason: finish, dispatched: d.Version})
+		Start: start, End: start + n, FinishReason: finish, RouterVersion: d.Version})
 	var own []weightSpan
 	if json.Unmarshal(weightVersions, &own) != nil || len(own) == 0 {
 		own = []weightSpan{{Version: version, Start: 0, End: n}}
@@ -309,7 +309,7 @@ func (rs *resumeState) writePartial(w http.ResponseWriter, why string) {
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderPolicyIndex, strconv.Itoa(last.PolicyIndex))
 	h.Set(HeaderPolicyID, last.PolicyID)
-	h.Set(HeaderWeightVersion, strconv.FormatInt(last.dispatched, 10))
+	h.Set(HeaderWeightVersion, strconv.FormatInt(last.RouterVersion, 10))
 	rs.setHeaders(h, why)
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
