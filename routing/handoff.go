@@ -94,8 +94,8 @@ func (st *State) offerLocked(s *slot, front bool) {
 		st.global.pushFront(s)
 		nl.pushFront(s)
 	case s.initial:
-		st.global.insertInitial(s)
-		nl.insertInitial(s)
+		insertInitial(&st.global, s)
+		insertInitial(nl, s)
 	default:
 		st.global.pushBack(s)
 		nl.pushBack(s)

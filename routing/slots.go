@@ -14,12 +14,12 @@ import (
 // (occupancy.go). All fields are guarded by State.mu.
 type slot struct {
 	rt     *policyRuntime
-	links  [2]link // by list kind: global, node
+	links  [2]listLink[slot] // by list kind: global, node
 	listed bool
 	// initial marks the first slot of a newly registered policy until its
 	// first lease: it enters the idle deques in index order among the
 	// other initial slots, whatever order the first probes answer in, as
-	// the seed's deque(eval_policies) starts (slotList.insertInitial).
+	// the seed's deque(eval_policies) starts (insertInitial).
 	initial  bool
 	retired  bool // capacity shrank while leased: dropped on release
 	lease    uint64
@@ -39,78 +39,27 @@ type slot struct {
 	adoptedID, holder string
 }
 
-type link struct{ prev, next *slot }
-
 const (
 	globalList = 0
 	nodeList   = 1
 )
 
 // slotList is a FIFO of idle slots threaded through slot.links[kind].
-type slotList struct {
-	kind       int
-	head, tail *slot
-	len        int
-}
+type slotList = list[slot, *slot]
 
-func (l *slotList) pushBack(s *slot) {
-	lk := &s.links[l.kind]
-	lk.prev, lk.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.links[l.kind].next = s
-	} else {
-		l.head = s
-	}
-	l.tail = s
-	l.len++
-}
-
-func (l *slotList) pushFront(s *slot) { l.insertBefore(s, l.head) }
-
-// insertBefore puts s before at, or at the tail when at is nil.
-func (l *slotList) insertBefore(s, at *slot) {
-	if at == nil {
-		l.pushBack(s)
-		return
-	}
-	lk, ak := &s.links[l.kind], &at.links[l.kind]
-	lk.prev, lk.next = ak.prev, at
-	if ak.prev != nil {
-		ak.prev.links[l.kind].next = s
-	} else {
-		l.head = s
-	}
-	ak.prev = s
-	l.len++
-}
+func (s *slot) link(kind int) *listLink[slot] { return &s.links[kind] }
 
 // insertInitial puts an initial slot among the initial slots at the head
-// of the list, in index order: before the first slot that is not initial
-// or has a higher index. Initial slots are at most one per policy and
-// leave the head at their first lease, so the walk is short but for the
-// first probe round of a large registration (O(policies) each).
-func (l *slotList) insertInitial(s *slot) {
+// of l, in index order: before the first slot that is not initial or has
+// a higher index. Initial slots are at most one per policy and leave the
+// head at their first lease, so the walk is short but for the first probe
+// round of a large registration (O(policies) each).
+func insertInitial(l *slotList, s *slot) {
 	at := l.head
 	for at != nil && at.initial && at.rt.policy.Index < s.rt.policy.Index {
 		at = at.links[l.kind].next
 	}
 	l.insertBefore(s, at)
-}
-
-func (l *slotList) remove(s *slot) {
-	lk := &s.links[l.kind]
-	if lk.prev != nil {
-		lk.prev.links[l.kind].next = lk.next
-	} else {
-		l.head = lk.next
-	}
-	if lk.next != nil {
-		lk.next.links[l.kind].prev = lk.prev
-	} else {
-		l.tail = lk.prev
-	}
-	lk.prev, lk.next = nil, nil
-	l.len--
 }
 
 // A waiter is a /select caller blocked until a slot is handed to it. The
@@ -123,7 +72,7 @@ func (l *slotList) remove(s *slot) {
 // freed slot goes to the longest waiter whose home it is, else to the
 // longest waiter not in its home-only phase (offerLocked).
 type waiter struct {
-	links [2]waiterLink // by list kind: all waiters, a home's waiters
+	links [2]listLink[waiter] // by list kind: all waiters, a home's waiters
 	ch    chan struct{}
 	ttl   time.Duration // of the lease it will get
 	mode  ReleaseMode   // of the lease it will get
@@ -143,44 +92,12 @@ type waiter struct {
 	err      error // why the wait was ended without a slot (ErrReset)
 }
 
-type waiterLink struct{ prev, next *waiter }
-
 const (
 	allWaiters  = 0
 	homeWaiters = 1
 )
 
 // waiterList is a FIFO of waiters threaded through waiter.links[kind].
-type waiterList struct {
-	kind       int
-	head, tail *waiter
-	len        int
-}
+type waiterList = list[waiter, *waiter]
 
-func (l *waiterList) pushBack(w *waiter) {
-	lk := &w.links[l.kind]
-	lk.prev, lk.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.links[l.kind].next = w
-	} else {
-		l.head = w
-	}
-	l.tail = w
-	l.len++
-}
-
-func (l *waiterList) remove(w *waiter) {
-	lk := &w.links[l.kind]
-	if lk.prev != nil {
-		lk.prev.links[l.kind].next = lk.next
-	} else {
-		l.head = lk.next
-	}
-	if lk.next != nil {
-		lk.next.links[l.kind].prev = lk.prev
-	} else {
-		l.tail = lk.prev
-	}
-	lk.prev, lk.next = nil, nil
-	l.len--
-}
+func (w *waiter) link(kind int) *listLink[waiter] { return &w.links[kind] }
