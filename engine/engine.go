@@ -36,26 +36,11 @@ type Engine interface {
 	Lifecycle
 }
 
-// Answer is what one probe learnt.
-type Answer struct {
-	Idle    bool
-	Load    int64
-	HasLoad bool
-	// Version orders WeightVersion, the version as the server wrote it;
-	// both only when HasVersion.
-	Version       int64
-	HasVersion    bool
-	WeightVersion string
-	// Paused and Asleep: generation stopped by someone, or weights
-	// released (routing.Probe's fields of the same names).
-	Paused, Asleep bool
-	// Models, when HasModels, are the model ids the server lists.
-	Models    []string
-	HasModels bool
-	// KVTokens, when positive, is the size of the server's KV cache in
-	// tokens, which bounds what the prefix index keeps for it.
-	KVTokens int64
-}
+// Answer is what one probe learnt: the routing state's Probe, whose
+// answer fields (Idle, Load, Version, WeightVersion, Paused, Asleep,
+// Models, KVTokens) an engine fills; the poller adds when it was sent,
+// how long it took and whether it failed.
+type Answer = routing.Probe
 
 // Call is one HTTP request to an engine: Method to the policy's URL plus
 // Path (which may carry a query), with Body as JSON when it is not nil.

@@ -18,18 +18,14 @@ import (
 // or m was unregistered meanwhile.
 func (p *Poller) probeAndReport(ctx context.Context, m *member) {
 	sent := p.now()
-	ans, err := p.probe(ctx, m)
-	pr := routing.Probe{SentAt: sent, Latency: p.now().Sub(sent), OK: err == nil}
+	pr, err := p.probe(ctx, m)
 	if ctx.Err() != nil {
 		return
 	}
-	if err == nil {
-		pr.Idle, pr.Load, pr.HasLoad = ans.Idle, ans.Load, ans.HasLoad
-		pr.Version, pr.HasVersion, pr.WeightVersion = ans.Version, ans.HasVersion, ans.WeightVersion
-		pr.Paused, pr.Asleep = ans.Paused, ans.Asleep
-		pr.Models, pr.HasModels = ans.Models, ans.HasModels
-		pr.KVTokens = ans.KVTokens
+	if err != nil {
+		pr = routing.Probe{} // what a failed probe says is its error alone
 	}
+	pr.SentAt, pr.Latency, pr.OK = sent, p.now().Sub(sent), err == nil
 	p.probes.Add(1)
 	p.recent.add(sent, err != nil)
 	m.recent.add(sent, err != nil)
