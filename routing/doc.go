@@ -10,16 +10,29 @@
 // paused and asleep engines, and the policies' own answers (busy, not yet
 // heard from) as the truth every router acts on.
 //
-// A /select decision runs in stages: filters (filter.go: availability,
-// written once in policyRuntime.available and occupancy.go; then one file
-// per criterion: version, exclusions, model, route), the prefer stage
-// (prefer.go: a session's home, with its bounded wait), and the router's
-// pick over a read-only View (view.go). Routers are one type per file
-// behind two small interfaces, Assigner and Selector. One table
-// (router.go) names the routers; the API's validation, the handlers, the
-// --router flag and the OpenAPI enums all come from it. Adding a router is
-// one file, its tests and one row; adding a criterion is one file and one
-// line in filters.
+// A decision runs in stages over one snapshot, under State.mu:
+//
+//	stage    file                     reads                          changes
+//	filters  filter*.go, occupancy.go the candidate through View     nothing
+//	prefer   prefer.go, sticky.go     the session's home and ring    nothing (a home-only wait)
+//	score    score_prefix.go          View, the prefix index         pending blocks of the choice
+//	pick     router_*.go (router.go)  View: idle units, load, node   nothing: returns a Choice
+//	lease    handoff.go               the Choice                     the ledger: slot, lease, TTL
+//
+// Availability is written once (policyRuntime.available, room in
+// occupancy.go) and every stage reads it through the filters. /select
+// runs all five (select.go; a wait in await.go). A freed slot goes to a
+// waiter by handoff.go's waiterForLocked: the filters of the waiter's
+// query, its home first, then arrival order with a bounded bypass for a
+// waiter whose prompt the slot's policy has cached (the score stage's
+// index); no router runs there. /assign runs its own algorithms
+// (assign.go, the seed's SimpleRouter and NodeAffinityRouter) over the
+// available policies (assign_state.go) with its sticky stage
+// (assign_sticky.go). Routers are one type per file behind two small
+// interfaces, Assigner and Selector. One table (router.go) names the
+// routers; the API's validation, the handlers, the --router flag and the
+// OpenAPI enums all come from it. Adding a router is one file, its tests
+// and one row; adding a criterion is one file and one line in filters.
 //
 // State publishes an immutable Snapshot of policies and topology with
 // atomic.Pointer; readers never lock it. Live counters (loads, leases, idle
