@@ -42,10 +42,12 @@ import (
 
 // mountWorkers mounts the worker API, with the scopes of policyrouter's
 // own routes: admin to change the registration, read to see it, route
-// for a session's end.
+// for a session's end. On a follower, the leader answers the worker
+// routes (viaLeader): a registration waits for its first probe, and the
+// lists show each worker's state, both of which only the leader knows.
 func (s *Server) mountWorkers(r chi.Router) {
-	admin := r.With(s.require(auth.ScopeAdmin))
-	read := r.With(s.require(auth.ScopeRead))
+	admin := r.With(s.require(auth.ScopeAdmin), s.viaLeader)
+	read := r.With(s.require(auth.ScopeRead), s.viaLeader)
 	admin.Post("/workers", s.createWorker)
 	read.Get("/workers", s.listWorkers)
 	read.Get("/workers/{id}", s.getWorker)

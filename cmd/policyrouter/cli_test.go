@@ -228,6 +228,8 @@ func TestStatusNamesTheLeader(t *testing.T) {
 		{nil, ""},
 		{&api.ReplicaStats{Leading: true, Leader: "http://a:8080"}, "replica: the leader"},
 		{&api.ReplicaStats{Leader: "http://a:8080"}, "the leader is http://a:8080"},
+		{&api.ReplicaStats{Leader: "http://a:8080"}, "could not reach the leader"},
+		{&api.ReplicaStats{Leader: "http://a:8080", StatsFrom: "http://a:8080"}, "as the leader http://a:8080 sees them"},
 		{&api.ReplicaStats{}, "no leader is elected"},
 	} {
 		var out strings.Builder

@@ -208,8 +208,10 @@ func printStatus(w io.Writer, s api.Stats) error {
 	switch {
 	case s.Replica.Leading:
 		_, err = fmt.Fprintln(w, "replica: the leader (it routes and polls)")
+	case s.Replica.StatsFrom != "":
+		_, err = fmt.Fprintf(w, "replica: a follower, showing the policies as the leader %s sees them\n", s.Replica.StatsFrom)
 	case s.Replica.Leader != "":
-		_, err = fmt.Fprintf(w, "replica: a follower (it does not poll: policies show unknown); the leader is %s\n", s.Replica.Leader)
+		_, err = fmt.Fprintf(w, "replica: a follower that could not reach the leader (it does not poll: policies show unknown); the leader is %s\n", s.Replica.Leader)
 	default:
 		_, err = fmt.Fprintln(w, "replica: a follower; no leader is elected")
 	}
