@@ -364,9 +364,12 @@ def get_registration() -> Call[Any]:
     return Call("GET", "/registration")
 
 
-def fleet_sleep(selector: Mapping[str, Any], level: Optional[int]) -> Call[Any]:
+def fleet_sleep(selector: Mapping[str, Any], level: Optional[int], drain: Optional[bool] = None,
+                resume_within_ms: Optional[int] = None) -> Call[Any]:
     # Not idempotent: a second sleep is a second engine call.
-    return Call("POST", "/fleet/sleep", _omit_none(selector=dict(selector), level=_opt_int(level)))
+    return Call("POST", "/fleet/sleep", _omit_none(selector=dict(selector), level=_opt_int(level),
+                                                   drain=None if drain is None else bool(drain),
+                                                   resume_within_ms=_opt_int(resume_within_ms)))
 
 
 def fleet_wake(selector: Mapping[str, Any], tags: Optional[Iterable[str]]) -> Call[Any]:
@@ -455,7 +458,8 @@ def get_topology() -> Call[Any]:
 
 def assign(num_tasks: int, current_loads: Optional[Sequence[int]], env_ids: Optional[Sequence[str]],
            router: Optional[str], min_version: Optional[int], session_ids: Optional[Sequence[Optional[str]]],
-           load_factor: Optional[float], assign_ttl_ms: Optional[int] = None) -> Call[Any]:
+           load_factor: Optional[float], assign_ttl_ms: Optional[int] = None,
+           prefix_hashes: Optional[Sequence[str]] = None) -> Call[Any]:
     body = _omit_none(
         num_tasks=int(num_tasks),
         current_loads=None if current_loads is None else [int(x) for x in current_loads],
@@ -465,24 +469,34 @@ def assign(num_tasks: int, current_loads: Optional[Sequence[int]], env_ids: Opti
         session_ids=None if session_ids is None else [None if s is None else str(s) for s in session_ids],
         load_factor=_opt_float(load_factor),
         assign_ttl_ms=_opt_int(assign_ttl_ms),
+        prefix_hashes=_opt_hashes(prefix_hashes),
     )
     return Call("POST", "/assign", body)
 
 
 def select(env_id: Optional[str], router: Optional[str], timeout_ms: Optional[int], lease_ttl_ms: Optional[int],
            min_version: Optional[int], session_id: Optional[str], sticky_wait_ms: Optional[int],
-           load_factor: Optional[float], release: Optional[str] = None) -> Call[Any]:
+           load_factor: Optional[float], release: Optional[str] = None,
+           prefix_hashes: Optional[Sequence[str]] = None) -> Call[Any]:
     body = _omit_none(env_id=env_id, router=router, timeout_ms=_opt_int(timeout_ms),
                       lease_ttl_ms=_opt_int(lease_ttl_ms), min_version=_opt_int(min_version),
                       session_id=session_id, sticky_wait_ms=_opt_int(sticky_wait_ms),
-                      load_factor=_opt_float(load_factor), release=release)
+                      load_factor=_opt_float(load_factor), release=release,
+                      prefix_hashes=_opt_hashes(prefix_hashes))
     # The HTTP read timeout is the server's wait plus the client's timeout.
     wait_s = (DEFAULT_SELECT_WAIT_MS if timeout_ms is None else max(0, int(timeout_ms))) / 1000.0
     return Call("POST", "/select", body, extra_read_s=wait_s)
 
 
-def release(lease_id: Optional[str], index: Optional[int]) -> Call[Any]:
-    return Call("POST", "/release", _omit_none(lease_id=lease_id, index=_opt_int(index)))
+def release(lease_id: Optional[str], index: Optional[int], prefix_hashes: Optional[Sequence[str]] = None) -> Call[Any]:
+    return Call("POST", "/release", _omit_none(lease_id=lease_id, index=_opt_int(index),
+                                               prefix_hashes=_opt_hashes(prefix_hashes)))
+
+
+def _opt_hashes(hashes: Optional[Sequence[str]]) -> Optional[List[str]]:
+    """Block hashes as the router takes them: hex strings (those
+    :func:`policyrouter.prefix_hashes` computes)."""
+    return None if hashes is None else [str(h) for h in hashes]
 
 
 def complete(index: int, count: int) -> Call[Any]:

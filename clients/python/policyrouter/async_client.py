@@ -145,6 +145,8 @@ class AsyncClient(_core.ClientCore):
         self,
         selector: Optional[Mapping[str, Any]] = None,
         level: Optional[int] = None,
+        drain: Optional[bool] = None,
+        resume_within_ms: Optional[int] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> Any:
@@ -153,8 +155,11 @@ class AsyncClient(_core.ClientCore):
         leave routing first and read ``asleep`` until woken. ``selector``
         (``{"ids": [...], "indices": [...], "labels": {...}, "engine": ...}``,
         all given ones must match) names the policies; none is every policy. Returns ``{"results", "failed"}``;
-        a partial failure is a 207 answer, not an error."""
-        return await self._send(_core.fleet_sleep(selector or {}, level), timeout)
+        a partial failure is a 207 answer, not an error. ``drain`` (the
+        server's default: true) waits for the generations in flight first;
+        ``resume_within_ms`` is how long a generation the sleep aborted waits
+        for a wake to go on (default: the server's select timeout)."""
+        return await self._send(_core.fleet_sleep(selector or {}, level, drain, resume_within_ms), timeout)
 
     async def fleet_wake(
         self,
@@ -291,11 +296,12 @@ class AsyncClient(_core.ClientCore):
         session_ids: Optional[Sequence[Optional[str]]] = None,
         load_factor: Optional[float] = None,
         assign_ttl_ms: Optional[int] = None,
+        prefix_hashes: Optional[Sequence[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> AssignResult:
         return await self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
-                                             load_factor, assign_ttl_ms), timeout)
+                                             load_factor, assign_ttl_ms, prefix_hashes), timeout)
 
     async def select(
         self,
@@ -308,11 +314,12 @@ class AsyncClient(_core.ClientCore):
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
         release: Optional[str] = None,
+        prefix_hashes: Optional[Sequence[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> SelectResult:
         return await self._send(_core.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id,
-                                             sticky_wait_ms, load_factor, release), timeout)
+                                             sticky_wait_ms, load_factor, release, prefix_hashes), timeout)
 
     @contextlib.asynccontextmanager
     async def lease(
@@ -326,6 +333,7 @@ class AsyncClient(_core.ClientCore):
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
         release: Optional[str] = None,
+        prefix_hashes: Optional[Sequence[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> AsyncIterator[SelectResult]:
@@ -345,7 +353,7 @@ class AsyncClient(_core.ClientCore):
         :attr:`leases_ended_before_release`, as :meth:`Client.lease`
         does."""
         sel = await self.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id, sticky_wait_ms,
-                                load_factor, release, timeout=timeout)
+                                load_factor, release, prefix_hashes, timeout=timeout)
         try:
             yield sel
         finally:
@@ -368,10 +376,11 @@ class AsyncClient(_core.ClientCore):
         self,
         lease_id: Optional[str] = None,
         index: Optional[int] = None,
+        prefix_hashes: Optional[Sequence[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> ReleaseResult:
-        return await self._send(_core.release(lease_id, index), timeout)
+        return await self._send(_core.release(lease_id, index, prefix_hashes), timeout)
 
     async def complete(self, index: int, count: int = 1, *, timeout: Timeout = NOT_GIVEN) -> CompleteResult:
         return await self._send(_core.complete(index, count), timeout)

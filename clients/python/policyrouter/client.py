@@ -211,6 +211,8 @@ class Client(_core.ClientCore):
         self,
         selector: Optional[Mapping[str, Any]] = None,
         level: Optional[int] = None,
+        drain: Optional[bool] = None,
+        resume_within_ms: Optional[int] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> Any:
@@ -219,8 +221,11 @@ class Client(_core.ClientCore):
         leave routing first and read ``asleep`` until woken. ``selector``
         (``{"ids": [...], "indices": [...], "labels": {...}, "engine": ...}``,
         all given ones must match) names the policies; none is every policy. Returns ``{"results", "failed"}``;
-        a partial failure is a 207 answer, not an error."""
-        return self._send(_core.fleet_sleep(selector or {}, level), timeout)
+        a partial failure is a 207 answer, not an error. ``drain`` (the
+        server's default: true) waits for the generations in flight first;
+        ``resume_within_ms`` is how long a generation the sleep aborted waits
+        for a wake to go on (default: the server's select timeout)."""
+        return self._send(_core.fleet_sleep(selector or {}, level, drain, resume_within_ms), timeout)
 
     def fleet_wake(
         self,
@@ -404,6 +409,7 @@ class Client(_core.ClientCore):
         session_ids: Optional[Sequence[Optional[str]]] = None,
         load_factor: Optional[float] = None,
         assign_ttl_ms: Optional[int] = None,
+        prefix_hashes: Optional[Sequence[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> AssignResult:
@@ -428,7 +434,7 @@ class Client(_core.ClientCore):
         raised twice).
         """
         return self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
-                                       load_factor, assign_ttl_ms), timeout)
+                                       load_factor, assign_ttl_ms, prefix_hashes), timeout)
 
     def select(
         self,
@@ -441,6 +447,7 @@ class Client(_core.ClientCore):
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
         release: Optional[str] = None,
+        prefix_hashes: Optional[Sequence[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> SelectResult:
@@ -469,6 +476,13 @@ class Client(_core.ClientCore):
         release: also a probe that finds the policy idle after it worked).
         A router that predates the field answers 422 naming it.
 
+        ``prefix_hashes`` (:func:`policyrouter.prefix_hashes` of the prompt's
+        token ids) asks for the policy expected to hold the longest prefix of
+        them in its KV cache, within the router's load bound; the answer then
+        says ``prefix_match`` (blocks of 16 tokens) and ``prefix_outcome``.
+        Pass the hashes of prompt + output to :meth:`release`, so that the
+        next turn of the conversation matches.
+
         Returns ``{"index", "id", "url", "node_id", "lease_id", "version"}``
         (and ``sticky``, where a session landed, when one was named); the
         ``node_affinity`` (round-robin) router issues no ``lease_id``.
@@ -478,7 +492,7 @@ class Client(_core.ClientCore):
         sent: a lost answer may have taken a policy.
         """
         return self._send(_core.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id,
-                                       sticky_wait_ms, load_factor, release), timeout)
+                                       sticky_wait_ms, load_factor, release, prefix_hashes), timeout)
 
     @contextlib.contextmanager
     def lease(
@@ -492,6 +506,7 @@ class Client(_core.ClientCore):
         sticky_wait_ms: Optional[int] = None,
         load_factor: Optional[float] = None,
         release: Optional[str] = None,
+        prefix_hashes: Optional[Sequence[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> Iterator[SelectResult]:
@@ -510,7 +525,7 @@ class Client(_core.ClientCore):
         :attr:`leases_ended_before_release`. A lease issued by a router
         that has since restarted (404) is dropped silently."""
         sel = self.select(env_id, router, timeout_ms, lease_ttl_ms, min_version, session_id, sticky_wait_ms,
-                          load_factor, release, timeout=timeout)
+                          load_factor, release, prefix_hashes, timeout=timeout)
         try:
             yield sel
         finally:
@@ -529,6 +544,7 @@ class Client(_core.ClientCore):
         self,
         lease_id: Optional[str] = None,
         index: Optional[int] = None,
+        prefix_hashes: Optional[Sequence[str]] = None,
         *,
         timeout: Timeout = NOT_GIVEN,
     ) -> ReleaseResult:
@@ -538,7 +554,7 @@ class Client(_core.ClientCore):
         when the server saw the policy idle) answers ``{"released": False}``.
         Raises NotFoundError for a lease the server never issued, or an index
         with no lease out."""
-        return self._send(_core.release(lease_id, index), timeout)
+        return self._send(_core.release(lease_id, index, prefix_hashes), timeout)
 
     def complete(self, index: int, count: int = 1, *, timeout: Timeout = NOT_GIVEN) -> CompleteResult:
         """``POST /complete``: ``count`` tasks of policy ``index`` finished;

@@ -170,6 +170,8 @@ class SelectResult(_SelectRequired, total=False):
     version: int
     sticky: Sticky
     env_unmapped: bool
+    prefix_match: int
+    prefix_outcome: str
 
 
 class _ReleaseRequired(TypedDict):
@@ -307,6 +309,7 @@ class _StatsRequired(TypedDict):
     update: Optional[UpdateSummary]
     replica: Optional[Dict[str, Any]]
     env_unmapped: Dict[str, Any]
+    prefix: Dict[str, Any]
     uptime_seconds: float
     time: str
 

@@ -130,7 +130,10 @@ class Spec:
         if "allOf" in schema:
             out: Dict[str, Any] = {}
             for part in schema["allOf"]:
-                out.update(self.sample(part, depth + 1))
+                value = self.sample(part, depth + 1)
+                if not isinstance(value, dict):
+                    return value  # a described $ref to an array or a scalar
+                out.update(value)
             return out
         kind = schema.get("type")
         if isinstance(kind, list):

@@ -27,7 +27,8 @@ class PackageTest(unittest.TestCase):
     def test_httpx_is_the_one_dependency(self):
         self.assertEqual(pyproject()["project"]["dependencies"], ["httpx>=0.23"])
         stdlib_or_own = {"__future__", "asyncio", "collections", "concurrent", "contextlib", "dataclasses", "email",
-                         "inspect", "json", "logging", "numbers", "os", "random", "socket", "ssl", "sys", "threading",
+                         "hashlib", "inspect", "json", "logging", "numbers", "os", "random", "socket", "ssl", "struct", "sys",
+                         "threading",
                          "time", "typing", "urllib", "uuid", "warnings", "weakref"}
         for name in sorted(os.listdir(PACKAGE)):
             if not name.endswith(".py"):
@@ -66,7 +67,8 @@ class PackageTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(PACKAGE, "py.typed")))
         self.assertEqual(pyproject()["tool"]["setuptools"]["package-data"]["policyrouter"], ["py.typed"])
         self.assertEqual(types.SelectResult.__required_keys__, {"index", "id", "url", "node_id"})
-        self.assertEqual(types.SelectResult.__optional_keys__, {"lease_id", "version", "sticky", "env_unmapped"})
+        self.assertEqual(types.SelectResult.__optional_keys__,
+                         {"lease_id", "version", "sticky", "env_unmapped", "prefix_match", "prefix_outcome"})
         self.assertIn("sticky", types.AssignResult.__optional_keys__)
 
 

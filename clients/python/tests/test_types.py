@@ -41,6 +41,7 @@ UNTYPED = {
     "Histogram": "figures of GET /stats: Dict[str, Any]",
     "PollerStats": "figures of GET /stats: Dict[str, Any]",
     "StickyStats": "figures of GET /stats: Dict[str, Any]",
+    "PrefixStats": "figures of GET /stats (prefix): Dict[str, Any]",
     # Answers of the compatibility routes the client does not call
     # (test_openapi_params.NOT_COVERED says why).
     "WorkerAccepted": "SGLang Model Gateway's worker API: not a client method",
