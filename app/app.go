@@ -193,7 +193,10 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 			// TLS towards https:// policies; the poller keeps its transport.
 			TLSClientConfig: ptls,
 			Logger:          cfg.Logger,
-			OnProbe:         func(_ string, p routing.Probe, tr routing.Transition) { m.ObserveProbe(p, tr) },
+			OnProbe: func(id string, p routing.Probe, tr routing.Transition) {
+				m.ObserveProbe(p, tr)
+				a.Server.ObserveProbe(id, p) // set before the poller runs
+			},
 		})
 		hcfg.Poller = a.Poller
 		hcfg.EngineCapacity = a.Poller.EngineCapacity

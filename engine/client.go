@@ -66,6 +66,9 @@ type Server struct {
 	// sleepMarked is the policy's asleep record (Policy.SleepMarked), as
 	// last registered: SetSleepMarked changes it without a new Server.
 	sleepMarked atomic.Bool
+	// pauseMarked is the policy's paused record (Policy.PauseMarked), as
+	// last registered: SetPauseMarked changes it without a new Server.
+	pauseMarked atomic.Bool
 	// streamForm is how the server streams a native /generate, as its
 	// server info said (SGLang): one of the streamForm constants. The
 	// probes write it; IncrementalStreaming reads it from anywhere.
@@ -89,6 +92,7 @@ type Server struct {
 func NewServer(p routing.Policy) (*Server, error) {
 	s := &Server{Policy: p, Shown: "(unparsable)"}
 	s.sleepMarked.Store(p.SleepMarked)
+	s.pauseMarked.Store(p.PauseMarked)
 	u, err := url.Parse(p.URL)
 	if err != nil {
 		return s, fmt.Errorf("parse url: %w", RedactURLError(err))
@@ -139,6 +143,10 @@ func (s *Server) IncrementalStreaming() (incremental, known bool) {
 // that has not yet had its answer: what the probes learnt of the server
 // is kept. Safe for concurrent use with Probe.
 func (s *Server) SetSleepMarked(marked bool) { s.sleepMarked.Store(marked) }
+
+// SetPauseMarked records a change of the policy's paused record
+// (Policy.PauseMarked), as SetSleepMarked does the asleep one.
+func (s *Server) SetPauseMarked(marked bool) { s.pauseMarked.Store(marked) }
 
 // Endpoint returns the URL of path (which may carry a query) on the
 // server, and the same without its password, for errors.

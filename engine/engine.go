@@ -161,13 +161,19 @@ func Of(p routing.Policy) Engine {
 // and has not woken it (Policy.SleepMarked, stored, so that a restarted
 // router and every replica read it): from before the sleep call is sent,
 // so that no request lands on it meanwhile, and for engines that cannot
-// say it at all (SleepReported false). The record is read once the
-// engine has answered, so that a probe reported after the record changed
-// has read it.
+// say it at all (SleepReported false). Likewise it is paused when a
+// fleet fan-out paused the engine's generation (Policy.PauseMarked),
+// unless the engine reports its pause itself (vLLM's GET /is_paused): its
+// report wins. The records are read once the engine has answered, so
+// that a probe reported after a record changed has read it.
 func Probe(ctx context.Context, c *Client, s *Server) (Answer, error) {
-	a, err := Of(s.Policy).Probe(ctx, c, s)
+	e := Of(s.Policy)
+	a, err := e.Probe(ctx, c, s)
 	if err == nil && s.sleepMarked.Load() {
 		a.Asleep = true
+	}
+	if err == nil && s.pauseMarked.Load() && !pauseReported(e, s) {
+		a.Paused = true
 	}
 	return a, err
 }

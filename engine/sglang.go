@@ -24,7 +24,8 @@ import (
 //   - paused: no endpoint either in the sources read; an SGLang paused by
 //     someone else answers its loads as before and is routed (its
 //     requests wait in its queue). A pause of our own update is the
-//     update's to track;
+//     update's to track; one sent through POST /fleet/engine is read from
+//     its record (Policy.PauseMarked);
 //   - health: when the load endpoints fail, GET /health says whether the
 //     server itself is up, and the error says so;
 //   - stream form: GET /server_info (else the older /get_server_info),

@@ -23,7 +23,8 @@ import (
 // the policy's admin key, and answer every policy's status and body: 200
 // when all answered 2xx, else 207 listing the others in failed[]. Nothing
 // is retried. Sleep, wake and an exclusive fan-out hold the refit lock of
-// their policies while they run (409 naming the holder for another).
+// their policies while they run (409 naming the holder for another); an
+// engine's pause verb holds it until its resume (fleet_pause.go).
 
 const (
 	// fleetConcurrency bounds the calls of one fleet verb in flight.
@@ -189,6 +190,16 @@ func (s *Server) fleetEngine(w http.ResponseWriter, r *http.Request) {
 	call := engine.Call{Method: method, Path: path}
 	if len(req.Body) > 0 && string(req.Body) != "null" {
 		call.Body = req.Body
+	}
+	verbs := make(map[string]engine.GenerationVerb)
+	for _, p := range pols {
+		if v := engine.VerbOf(p, call.Method, call.Path); v != engine.VerbOther {
+			verbs[p.ID] = v
+		}
+	}
+	if len(verbs) > 0 {
+		s.fleetGenerationVerb(w, r, pols, call, verbs) // fleet_pause.go
+		return
 	}
 	if req.Exclusive {
 		release, err := s.fleetLocks.Acquire(pols, "POST /fleet/engine"+call.Path+" (exclusive)")

@@ -155,6 +155,8 @@ type Server struct {
 	// engines sends the fleet verbs' calls (fleet.go).
 	engines    *engine.Client
 	fleetLocks *fleet.Locks
+	// pauses holds the refit lock of paused policies (fleet_pause.go).
+	pauses pauseHolds
 	// leaderWatch wakes the requests waiting for a leader (leader_wait.go).
 	leaderWatch leaderWatch
 }

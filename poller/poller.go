@@ -466,9 +466,10 @@ func (p *Poller) refresh() []*member {
 				nm.recent = m.recent // the same policy, registered anew
 			}
 			m = nm
-		} else if m.pol.SleepMarked != pol.SleepMarked {
-			m.pol.SleepMarked = pol.SleepMarked
+		} else if m.pol.SleepMarked != pol.SleepMarked || m.pol.PauseMarked != pol.PauseMarked {
+			m.pol.SleepMarked, m.pol.PauseMarked = pol.SleepMarked, pol.PauseMarked
 			m.srv.SetSleepMarked(pol.SleepMarked)
+			m.srv.SetPauseMarked(pol.PauseMarked)
 			m.probed = false
 		}
 		members = append(members, m)

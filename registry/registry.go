@@ -504,7 +504,9 @@ func (r *Registry) fromSpecKeeping(s Spec, freeIndex int, old map[int]routing.Po
 			// The asleep record is of the server put to sleep: a policy
 			// registered again at another URL or as another engine is
 			// another server, awake as far as the router knows.
-			p.SleepMarked = prev.SleepMarked && prev.URL == p.URL && prev.EngineName() == p.EngineName()
+			same := prev.URL == p.URL && prev.EngineName() == p.EngineName()
+			p.SleepMarked = prev.SleepMarked && same
+			p.PauseMarked = prev.PauseMarked && same
 			if s.Version == nil {
 				p.Version = prev.Version
 			}
@@ -568,6 +570,20 @@ func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) (r
 // registered (removed meanwhile) are skipped; nothing is written when no
 // flag changes.
 func (r *Registry) SetSleepMarked(ctx context.Context, marked bool, ids ...string) error {
+	return r.setMark(ctx, func(p *routing.Policy) *bool { return &p.SleepMarked }, marked, ids)
+}
+
+// SetPauseMarked records (or clears) that a fleet fan-out paused the
+// generation of the engines of the policies with the given ids:
+// Policy.PauseMarked, read by their probes. Stored and published as
+// SetSleepMarked's record is.
+func (r *Registry) SetPauseMarked(ctx context.Context, marked bool, ids ...string) error {
+	return r.setMark(ctx, func(p *routing.Policy) *bool { return &p.PauseMarked }, marked, ids)
+}
+
+// setMark sets the flag mark points at to marked on the policies with
+// the given ids, in one write; nothing is written when none changes.
+func (r *Registry) setMark(ctx context.Context, mark func(*routing.Policy) *bool, marked bool, ids []string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.applyLocked(ctx, func() (*store.Change, error) {
@@ -577,9 +593,9 @@ func (r *Registry) SetSleepMarked(ctx context.Context, marked bool, ids ...strin
 		}
 		var put []routing.Policy
 		for _, p := range r.cur.Policies {
-			if p.SleepMarked != marked && want[p.ID] {
+			if *mark(&p) != marked && want[p.ID] {
 				p = p.Clone()
-				p.SleepMarked = marked
+				*mark(&p) = marked
 				put = append(put, p)
 			}
 		}

@@ -31,6 +31,13 @@ type Policy struct {
 	// say it (SGLang). Stored, so that a restarted router and every
 	// replica know it.
 	SleepMarked bool
+	// PauseMarked records that a fleet fan-out paused the policy's
+	// engine's generation (POST /fleet/engine with its pause verb) and no
+	// resume has been seen since: its probes then answer paused, for
+	// engines that cannot say it (SGLang); an engine that reports its pause
+	// (vLLM) is believed, and its mark cleared once it says it resumed.
+	// Stored, like SleepMarked.
+	PauseMarked bool
 	// Version is the weight version the policy was registered with; its
 	// /idle answers replace it with the version they report.
 	Version int64

@@ -371,7 +371,9 @@ type policyRecord struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	Draining bool              `json:"draining,omitempty"`
 	// SleepMarked is routing.Policy.SleepMarked.
-	SleepMarked bool     `json:"sleep_marked,omitempty"`
+	SleepMarked bool `json:"sleep_marked,omitempty"`
+	// PauseMarked is routing.Policy.PauseMarked.
+	PauseMarked bool     `json:"pause_marked,omitempty"`
 	Version     int64    `json:"version,omitempty"`
 	Engine      string   `json:"engine,omitempty"`
 	Models      []string `json:"models,omitempty"`
@@ -386,13 +388,13 @@ type policyRecord struct {
 // recordOf returns how p is stored.
 func recordOf(p routing.Policy) policyRecord {
 	return policyRecord{Index: p.Index, ID: p.ID, URL: p.URL, NodeID: p.NodeID, Capacity: p.Capacity, Labels: p.Labels,
-		Draining: p.Draining, SleepMarked: p.SleepMarked, Version: p.Version, Engine: p.Engine, Models: p.Models, APIKey: p.APIKey.Reveal(), AdminAPIKey: p.AdminAPIKey.Reveal()}
+		Draining: p.Draining, SleepMarked: p.SleepMarked, PauseMarked: p.PauseMarked, Version: p.Version, Engine: p.Engine, Models: p.Models, APIKey: p.APIKey.Reveal(), AdminAPIKey: p.AdminAPIKey.Reveal()}
 }
 
 // policy returns the stored policy.
 func (r policyRecord) policy() routing.Policy {
 	return routing.Policy{Index: r.Index, ID: r.ID, URL: r.URL, NodeID: r.NodeID, Capacity: r.Capacity, Labels: r.Labels,
-		Draining: r.Draining, SleepMarked: r.SleepMarked, Version: r.Version, Engine: r.Engine, Models: r.Models, APIKey: routing.Secret(r.APIKey), AdminAPIKey: routing.Secret(r.AdminAPIKey)}
+		Draining: r.Draining, SleepMarked: r.SleepMarked, PauseMarked: r.PauseMarked, Version: r.Version, Engine: r.Engine, Models: r.Models, APIKey: routing.Secret(r.APIKey), AdminAPIKey: routing.Secret(r.AdminAPIKey)}
 }
 
 // encodePolicy returns p's key and stored value.
