@@ -1,14 +1,11 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,26 +40,9 @@ func TestPrefixMatchHoldsAcrossRollingUpdate(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Addr = ""
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.PollTimeout = 5 * time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := New(ctx, cfg)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	defer a.Close()
-	run := make(chan error, 1)
-	go func() { run <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-run; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	srv := httptest.NewServer(a.Handler())
-	defer srv.Close()
-	code, body := call(t, srv.URL, "PUT", "/policies", `{"policies":[`+
+	a, base := serveWith(t, cfg, func(*http.Server) {})
+	code, body := call(t, base, "PUT", "/policies", `{"policies":[`+
 		`{"url":"`+fleet.URL(0)+`","index":0,"engine":"sglang","capacity":8},`+
 		`{"url":"`+fleet.URL(1)+`","index":1,"engine":"sglang","capacity":8}]}`)
 	if code != http.StatusOK {
@@ -93,7 +73,7 @@ func TestPrefixMatchHoldsAcrossRollingUpdate(t *testing.T) {
 	reached.Add(episodes)
 	turn := func(prompt []int64) ([]int64, answer, error) {
 		req, _ := json.Marshal(map[string]any{"input_ids": prompt, "sampling_params": map[string]any{"max_new_tokens": 24, "temperature": 0}})
-		res, err := http.Post(srv.URL+"/generate", "application/json", strings.NewReader(string(req)))
+		res, err := http.Post(base+"/generate", "application/json", strings.NewReader(string(req)))
 		if err != nil {
 			return nil, answer{}, err
 		}
@@ -147,12 +127,12 @@ func TestPrefixMatchHoldsAcrossRollingUpdate(t *testing.T) {
 	}
 	reached.Wait()
 	var u struct{ ID, State string }
-	_, b := call(t, srv.URL, "POST", "/updates", `{"version": 2, "model_path": "/ckpt/2", "max_unavailable": 1}`)
+	_, b := call(t, base, "POST", "/updates", `{"version": 2, "model_path": "/ckpt/2", "max_unavailable": 1}`)
 	if err := json.Unmarshal(b, &u); err != nil || u.ID == "" {
 		t.Fatalf("POST /updates: %s", b)
 	}
 	poll.Until(t, "the update to succeed", func() bool {
-		_, b := call(t, srv.URL, "GET", "/updates/"+u.ID, "")
+		_, b := call(t, base, "GET", "/updates/"+u.ID, "")
 		_ = json.Unmarshal(b, &u)
 		return u.State == "succeeded"
 	})
