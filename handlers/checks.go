@@ -1,10 +1,12 @@
 package handlers
 
 import (
+	"errors"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/policyrouter/policyrouter/api"
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // The checks the request tables of requests.go are built from, giving the
@@ -57,6 +59,23 @@ func maxChars(s string, n int) string {
 	}
 	return ""
 }
+
+// checkSession checks a session key with routing.CheckSession, the one
+// rule of session keys, and returns its complaint about field.
+func checkSession(field, key string) []complaint {
+	err := routing.CheckSession(field, key)
+	if err == nil {
+		return nil
+	}
+	var in *routing.InputError
+	if errors.As(err, &in) {
+		return []complaint{{in.Field, in.Msg}}
+	}
+	return []complaint{{field, err.Error()}}
+}
+
+// formatFloat writes a bound as the validator's tags and messages do.
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 // maxEntries checks that a slice has at most n entries.
 func maxEntries(length, n int) string {

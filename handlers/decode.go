@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-playground/validator/v10"
@@ -31,10 +32,8 @@ func newValidator() *validator.Validate {
 		}
 		return name
 	})
-	// Engine names come from the one table of engines.
-	for tag, names := range map[string][]string{
-		"engine": engine.Names(),
-	} {
+	// Names come from the one table of engines and of routers.
+	for tag, names := range choiceTags {
 		err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool {
 			return slices.Contains(names, fl.Field().String())
 		})
@@ -42,12 +41,37 @@ func newValidator() *validator.Validate {
 			panic("handlers: register " + tag + ": " + err.Error())
 		}
 	}
+	err := v.RegisterValidation("session_key", func(fl validator.FieldLevel) bool {
+		return routing.CheckSession("", fl.Field().String()) == nil
+	})
+	if err != nil {
+		panic("handlers: register session_key: " + err.Error())
+	}
+	// The rules of the requests a table checks, for that table's test
+	// and any caller of validateTags.
+	for _, t := range hotTables {
+		zero, rules := t.validatorRules()
+		v.RegisterStructValidationMapRules(rules, zero)
+	}
 	return v
 }
 
-// decode reads a JSON body into dst and validates it. Malformed JSON is 400,
-// a body over limit 413, a wrong content type 415, and unknown fields,
-// wrong types and invalid values 422 with every bad field named.
+// choiceTags are the validation tags of names from a table: the field is
+// one of the names.
+var choiceTags = map[string][]string{
+	"engine":        engine.Names(),
+	"select_router": routing.SelectRouterNames(),
+	"assign_router": routing.AssignRouterNames(),
+	"release_mode":  routing.ReleaseModeNames,
+}
+
+// decode reads a JSON body into dst and checks it: the one way every
+// request is decoded and checked. A request with a table (requests.go:
+// /select, /release, /assign) is read by the fast decoder when it can be
+// and checked by its table; every other by encoding/json and its validate
+// tags. Malformed JSON is 400, a body over limit 413, a wrong content type
+// 415, and unknown fields, wrong types and invalid values 422 with every
+// bad field named.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
 	var ct string
 	if v := r.Header["Content-Type"]; len(v) > 0 { // Header.Get, without checking the key's case
@@ -66,12 +90,13 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, dst
 		// router on loopback.
 		return errorf(api.CodeUnsupportedMedia, "missing Content-Type: send Content-Type: application/json")
 	}
+	hot := hotTableOf(dst)
 	body := r.Body
-	if fastDecodable(dst) {
+	if hot != nil {
 		b, ok, rest, done := readSmall(r.Body, limit)
 		defer done()
-		if ok && fastDecode(b, dst) {
-			return s.validate(dst)
+		if ok && hot.decodeFast(b, dst) {
+			return hot.checkAny(dst)
 		}
 		if ok {
 			rest = bytes.NewReader(b)
@@ -91,7 +116,10 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, dst
 		}
 		return errorf(api.CodeBadRequest, "request body must be a single JSON value")
 	}
-	return s.validate(dst)
+	if hot != nil {
+		return hot.checkAny(dst)
+	}
+	return s.validateTags(dst)
 }
 
 func decodeError(err error, limit int64) error {
@@ -155,21 +183,6 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// validate checks a decoded request and renders failures as one 422
-// naming every bad field: the routing endpoints' requests by their tables
-// (requests.go), the others by their validate tags.
-func (s *Server) validate(v any) error {
-	switch v := v.(type) {
-	case *api.SelectRequest:
-		return selectRequest.check(v)
-	case *api.ReleaseRequest:
-		return releaseRequest.check(v)
-	case *api.AssignRequest:
-		return assignRequest.check(v)
-	}
-	return s.validateTags(v)
-}
-
 // validateTags runs the struct's validate tags and renders failures as one
 // 422 naming every bad field.
 func (s *Server) validateTags(v any) error {
@@ -219,8 +232,8 @@ func describe(fe validator.FieldError) string {
 		return "must be <= " + fe.Param()
 	case "oneof":
 		return "must be one of: " + strings.ReplaceAll(fe.Param(), " ", ", ")
-	case "engine":
-		return "must be " + routing.NameList(engine.Names())
+	case "session_key":
+		return "must be at most " + strconv.Itoa(routing.MaxSessionBytes) + " bytes"
 	case "http_url":
 		return "must be an absolute http or https URL"
 	case "uuid":
@@ -230,6 +243,9 @@ func describe(fe validator.FieldError) string {
 	case "excludesall":
 		return "must not contain any of " + fe.Param()
 	default:
+		if names, ok := choiceTags[fe.Tag()]; ok {
+			return "must be " + routing.NameList(names)
+		}
 		return "is invalid (" + fe.Tag() + ")"
 	}
 }

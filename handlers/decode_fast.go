@@ -5,8 +5,6 @@ import (
 	"io"
 	"strconv"
 	"sync"
-
-	"github.com/policyrouter/policyrouter/api"
 )
 
 // The routing endpoints' bodies are nearly always one small flat object of
@@ -53,28 +51,12 @@ type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
-// fastDecodable reports whether fastDecode knows dst's type.
-func fastDecodable(dst any) bool {
-	switch dst.(type) {
-	case *api.SelectRequest, *api.ReleaseRequest, *api.AssignRequest:
-		return true
-	}
-	return false
-}
-
-// fastDecode decodes body into dst, a zero request of a fastDecodable
-// type, with the setters of the type's table (requests.go), and reports
-// whether it could. When it cannot, dst is zero again.
+// fastDecode decodes body into dst, a zero request of a type with a
+// table (requests.go), with the table's setters, and reports whether it
+// could. When it cannot, dst is zero again.
 func fastDecode(body []byte, dst any) bool {
-	switch dst := dst.(type) {
-	case *api.SelectRequest:
-		return fastDecodeInto(body, dst, selectRequest)
-	case *api.ReleaseRequest:
-		return fastDecodeInto(body, dst, releaseRequest)
-	case *api.AssignRequest:
-		return fastDecodeInto(body, dst, assignRequest)
-	}
-	return false
+	t := hotTableOf(dst)
+	return t != nil && t.decodeFast(body, dst)
 }
 
 // fastDecodeInto decodes straight into dst, which the caller's decode

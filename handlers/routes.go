@@ -68,11 +68,7 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	sessions, err := sessionKeys(req.SessionIDs)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+	sessions := sessionKeys(req.SessionIDs)
 	a, err := s.State.Assign(routing.AssignRequest{
 		Sessions:   sessions,
 		LoadFactor: deref(req.LoadFactor),
@@ -117,15 +113,8 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := routing.CheckSession("session_id", req.SessionID); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	mode, err := routing.ParseReleaseMode("release", req.Release)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+	// decode checked the session key and the release mode (selectRequest).
+	mode, _ := routing.ParseReleaseMode("release", req.Release)
 	sreq := routing.SelectRequest{Router: router.Select, EnvID: req.EnvID, MinVersion: req.MinVersion, Session: req.SessionID, LoadFactor: deref(req.LoadFactor), Release: mode, PrefixHashes: req.PrefixHashes}
 	if req.LeaseTTLMS != nil {
 		sreq.LeaseTTL = time.Duration(*req.LeaseTTLMS) * time.Millisecond
@@ -293,22 +282,18 @@ func b2i(b bool) int {
 }
 
 // sessionKeys turns /assign's session_ids (null entries for none) into one
-// key per task, "" for none, checking each key's length.
-func sessionKeys(ids []*string) ([]string, error) {
+// key per task, "" for none. decode checked each key (assignRequest).
+func sessionKeys(ids []*string) []string {
 	if ids == nil {
-		return nil, nil
+		return nil
 	}
 	out := make([]string, len(ids))
 	for i, id := range ids {
-		if id == nil {
-			continue
+		if id != nil {
+			out[i] = *id
 		}
-		if err := routing.CheckSession("session_ids["+strconv.Itoa(i)+"]", *id); err != nil {
-			return nil, err
-		}
-		out[i] = *id
 	}
-	return out, nil
+	return out
 }
 
 // deref returns *p, or the zero value for nil.
