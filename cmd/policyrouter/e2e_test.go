@@ -143,22 +143,24 @@ func freeAddrs(tb testing.TB, n int) []string {
 	return addrs
 }
 
-// TestREADMEWalkthrough runs the README's curl walk-through as written, on
-// free ports, and checks what it prints.
+// TestREADMEWalkthrough runs the curl walk-through (docs/walkthrough.md,
+// which the README links) as written, on free ports, and checks what it
+// prints.
 func TestREADMEWalkthrough(t *testing.T) {
 	prereq.LookPath(t, "curl", "apt-get install curl; .ci/run installs it")
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/walkthrough.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	section := string(readme)
-	i := strings.Index(section, "## Walk-through with curl")
-	if i < 0 {
-		t.Fatal("README has no walk-through section")
+	if !strings.HasPrefix(section, "# Walk-through with curl\n") {
+		t.Fatal("docs/walkthrough.md is no longer the walk-through")
 	}
-	section = section[i:]
-	if j := strings.Index(section[3:], "\n## "); j >= 0 {
-		section = section[:j+3]
+	// The examples docExamples says this test runs are its blocks.
+	for _, e := range docExamples {
+		if e.runBy == "TestREADMEWalkthrough" {
+			docBlock(t, e.file, e.marker)
+		}
 	}
 	var script strings.Builder
 	for _, block := range strings.Split(section, "```sh\n")[1:] {
@@ -362,26 +364,26 @@ func pythonWithHTTPX(tb testing.TB) string {
 	return python
 }
 
-// TestREADMEPythonExample runs the README's Python example, as printed,
-// against the demo. It is the script the README names,
+// TestREADMEPythonExample runs the Python example of docs/python.md, as
+// printed, against the demo. It is the script the page names,
 // clients/python/examples/seed_adapters.py, shown whole.
 func TestREADMEPythonExample(t *testing.T) {
 	python := pythonWithHTTPX(t)
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/python.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(readme), "```python\n")
 	if !ok {
-		t.Fatal("README has no python example")
+		t.Fatal("docs/python.md has no python example")
 	}
 	example, _, _ := strings.Cut(after, "```")
 	const script = "clients/python/examples/seed_adapters.py"
 	if !strings.Contains(string(readme), script) {
-		t.Errorf("README does not name %s", script)
+		t.Errorf("docs/python.md does not name %s", script)
 	}
 	if file, err := os.ReadFile("../../" + script); err != nil || string(file) != example {
-		t.Errorf("README's python example is not %s as it is (%v)", script, err)
+		t.Errorf("docs/python.md's python example is not %s as it is (%v)", script, err)
 	}
 	p := start(t, nil, "demo", "--addr", "127.0.0.1:0", "--workers", "2")
 	example = strings.ReplaceAll(example, "127.0.0.1:8080", p.addr)

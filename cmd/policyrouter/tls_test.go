@@ -281,27 +281,30 @@ func TestMaxWaiters(t *testing.T) {
 	}
 }
 
-// TestREADMETLSStartup runs the README's three-command TLS start-up as
-// written (on a free port): openssl makes the certificate, the router
-// serves it, curl trusts it.
+// TestREADMETLSStartup runs the three-command TLS start-up of
+// docs/security.md as written (on a free port): openssl makes the
+// certificate, the router serves it, curl trusts it.
 func TestREADMETLSStartup(t *testing.T) {
 	for _, tool := range []string{"openssl", "curl"} {
 		prereq.LookPath(t, tool, "apt-get install "+tool+"; .ci/run installs it")
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	section := string(readme)
 	i := strings.Index(section, "## Transport security")
 	if i < 0 {
-		t.Fatal("README has no Transport security section")
+		t.Fatal("docs/security.md has no Transport security section")
 	}
 	section = section[i:]
 	block := section[strings.Index(section, "```sh\n")+len("```sh\n"):]
 	block = block[:strings.Index(block, "```")]
+	if block != docBlock(t, "docs/security.md", "openssl req") {
+		t.Fatal("the TLS start-up is not the first example of its section")
+	}
 	if n := strings.Count(strings.TrimSpace(block), "\n") + 1; n != 3 {
-		t.Errorf("the TLS start-up has %d commands; the README promises three", n)
+		t.Errorf("the TLS start-up has %d commands; docs/security.md promises three", n)
 	}
 	for _, want := range []string{"openssl req", "./policyrouter serve --tls-cert", "https://127.0.0.1:8080/"} {
 		if !strings.Contains(block, want) {

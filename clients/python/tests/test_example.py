@@ -1,7 +1,8 @@
 """The examples must work as printed against a running server, and each
-Python block of the READMEs must be, word for word, in the example file
-named by the ``<!-- example: PATH -->`` comment above it."""
+Python block of the READMEs and of docs/ must be, word for word, in the
+example file named by the ``<!-- example: PATH -->`` comment above it."""
 
+import glob
 import json
 import os
 import re
@@ -97,7 +98,9 @@ class ExampleTest(ServerTestCase):
             self.assertEqual(server.stop(), 0)
 
 
-READMES = [os.path.join(REPO_ROOT, "README.md"), os.path.join(CLIENT_ROOT, "README.md")]
+# The top-level README links docs/, where its Python examples now live.
+READMES = ([os.path.join(REPO_ROOT, "README.md"), os.path.join(CLIENT_ROOT, "README.md")]
+           + sorted(glob.glob(os.path.join(REPO_ROOT, "docs", "*.md"))))
 EXAMPLES_DIR = os.path.join(CLIENT_ROOT, "examples")
 # The test that runs each example file; the check below fails when an
 # example has none.
