@@ -160,7 +160,7 @@ func (b *browser) screenshot(tb testing.TB, name string) {
 		tb.Fatal(err)
 	}
 	tb.Logf("screenshot: %s", path)
-	// POLICYROUTER_SCREENSHOT_DIR refreshes the README's picture:
+	// POLICYROUTER_SCREENSHOT_DIR refreshes the picture of docs/operations.md:
 	// POLICYROUTER_SCREENSHOT_DIR=$PWD/docs go test -run InBrowser ./dashboard
 	if dir := os.Getenv("POLICYROUTER_SCREENSHOT_DIR"); dir != "" {
 		if err := os.WriteFile(filepath.Join(dir, "dashboard-"+name+".png"), png, 0o644); err != nil {

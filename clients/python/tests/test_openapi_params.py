@@ -77,7 +77,7 @@ NOT_COVERED = {
     "dashboardCharts": "the dashboard's script",
     "dashboardStyle": "the dashboard's style sheet",
     # Proxy mode carries the engines' own APIs: callers use plain httpx or
-    # an OpenAI SDK pointed at the router (README: Proxy mode).
+    # an OpenAI SDK pointed at the router (docs/proxy.md).
     "proxyCompletions": "OpenAI API, through any OpenAI client",
     "proxyChatCompletions": "OpenAI API, through any OpenAI client",
     "proxyGenerate": "SGLang's native API, through plain httpx",
@@ -96,7 +96,7 @@ NOT_COVERED = {
     # from its key by consistent hashing; there is no table to clear).
     "finishSession": "vllm-router compatibility, a no-op on this router",
     # Replica to replica: a follower that proxies takes and returns its
-    # leases from the leader (README: several routers).
+    # leases from the leader (docs/ha.md).
     "takeLease": "between router replicas, not for clients",
     "returnLease": "between router replicas, not for clients",
     "adoptLease": "between router replicas, not for clients",
