@@ -104,10 +104,11 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, dst
 		// encoding/json reads the same bytes, for the same answer.
 		body = io.NopCloser(rest)
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, body, limit))
+	var read bytes.Buffer // to name an unknown field by its path
+	dec := json.NewDecoder(io.TeeReader(http.MaxBytesReader(w, body, limit), &read))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return decodeError(err, limit)
+		return unknownFieldAt(decodeError(err, limit), read.Bytes(), dst)
 	}
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
 		var tooBig *http.MaxBytesError
