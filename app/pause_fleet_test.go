@@ -141,6 +141,22 @@ func TestFleetEnginePauseSurvivesFailOver(t *testing.T) {
 	pausedUntilResumed(t, followers[0].url, fleet)
 }
 
+// A pause and its resume sent through a follower: the leader, which
+// probes and holds the refit lock, runs them.
+func TestFleetEnginePauseThroughFollower(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	fleet := sglangFleet(t, 2)
+	a := startReplica(t, etcd.Endpoint, "/pause-follower/")
+	b := startReplica(t, etcd.Endpoint, "/pause-follower/")
+	leader, followers := leaderOf(t, a, b)
+	registerEngines(t, followers[0].url, fleet, engine.SGLang)
+	pauseThroughRouter(t, followers[0].url, fleet)
+	if got := policyStates(t, leader.url); !allIn(got, routing.StatePaused) {
+		t.Fatalf("the leader's states just after a pause through the follower: %v; want every policy paused", got)
+	}
+	pausedUntilResumed(t, followers[0].url, fleet)
+}
+
 // vLLM says whether it is paused: a resume sent to the engine directly
 // clears the router's mark, and its hold, at the next probe.
 func TestVLLMResumedDirectlyClearsThePauseMark(t *testing.T) {

@@ -12,9 +12,10 @@ import (
 
 // A follower does not poll: what it knows of a policy's engine (its
 // state, its first probe) is what the leader publishes, which it does not
-// have. The routes whose answers depend on it (SMG's worker API:
-// registration waits for the first probe, the lists show each worker's
-// state) are therefore answered by the leader: viaLeader forwards them,
+// have. The routes whose answers depend on it (registration waits for the
+// first probe, the lists show each policy's state, the fleet verbs wait
+// for the probes to show what they did and hold the leader's refit lock)
+// are therefore answered by the leader: viaLeader forwards them,
 // once, with the caller's credentials (the replicas share their token
 // keys), and answers the leader's answer. A follower that knows no leader,
 // or cannot reach it, answers itself, as before.
@@ -38,9 +39,12 @@ func (s *Server) viaLeader(next http.Handler) http.Handler {
 		// served here when the leader does not answer.
 		var body []byte
 		if r.Body != nil && r.Body != http.NoBody {
-			body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
+			// The largest any route takes (PUT /policies); the leader
+			// applies each route's own.
+			limit := 16 * s.MaxBodyBytes
+			body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 			if err != nil {
-				s.writeError(w, r, decodeError(err, s.MaxBodyBytes))
+				s.writeError(w, r, decodeError(err, limit))
 				return
 			}
 		}

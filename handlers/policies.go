@@ -68,10 +68,17 @@ func toAPI(p routing.Policy, ps routing.PolicyStats, live bool) api.Policy {
 // the policies just registered, for at most one probe timeout plus one
 // period: a policy gets no work until it has answered, so a trainer that
 // registers and then routes at once would otherwise find nothing to route
-// to. The answer shows each policy's state either way.
+// to. The answer shows each policy's state either way. A follower, whose
+// poller does not run, does not wait (its registrations are forwarded to
+// the leader when it can reach it: follower_forward.go).
 func (s *Server) awaitFirstProbes(r *http.Request, ps []routing.Policy) {
 	if s.Poller == nil || len(ps) == 0 {
 		return
+	}
+	if s.Leader != nil {
+		if leading, _ := s.Leader(); !leading {
+			return // a follower's poller does not run: no probe to wait for
+		}
 	}
 	ps0 := s.Poller.Stats()
 	ctx, cancel := context.WithTimeout(r.Context(), ps0.Timeout+ps0.Interval)

@@ -272,9 +272,13 @@ func (s *Server) Handler() http.Handler {
 		admin.Post("/updates/{id}/done", s.updateDone)
 		admin.Post("/updates/{id}/abort", s.abortUpdate)
 	}
-	admin.Post("/fleet/sleep", s.fleetSleep)
-	admin.Post("/fleet/wake", s.fleetWake)
-	admin.Post("/fleet/engine/*", s.fleetEngine)
+	// On a follower, which does not poll, the leader runs the fleet
+	// verbs: they wait for its probes to show what they did, and hold the
+	// refit lock its updates take (follower_forward.go).
+	adminAtLeader := admin.With(s.viaLeader)
+	adminAtLeader.Post("/fleet/sleep", s.fleetSleep)
+	adminAtLeader.Post("/fleet/wake", s.fleetWake)
+	adminAtLeader.Post("/fleet/engine/*", s.fleetEngine)
 	read.Get("/registration", s.getRegistration)
 
 	// Where no leader is known, these wait for one (leader_wait.go).
