@@ -108,6 +108,11 @@ func TestFleetEnginePauseIsAState(t *testing.T) {
 	base, _ := startOn(t, Config{PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	registerEngines(t, base, fleet, engine.SGLang)
 	pauseThroughRouter(t, base, fleet)
+	// No rolling update either: it would resume the engines itself.
+	if code, body := call(t, base, "POST", "/updates", `{"version": 2, "model_path": "/ckpt/2"}`); code != http.StatusConflict ||
+		!strings.Contains(string(body), "continue_generation") {
+		t.Errorf("POST /updates while paused: %d %s; want 409 naming the resume", code, body)
+	}
 	pausedUntilResumed(t, base, fleet)
 }
 
