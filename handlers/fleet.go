@@ -137,7 +137,10 @@ func (s *Server) fleetWake(w http.ResponseWriter, r *http.Request) {
 			woken = append(woken, res.Policy.ID) // routed again from the next probe
 		}
 	}
-	s.State.ExpectReturn(time.Time{}, woken...) // back: an abort from now on is not the sleep's
+	// Due back still, until the next probe shows them awake (the routing
+	// state forgets the record then): a generation the sleep aborted
+	// whose abort reaches the proxy only after this wake still waits for
+	// its policy, a moment, instead of ending with its tokens so far.
 	if err := s.clearSleepMarks(r.Context(), woken); err != nil {
 		// Awake, but out of routing: the caller must know, and wake again.
 		for i := range results {

@@ -18,7 +18,7 @@ import (
 // POST /fleet/sleep waits (drain, the default) for the generations in
 // flight on its policies before it sends the sleep calls, and records
 // that the policies are due back within resume_within_ms, which the
-// proxy's Leaser reads (Returning) until the wake.
+// proxy's Leaser reads (Returning) until a probe shows it awake again.
 func TestFleetSleepDrainsAndExpectsReturn(t *testing.T) {
 	ts, st := polledServer(t)
 	f := fakeFleet(t, 1, fakepolicy.Options{Engine: engine.SGLang})
@@ -54,15 +54,17 @@ func TestFleetSleepDrainsAndExpectsReturn(t *testing.T) {
 		t.Error("Returning after the sleep: false; want the policy due back")
 	}
 	want(t, ts.do(t, "POST", "/fleet/wake", `{}`), http.StatusOK, nil)
-	if _, ok := l.Returning(context.Background(), id); ok {
-		t.Error("Returning after the wake: true; want false")
-	}
-	// drain false sends the calls at once; resume_within_ms 0 expects
-	// nothing back.
+	// Due back until a probe shows it awake (a generation the sleep
+	// aborted may reach the proxy after the wake), then not.
 	poll.Until(t, "the policy idle after the wake", func() bool {
 		ps, _ := st.PolicyStats(id)
 		return ps.State == routing.StateIdle
 	})
+	if _, ok := l.Returning(context.Background(), id); ok {
+		t.Error("Returning once the policy is back: true; want false")
+	}
+	// drain false sends the calls at once; resume_within_ms 0 expects
+	// nothing back.
 	want(t, ts.do(t, "POST", "/select", `{}`), http.StatusOK, &sel)
 	want(t, ts.do(t, "POST", "/fleet/sleep", `{"drain": false, "resume_within_ms": 0}`), http.StatusOK, nil)
 	if _, ok := l.Returning(context.Background(), id); ok || !f.Policy(0).Asleep() {

@@ -101,7 +101,11 @@ func (st *State) ObserveProbe(id string, p Probe) Transition {
 	rt.lastIdle.Store(p.Idle)
 	rt.busy = !p.Idle
 	rt.paused.Store(p.Paused)
-	if !rt.asleep.Swap(p.Asleep) && p.Asleep {
+	if wasAsleep := rt.asleep.Swap(p.Asleep); wasAsleep && !p.Asleep {
+		// Awake: back from a sleep the router made; an abort from now on
+		// is not the sleep's.
+		st.ExpectReturn(time.Time{}, rt.policy.ID)
+	} else if !wasAsleep && p.Asleep {
 		st.clearPrefixLocked(rt) // its memory, KV cache included, is released
 	}
 	if p.HasModels {
