@@ -237,8 +237,13 @@ func (s *Server) awaitLeaderFor(wait waitOf) func(http.Handler) http.Handler {
 				// of the election or this one's is behind. This one
 				// waits for its next change; the follower gives the call
 				// up at its own (replicaLeaser.Select).
-				leading = s.awaitChange(r.Context(), time.Now().Add(wait(s, r)))
-			} else if !leading && (leader == "" || leader == s.self()) {
+				if leading = s.awaitChange(r.Context(), time.Now().Add(wait(s, r))); !leading {
+					// The change may have named this replica, its term
+					// not begun yet: then it waits for that below.
+					_, leader = s.Leader()
+				}
+			}
+			if !leading && (leader == "" || leader == s.self()) {
 				start := time.Now()
 				asked := wait(s, r)
 				var err error

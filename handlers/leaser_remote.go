@@ -125,6 +125,18 @@ func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.
 			if !leaderGone(err) {
 				return d, err
 			}
+			if namesItself(err, leader) && time.Until(deadline) > leaderRetry {
+				// Elected, its term not begun: ask it again shortly rather
+				// than wait for another leader that will not come.
+				last = err
+				select {
+				case <-time.After(leaderRetry):
+				case <-changed.Done():
+				case <-ctx.Done():
+					return routing.Decision{}, ctx.Err()
+				}
+				continue
+			}
 			unlike, last = leader, err
 		}
 		if _, _, err := l.s.awaitLeader(ctx, deadline, unlike); err != nil {
@@ -134,6 +146,18 @@ func (l *replicaLeaser) Select(ctx context.Context, req proxy.Request) (routing.
 			return routing.Decision{}, err
 		}
 	}
+}
+
+// leaderRetry is how soon a follower asks again a leader that answered
+// not_leader naming itself: elected, its term about to begin.
+const leaderRetry = 50 * time.Millisecond
+
+// namesItself reports whether err is a not_leader answer of leader that
+// names leader itself as the leader.
+func namesItself(err error, leader string) bool {
+	var e *Error
+	var u untrusted
+	return !errors.As(err, &u) && errors.As(err, &e) && e.Code == api.CodeNotLeader && e.Leader == leader
 }
 
 // untrusted is the not_leader of a leader that this replica and it do
