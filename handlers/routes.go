@@ -145,7 +145,8 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky), EnvUnmapped: unmapped,
 	}
 	if len(req.PrefixHashes) > 0 {
-		resp.PrefixMatch, resp.PrefixOutcome = &d.PrefixMatch, d.PrefixOutcome
+		match := d.PrefixMatch // its own variable: &d.PrefixMatch put every decision on the heap
+		resp.PrefixMatch, resp.PrefixOutcome = &match, d.PrefixOutcome
 	}
 	writeSelected(w, &resp)
 }
