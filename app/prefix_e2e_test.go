@@ -42,23 +42,7 @@ func TestPrefixMatchHoldsAcrossRollingUpdate(t *testing.T) {
 	cfg.Addr = ""
 	cfg.PollTimeout = 5 * time.Second
 	a, base := serveWith(t, cfg, func(*http.Server) {})
-	code, body := call(t, base, "PUT", "/policies", `{"policies":[`+
-		`{"url":"`+fleet.URL(0)+`","index":0,"engine":"sglang","capacity":8},`+
-		`{"url":"`+fleet.URL(1)+`","index":1,"engine":"sglang","capacity":8}]}`)
-	if code != http.StatusOK {
-		t.Fatalf("PUT /policies: %d %s", code, body)
-	}
-	poll.Until(t, "both engines probed at version 1", func() bool {
-		if a.Ready() != nil {
-			return false
-		}
-		for _, ps := range a.State.Stats().Policies {
-			if ps.Version != 1 || !ps.Available {
-				return false
-			}
-		}
-		return true
-	})
+	registerSGLangPair(t, a, base, fleet, 8)
 
 	type answer struct {
 		turn, match, cached int

@@ -113,20 +113,7 @@ func rollingUpdateStreams(t *testing.T, streams, tokens int, hdr map[string]stri
 		}
 		return b
 	}
-	call("PUT", "/policies", `{"policies":[`+
-		`{"url":"`+fleet.URL(0)+`","index":0,"engine":"sglang","capacity":`+strconv.Itoa(streams)+`},`+
-		`{"url":"`+fleet.URL(1)+`","index":1,"engine":"sglang","capacity":`+strconv.Itoa(streams)+`}]}`, http.StatusOK)
-	poll.Until(t, "both engines probed at version 1", func() bool {
-		if a.Ready() != nil {
-			return false
-		}
-		for _, ps := range a.State.Stats().Policies {
-			if ps.Version != 1 || !ps.Available {
-				return false
-			}
-		}
-		return true
-	})
+	registerSGLangPair(t, a, srv.URL, fleet, streams)
 
 	results := make([]e2eStream, streams)
 	prompts := make([][]int64, streams)

@@ -2,15 +2,11 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,42 +43,12 @@ func newFleetRouter(t *testing.T, n int) *fleetRouter {
 	}
 	cfg := DefaultConfig()
 	cfg.Addr = ""
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.PollTimeout = 5 * time.Second // a loaded machine must not make them unhealthy
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := New(ctx, cfg)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	run := make(chan error, 1)
-	go func() { run <- a.Run(ctx) }()
-	srv := httptest.NewServer(a.Handler())
+	a, base := serveWith(t, cfg, func(*http.Server) {})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * n}}
-	t.Cleanup(func() {
-		client.CloseIdleConnections()
-		srv.Close()
-		cancel()
-		if err := <-run; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		a.Close()
-	})
-	fr := &fleetRouter{fleet: fleet, base: srv.URL, client: client}
-	fr.call(t, "PUT", "/policies", `{"policies":[`+
-		`{"url":"`+fleet.URL(0)+`","index":0,"engine":"sglang","capacity":`+strconv.Itoa(n)+`},`+
-		`{"url":"`+fleet.URL(1)+`","index":1,"engine":"sglang","capacity":`+strconv.Itoa(n)+`}]}`, http.StatusOK)
-	poll.Until(t, "both engines probed at version 1", func() bool {
-		if a.Ready() != nil {
-			return false
-		}
-		for _, ps := range a.State.Stats().Policies {
-			if ps.Version != 1 || !ps.Available {
-				return false
-			}
-		}
-		return true
-	})
+	t.Cleanup(client.CloseIdleConnections)
+	fr := &fleetRouter{fleet: fleet, base: base, client: client}
+	registerSGLangPair(t, a, base, fleet, n)
 	return fr
 }
 

@@ -163,3 +163,27 @@ func TestIncompleteBodyIsRefused(t *testing.T) {
 		return strings.Contains(logs.String(), "request body incomplete") && strings.Contains(logs.String(), `"status":400`)
 	})
 }
+
+// registerSGLangPair registers the fleet's first two engines as SGLang
+// policies of capacity c with the router a serves at base, and waits until
+// both are probed at version 1 (the fleet's engines say "1").
+func registerSGLangPair(t *testing.T, a *App, base string, fleet *fakepolicy.Fleet, c int) {
+	t.Helper()
+	code, body := call(t, base, "PUT", "/policies", `{"policies":[`+
+		`{"url":"`+fleet.URL(0)+`","index":0,"engine":"sglang","capacity":`+strconv.Itoa(c)+`},`+
+		`{"url":"`+fleet.URL(1)+`","index":1,"engine":"sglang","capacity":`+strconv.Itoa(c)+`}]}`)
+	if code != http.StatusOK {
+		t.Fatalf("PUT /policies: %d %s", code, body)
+	}
+	poll.Until(t, "both engines probed at version 1", func() bool {
+		if a.Ready() != nil {
+			return false
+		}
+		for _, ps := range a.State.Stats().Policies {
+			if ps.Version != 1 || !ps.Available {
+				return false
+			}
+		}
+		return true
+	})
+}
