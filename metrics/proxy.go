@@ -56,7 +56,22 @@ const (
 )
 
 func newProxyMetrics() *proxyMetrics {
-	p := newProxyFigures()
+	p := &proxyMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyrouter_proxy_requests_total",
+			Help: "Proxied requests by policy index and the policy's status code (502: it could not be reached).",
+		}, []string{"policy", "code"}),
+		ttfb: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "policyrouter_proxy_first_byte_seconds",
+			Help:    "Time from forwarding a proxied request to the policy's response headers.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "policyrouter_proxy_duration_seconds",
+			Help:    "Duration of proxied requests per attempt, streaming included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
+		}),
+	}
 	p.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyrouter_proxy_tokens_total",
 		Help: "Prompt and completion tokens of proxied answers, as the engines counted them (SGLang meta_info, OpenAI usage).",
@@ -97,25 +112,6 @@ func (m *Metrics) ObserveResume(outcome string) {
 		m.proxy.resumed.Inc()
 	} else {
 		m.proxy.incomplete.Inc()
-	}
-}
-
-func newProxyFigures() *proxyMetrics {
-	return &proxyMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "policyrouter_proxy_requests_total",
-			Help: "Proxied requests by policy index and the policy's status code (502: it could not be reached).",
-		}, []string{"policy", "code"}),
-		ttfb: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "policyrouter_proxy_first_byte_seconds",
-			Help:    "Time from forwarding a proxied request to the policy's response headers.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
-		}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "policyrouter_proxy_duration_seconds",
-			Help:    "Duration of proxied requests per attempt, streaming included.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
-		}),
 	}
 }
 
