@@ -212,7 +212,7 @@ func TestProxyResumeOptOut(t *testing.T) {
 		a := r.ans
 		wantIDs, _ := fakepolicy.Continuation(prompts[i], tokens)
 		if a.Meta.FinishReason.Type != "abort" || len(a.OutputIDs) >= tokens || !slices.Equal(a.OutputIDs, wantIDs[:len(a.OutputIDs)]) ||
-			a.Meta.Segments != nil || r.header.Get(proxy.HeaderResume) != "" || r.header.Get(proxy.HeaderWeightVersions) != "" || r.header.Get(proxy.HeaderPolicyIndex) != "0" {
+			a.Meta.Segments != nil || r.header.Get(proxy.HeaderResume) != "" || r.header.Get(proxy.HeaderWeightVersions) != "0" || r.header.Get(proxy.HeaderPolicyIndex) != "0" {
 			t.Errorf("request %d: finish %q, %d output_ids, segments %v, headers %v; want policy 0's abort as it is",
 				i, a.Meta.FinishReason.Type, len(a.OutputIDs), a.Meta.Segments, r.header)
 		}

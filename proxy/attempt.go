@@ -112,6 +112,11 @@ func (p *Proxy) answer(res *http.Response, a *attempt) error {
 	h := res.Header
 	v := []string{strconv.Itoa(a.d.Policy.Index), a.d.Policy.ID, strconv.FormatInt(a.d.Version, 10)}
 	h[canonicalPolicyIndex], h[canonicalPolicyID], h[canonicalWeightVersion] = v[0:1:1], v[1:2:2], v[2:3:3]
+	if a.resume == nil || a.resume.stream == nil {
+		// One segment, every output token; a resumed answer names its
+		// segments instead, and a resumable stream in its trailers.
+		h[canonicalWeightVersions] = []string{weightLabel(a.d)}
+	}
 	if a.d.EnvUnmapped {
 		h.Set(HeaderEnvUnmapped, "true")
 	}

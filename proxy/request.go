@@ -105,6 +105,8 @@ var (
 	canonicalPolicyID      = http.CanonicalHeaderKey(HeaderPolicyID)
 	canonicalWeightVersion = http.CanonicalHeaderKey(HeaderWeightVersion)
 
+	canonicalWeightVersions = http.CanonicalHeaderKey(HeaderWeightVersions)
+
 	canonicalRouter           = http.CanonicalHeaderKey(HeaderRouter)
 	canonicalEnvID            = http.CanonicalHeaderKey(HeaderEnvID)
 	canonicalSessionID        = http.CanonicalHeaderKey(HeaderSessionID)

@@ -63,8 +63,12 @@ const (
 	// the abort) or "unavailable (why)" (it could not be resumed at all,
 	// and passed through as the policy answered).
 	HeaderResume = "X-Resume"
-	// HeaderWeightVersions names the weight versions of a resumed
-	// answer's output tokens: "version:start-end,...".
+	// HeaderWeightVersions names the weight versions of an answer's
+	// output tokens, each the engine's label (else the router's integer
+	// version): "version:start-end,..." for the segments of a resumed
+	// answer and a resumable stream's trailer; "version" alone, every
+	// output token, for an answer never resumed that passes through as
+	// the engine sent it.
 	HeaderWeightVersions = "X-Weight-Versions"
 )
 
@@ -234,7 +238,7 @@ func (rs *resumeState) trailers(w http.ResponseWriter) {
 	if rs == nil || rs.stream == nil {
 		return
 	}
-	if st := rs.stream; st.started && (len(rs.segs) > 1 || st.why != "") {
+	if st := rs.stream; st.started && len(rs.segs) > 0 {
 		rs.setHeaders(w.Header(), st.why)
 	}
 }

@@ -174,7 +174,7 @@ func (rs *resumeState) add(d routing.Decision, ans, meta map[string]json.RawMess
 // start: its meta_info's weight_version, weight_versions and finish_reason
 // name their version and how the segment ended.
 func (rs *resumeState) addSegment(d routing.Decision, weightVersion, weightVersions, finish json.RawMessage, start, n int) {
-	version := strconv.FormatInt(d.Version, 10)
+	version := weightLabel(d)
 	_ = json.Unmarshal(weightVersion, &version)
 	rs.segs = append(rs.segs, resumeSegment{PolicyID: d.Policy.ID, PolicyIndex: d.Policy.Index, WeightVersion: version,
 		Start: start, End: start + n, FinishReason: finish, RouterVersion: d.Version})
@@ -276,6 +276,16 @@ func (rs *resumeState) merged() []byte {
 	out["meta_info"], _ = json.Marshal(meta)
 	b, _ := json.Marshal(out)
 	return b
+}
+
+// weightLabel is the label of d's weight version in X-Weight-Versions and
+// segments: the engine's own (SGLang's weight_version), else the router's
+// integer version.
+func weightLabel(d routing.Decision) string {
+	if d.WeightLabel != "" {
+		return d.WeightLabel
+	}
+	return strconv.FormatInt(d.Version, 10)
 }
 
 // setHeaders names the segments' weight versions and what became of

@@ -63,7 +63,7 @@ func (st *State) Adopt(req AdoptRequest) (Decision, error) {
 			if s.holder != req.Holder && s.adoptedID != "" || s.rt.policy.ID != req.PolicyID {
 				return Decision{}, ErrAdoptConflict
 			}
-			return Decision{Policy: s.rt.policy, Node: s.rt.node, Version: s.rt.version.Load(), Lease: lease, LeaseID: req.ID}, nil
+			return Decision{Policy: s.rt.policy, Node: s.rt.node, Version: s.rt.version.Load(), WeightLabel: s.rt.weightVersion, Lease: lease, LeaseID: req.ID}, nil
 		}
 	}
 	rt := st.runtimes[req.PolicyID]

@@ -102,7 +102,7 @@ func (st *State) waitErrorLocked(floor int64, waited time.Duration) error {
 // robin). Caller must hold mu.
 func (st *State) handOutLocked(rt *policyRuntime) Decision {
 	rt.selected.Add(1)
-	return Decision{Policy: rt.policy, Node: rt.node, Version: rt.version.Load()}
+	return Decision{Policy: rt.policy, Node: rt.node, Version: rt.version.Load(), WeightLabel: rt.weightVersion}
 }
 
 // giveBackLocked undoes the hand-out to a waiter that was granted a slot

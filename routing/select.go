@@ -100,6 +100,9 @@ type Decision struct {
 	LeaseID string
 	// Version is the policy's weight version at dispatch.
 	Version int64
+	// WeightLabel is that version as the policy's server last wrote it
+	// (SGLang's weight_version, e.g. "step-3"), "" when it reports none.
+	WeightLabel string
 	// Sticky is the sticky stage's outcome, NotSticky without a session.
 	Sticky Sticky
 	// PrefixMatch is the blocks of the request's prefix hashes that the
