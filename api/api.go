@@ -214,6 +214,9 @@ type SelectResponse struct {
 	LeaseID string `json:"lease_id,omitempty"`
 	// Version is the policy's weight version at dispatch.
 	Version int64 `json:"version"`
+	// WeightVersion is that version as the policy's server writes it
+	// (SGLang's weight_version, e.g. "step-3"), when it reports one.
+	WeightVersion string `json:"weight_version,omitempty"`
 	// Sticky says, when the request named a session, where it landed:
 	// "home", "moved" or "spilled".
 	Sticky string `json:"sticky,omitempty"`

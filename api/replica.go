@@ -45,6 +45,19 @@ type LeaseRequest struct {
 	// the replica the request entered (never the prompt itself), so that
 	// the leader decides as it would for its own proxy.
 	PrefixHashes []prefix.Hash `json:"prefix_hashes,omitempty"`
+	// AwaitReturn: the replica's request was aborted by a policy the
+	// leader took out of routing itself (Returning), and waits for one to
+	// return rather than failing because none can route now.
+	AwaitReturn bool `json:"await_return,omitempty"`
+}
+
+// Returning is the answer to GET /internal/returning/{policy_id}: whether
+// the leader took the policy out of routing itself (its rolling update,
+// POST /fleet/sleep) and so will bring it back, and within how long at
+// most (a duration, not a time: the replicas' clocks may differ).
+type Returning struct {
+	Returning bool  `json:"returning"`
+	WithinMS  int64 `json:"within_ms"`
 }
 
 // AdoptRequest is the body of PUT /internal/leases/{id}: a lease another

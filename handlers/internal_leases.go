@@ -27,6 +27,7 @@ func (s *Server) mountInternal(r chi.Router) {
 	r.Put("/internal/leases/{id}", s.adoptLease)
 	r.Post("/internal/leases/{id}/release", s.returnLease)
 	r.Get("/internal/routable", s.routable)
+	r.Get("/internal/returning/{policy_id}", s.returning)
 }
 
 // takeLease serves POST /internal/leases: one attempt's decision, as the
@@ -43,6 +44,7 @@ func (s *Server) takeLease(w http.ResponseWriter, r *http.Request) {
 		StickyWait: time.Duration(req.StickyWaitMS) * time.Millisecond,
 		MinVersion: req.MinVersion, LeaseTTL: time.Duration(req.LeaseTTLMS) * time.Millisecond,
 		Model: req.Model, Route: req.Route, Exclude: req.Exclude, Prefix: req.PrefixHashes,
+		AwaitReturn: req.AwaitReturn,
 	}
 	preq.StickyWait = min(preq.StickyWait, preq.Wait)
 	if err := routing.CheckSession("session_id", req.SessionID); err != nil {
@@ -72,7 +74,7 @@ func (s *Server) takeLease(w http.ResponseWriter, r *http.Request) {
 func decisionToAPI(d routing.Decision) *api.SelectResponse {
 	return &api.SelectResponse{
 		Index: d.Policy.Index, ID: d.Policy.ID, URL: d.Policy.URL, NodeID: d.Node,
-		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky), EnvUnmapped: d.EnvUnmapped,
+		LeaseID: d.LeaseID, Version: d.Version, WeightVersion: d.WeightLabel, Sticky: string(d.Sticky), EnvUnmapped: d.EnvUnmapped,
 	}
 }
 
@@ -162,6 +164,18 @@ func (s *Server) routable(w http.ResponseWriter, r *http.Request) {
 	out.Models, _ = leaser.ServedModels(r.Context())
 	if out.Models == nil {
 		out.Models = []string{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// returning serves GET /internal/returning/{policy_id}: the leader's
+// Leaser.Returning, for a follower's proxy whose generation that policy
+// aborted.
+func (s *Server) returning(w http.ResponseWriter, r *http.Request) {
+	until, ok := stateLeaser{s}.Returning(r.Context(), chi.URLParam(r, "policy_id"))
+	out := api.Returning{Returning: ok}
+	if ok {
+		out.WithinMS = max(time.Until(until).Milliseconds(), 0)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

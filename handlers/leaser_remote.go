@@ -187,6 +187,7 @@ func (l *replicaLeaser) selectAt(ctx, changed context.Context, leader string, re
 		StickyWaitMS: int(min(req.StickyWait, api.MaxLeaseWait).Milliseconds()),
 		MinVersion:   req.MinVersion, LeaseTTLMS: min(req.LeaseTTL, api.MaxLeaseTTL).Milliseconds(),
 		Model: req.Model, Route: req.Route, Exclude: req.Exclude, PrefixHashes: req.Prefix,
+		AwaitReturn: req.AwaitReturn,
 	}
 	cctx, cancel := context.WithTimeout(ctx, req.Wait+replicaCallTimeout)
 	defer cancel()
@@ -200,7 +201,7 @@ func (l *replicaLeaser) selectAt(ctx, changed context.Context, leader string, re
 	}
 	d := routing.Decision{
 		Policy: l.policy(sel), Node: sel.NodeID, EnvUnmapped: sel.EnvUnmapped,
-		LeaseID: sel.LeaseID, Version: sel.Version, Sticky: routing.Sticky(sel.Sticky),
+		LeaseID: sel.LeaseID, Version: sel.Version, WeightLabel: sel.WeightVersion, Sticky: routing.Sticky(sel.Sticky),
 		PrefixOutcome: sel.PrefixOutcome,
 	}
 	if sel.PrefixMatch != nil {

@@ -2,7 +2,11 @@ package handlers
 
 import (
 	"context"
+	"net/http"
+	"net/url"
 	"time"
+
+	"github.com/policyrouter/policyrouter/api"
 )
 
 // Returning reports whether the policy with the given id is out of
@@ -21,13 +25,24 @@ func (l stateLeaser) Returning(_ context.Context, policyID string) (until time.T
 }
 
 // Returning is the state's answer while this replica leads, whose update
-// manager and fleet verbs took the policies out. A follower cannot say
-// (the leader knows), and answers not: an aborted generation then ends
-// with its tokens so far when no other policy can go on with it, as
-// before.
+// manager and fleet verbs took the policies out; a follower asks the
+// leader. When it cannot (no leader, or it does not answer in time) the
+// answer is not: an aborted generation then ends with its tokens so far
+// when no other policy can go on with it.
 func (l *replicaLeaser) Returning(ctx context.Context, policyID string) (time.Time, bool) {
-	if leading, _ := l.s.Leader(); leading {
+	leading, leader := l.s.Leader()
+	if leading {
 		return stateLeaser{l.s}.Returning(ctx, policyID)
 	}
-	return time.Time{}, false
+	if leader == "" {
+		return time.Time{}, false
+	}
+	cctx, cancel := context.WithTimeout(ctx, replicaCallTimeout)
+	defer cancel()
+	var out api.Returning
+	asked := time.Now()
+	if err := l.call(cctx, http.MethodGet, leader, "/internal/returning/"+url.PathEscape(policyID), false, nil, &out); err != nil || !out.Returning {
+		return time.Time{}, false
+	}
+	return asked.Add(time.Duration(out.WithinMS) * time.Millisecond), true
 }

@@ -142,7 +142,7 @@ func (s *Server) selectPolicy(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := api.SelectResponse{
 		Index: d.Policy.Index, ID: d.Policy.ID, URL: d.Policy.URL, NodeID: d.Node,
-		LeaseID: d.LeaseID, Version: d.Version, Sticky: string(d.Sticky), EnvUnmapped: unmapped,
+		LeaseID: d.LeaseID, Version: d.Version, WeightVersion: d.WeightLabel, Sticky: string(d.Sticky), EnvUnmapped: unmapped,
 	}
 	if len(req.PrefixHashes) > 0 {
 		match := d.PrefixMatch // its own variable: &d.PrefixMatch put every decision on the heap

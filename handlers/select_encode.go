@@ -30,6 +30,10 @@ func writeSelected(w http.ResponseWriter, resp *api.SelectResponse) {
 	}
 	buf = append(buf, `,"version":`...)
 	buf = strconv.AppendInt(buf, resp.Version, 10)
+	if resp.WeightVersion != "" {
+		buf = append(buf, `,"weight_version":`...)
+		buf = appendJSONString(buf, resp.WeightVersion)
+	}
 	if resp.Sticky != "" {
 		buf = append(buf, `,"sticky":`...)
 		buf = appendJSONString(buf, resp.Sticky)

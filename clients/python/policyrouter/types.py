@@ -163,11 +163,13 @@ class _SelectRequired(TypedDict):
 class SelectResult(_SelectRequired, total=False):
     """``POST /select``. ``lease_id`` is absent from the round-robin
     (``node_affinity``) router's answers; ``version`` is the policy's weight
-    version at dispatch; ``sticky`` is present when a ``session_id`` was
-    given."""
+    version at dispatch, ``weight_version`` the same as the policy's server
+    writes it (e.g. ``"step-3"``) when it reports one; ``sticky`` is present
+    when a ``session_id`` was given."""
 
     lease_id: str
     version: int
+    weight_version: str
     sticky: Sticky
     env_unmapped: bool
     prefix_match: int

@@ -68,7 +68,8 @@ class PackageTest(unittest.TestCase):
         self.assertEqual(pyproject()["tool"]["setuptools"]["package-data"]["policyrouter"], ["py.typed"])
         self.assertEqual(types.SelectResult.__required_keys__, {"index", "id", "url", "node_id"})
         self.assertEqual(types.SelectResult.__optional_keys__,
-                         {"lease_id", "version", "sticky", "env_unmapped", "prefix_match", "prefix_outcome"})
+                         {"lease_id", "version", "weight_version", "sticky", "env_unmapped",
+                          "prefix_match", "prefix_outcome"})
         self.assertIn("sticky", types.AssignResult.__optional_keys__)
 
 
