@@ -68,6 +68,7 @@ type node struct {
 	holder     int32 // next node of the same hash; -1 none
 	slot       uint16
 	confirmed  bool
+	inRun      bool // in the run recordLocked keeps in place; false between calls
 }
 
 // policy is one policy's list: head is its most recent block, tail its
@@ -222,7 +223,10 @@ func (x *Index) Confirm(id string, hashes []Hash, cachedTokens int) {
 	s := x.slotLocked(id)
 	if cachedTokens >= 0 {
 		had := cachedTokens / BlockTokens
-		want := x.confirmedPrefixLocked(s, hashes)
+		want := len(hashes) // had cannot be short of it: no need to look
+		if had < want {
+			want = x.confirmedPrefixLocked(s, hashes)
+		}
 		switch {
 		case had >= want:
 		case had == 0:
@@ -348,23 +352,40 @@ func (x *Index) record(id string, hashes []Hash, confirmed bool) {
 	x.recordLocked(x.slotLocked(id), hashes, confirmed)
 }
 
-// recordLocked makes every block of hashes policy s's most recent, the
-// first block last, marking them confirmed if confirmed (a confirmed block
+// recordLocked makes the blocks of hashes policy s's most recent, in the
+// chain's order from the head of its list (the first block the most
+// recent of all), marking them confirmed if confirmed (a confirmed block
 // stays confirmed), then enforces the budgets. Caller must hold mu.
+//
+// The chain's longest prefix that heads the list already, in order, keeps
+// its places: what was just recorded is recorded again (the answer of the
+// request that sent it, the samples of a GRPO group, a conversation's next
+// turn, whose earlier turns head the list), and only the blocks after that
+// run are looked up and moved, in behind it.
 func (x *Index) recordLocked(s int, hashes []Hash, confirmed bool) {
 	p := x.pols[s]
-	for i := len(hashes) - 1; i >= 0; i-- {
+	at, run := int32(none), 0 // the run's last node, and its length
+	for n := p.head; run < len(hashes) && n != none && x.nodes[n].hash == hashes[run]; n = x.nodes[n].next {
+		x.confirmLocked(n, confirmed)
+		x.nodes[n].inRun = true
+		at = n
+		run++
+	}
+	for i := len(hashes) - 1; i >= run; i-- {
 		n, _ := x.findLocked(hashes[i], s)
-		if n == none {
-			n = x.insertLocked(hashes[i], s)
-		} else {
+		switch {
+		case n == none:
+			n = x.insertLocked(hashes[i], s, at)
+		case x.nodes[n].inRun:
+			continue // a hash the chain repeats: kept in the run
+		default:
 			x.unlinkLRULocked(n)
-			x.pushFrontLocked(n)
+			x.linkAfterLocked(n, at)
 		}
-		if nd := &x.nodes[n]; confirmed && !nd.confirmed {
-			nd.confirmed = true
-			p.pending--
-		}
+		x.confirmLocked(n, confirmed)
+	}
+	for n, k := p.head, 0; k < run; n, k = x.nodes[n].next, k+1 {
+		x.nodes[n].inRun = false
 	}
 	x.evictLocked(s)
 	for x.bytesLocked() > x.opts.MaxBytes && x.pairs > 0 {
@@ -376,6 +397,14 @@ func (x *Index) recordLocked(s int, hashes []Hash, confirmed bool) {
 		}
 		x.removeLocked(x.pols[big].tail)
 		x.pols[big].evictions++
+	}
+}
+
+// confirmLocked marks node n confirmed if confirmed. Caller must hold mu.
+func (x *Index) confirmLocked(n int32, confirmed bool) {
+	if nd := &x.nodes[n]; confirmed && !nd.confirmed {
+		nd.confirmed = true
+		x.pols[nd.slot].pending--
 	}
 }
 
@@ -459,9 +488,10 @@ func (x *Index) findLocked(h Hash, s int) (n, before int32) {
 	return none, none
 }
 
-// insertLocked adds a pending node of block h for policy s, as its most
-// recent, and returns it. Caller must hold mu.
-func (x *Index) insertLocked(h Hash, s int) int32 {
+// insertLocked adds a pending node of block h for policy s, in its list
+// after node at (the most recent when at is none), and returns it. Caller
+// must hold mu.
+func (x *Index) insertLocked(h Hash, s int, at int32) int32 {
 	var n int32
 	if x.freeNode != none {
 		n = x.freeNode
@@ -476,7 +506,7 @@ func (x *Index) insertLocked(h Hash, s int) int32 {
 	}
 	x.nodes[n] = node{hash: h, prev: none, next: none, holder: first, slot: uint16(s)}
 	x.heads[h] = n
-	x.pushFrontLocked(n)
+	x.linkAfterLocked(n, at)
 	p := x.pols[s]
 	p.blocks++
 	p.pending++
@@ -527,17 +557,23 @@ func (x *Index) unlinkLRULocked(n int32) {
 	nd.prev, nd.next = none, none
 }
 
-// pushFrontLocked makes node n its policy's most recent. Caller must hold
-// mu.
-func (x *Index) pushFrontLocked(n int32) {
+// linkAfterLocked puts node n, in no list, into its policy's list after
+// node at, or at its head (the most recent) when at is none. Caller must
+// hold mu.
+func (x *Index) linkAfterLocked(n, at int32) {
 	nd := &x.nodes[n]
 	p := x.pols[nd.slot]
-	nd.prev, nd.next = none, p.head
-	if p.head != none {
-		x.nodes[p.head].prev = n
+	next := p.head
+	if at != none {
+		next = x.nodes[at].next
+		x.nodes[at].next = n
+	} else {
+		p.head = n
 	}
-	p.head = n
-	if p.tail == none {
+	nd.prev, nd.next = at, next
+	if next != none {
+		x.nodes[next].prev = n
+	} else {
 		p.tail = n
 	}
 }
