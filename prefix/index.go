@@ -222,14 +222,20 @@ func (x *Index) Confirm(id string, hashes []Hash, cachedTokens int) {
 	defer x.mu.Unlock()
 	s := x.slotLocked(id)
 	if cachedTokens >= 0 {
-		had := cachedTokens / BlockTokens
+		// An engine computes a prompt's last token again, to sample the
+		// next, so it reports up to one block less than it holds: SGLang
+		// matches at most input_len - 1 tokens (Req._compute_max_prefix_len,
+		// python/sglang/srt/managers/schedule_batch.py, v0.5.18), vLLM at
+		// most num_tokens - 1 in whole blocks (KVCacheManager.
+		// get_computed_blocks, vllm/v1/core/kv_cache_manager.py).
+		had := cachedTokens/BlockTokens + 1
 		want := len(hashes) // had cannot be short of it: no need to look
 		if had < want {
 			want = x.confirmedPrefixLocked(s, hashes)
 		}
 		switch {
 		case had >= want:
-		case had == 0:
+		case cachedTokens < BlockTokens:
 			x.clearLocked(s)
 		default:
 			p := x.pols[s]

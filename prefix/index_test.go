@@ -140,7 +140,9 @@ func TestIndexConfirmCutBack(t *testing.T) {
 		{"as expected", 4 * BlockTokens, 3, 0},
 		{"unknown", -1, 3, 0},
 		{"more than expected", 6 * BlockTokens, 3, 0},
-		{"two blocks short", 2*BlockTokens + 5, 1, 0},
+		{"the last token computed again (SGLang)", 4*BlockTokens - 1, 3, 0},
+		{"the last block computed again (vLLM)", 3 * BlockTokens, 3, 0},
+		{"two blocks short", 1*BlockTokens + 5, 1, 0},
 		{"flushed behind the router's back", 3, 0, 1},
 	}
 	for _, tt := range tests {
