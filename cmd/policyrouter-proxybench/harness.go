@@ -82,10 +82,10 @@ func runHarness(ctx context.Context, cfg config, progress io.Writer) (*report, e
 			return nil, fmt.Errorf("-upstream nginx: no nginx binary")
 		}
 		rep.Upstream = "nginx (" + nginx + "), fixed JSON from `return 200`"
-		up, policies, err = nginxUpstream(ctx, nginx, dir, cfg.Policies)
+		up, policies, err = nginxUpstream(ctx, nginx, dir, cfg.Workload, cfg.Policies)
 	} else {
 		rep.Upstream = "Go net/http server, fixed JSON"
-		up, policies, err = goUpstream(dir, cfg.Policies)
+		up, policies, err = goUpstream(dir, cfg.Workload, cfg.Policies)
 		if err == nil {
 			err = up.waitHTTP(ctx, policies[0]+"/idle")
 		}

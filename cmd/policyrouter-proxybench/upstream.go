@@ -34,22 +34,31 @@ const (
 	// router can resume, read whole to see that it did not abort.
 	generateBody = `{"input_ids":[1,450,4996,17354,1701,432,29889,1576,338,263,1243,29889,3529,590,395,526],` +
 		`"sampling_params":{"max_new_tokens":4,"temperature":0},"return_logprob":true}`
-	generateAnswer = `{"text":" one two three four","output_ids":[697,1023,2211,3023],` +
-		`"meta_info":{"id":"bench-0","finish_reason":{"type":"length","length":4},"prompt_tokens":16,` +
-		`"completion_tokens":4,"cached_tokens":0,"weight_version":"default",` +
-		`"output_token_logprobs":[[-0.12,697,null],[-0.34,1023,null],[-0.05,2211,null],[-0.41,3023,null]],` +
-		`"output_token_logprobs_length":4,"input_token_logprobs":[]}}`
 )
 
-// A workload is what the load generator sends, and the upstream answers.
+// generateAnswer is the answer to a /generate of n prompt tokens. The
+// same prompt comes on every request, so the engine holds it, and reports
+// it cached but for its last token, which SGLang computes again to sample
+// the next (Req._compute_max_prefix_len, python/sglang/srt/managers/
+// schedule_batch.py, v0.5.18: a match is at most input_len - 1 tokens).
+func generateAnswer(n int) string {
+	return `{"text":" one two three four","output_ids":[697,1023,2211,3023],` +
+		`"meta_info":{"id":"bench-0","finish_reason":{"type":"length","length":4},"prompt_tokens":` + strconv.Itoa(n) + `,` +
+		`"completion_tokens":4,"cached_tokens":` + strconv.Itoa(n-1) + `,"weight_version":"default",` +
+		`"output_token_logprobs":[[-0.12,697,null],[-0.34,1023,null],[-0.05,2211,null],[-0.41,3023,null]],` +
+		`"output_token_logprobs_length":4,"input_token_logprobs":[]}}`
+}
+
+// A workload is what the load generator sends (path, body), and the
+// answer of the upstream's POST /generate.
 type workload struct {
-	path, body string
+	path, body, generate string
 }
 
 var workloads = map[string]workload{
-	"completions": {"/v1/completions", completionsBody},
-	"generate":    {"/generate", generateBody},
-	"generate8k":  {"/generate", longGenerateBody(8192)},
+	"completions": {"/v1/completions", completionsBody, generateAnswer(16)},
+	"generate":    {"/generate", generateBody, generateAnswer(16)},
+	"generate8k":  {"/generate", longGenerateBody(8192), generateAnswer(8192)},
 }
 
 // longGenerateBody is generateBody with a prompt of n token ids (a long
@@ -109,7 +118,7 @@ func serveUpstream() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/completions", fixed(completionAnswer))
-	mux.Handle("POST /generate", fixed(generateAnswer))
+	mux.Handle("POST /generate", fixed(workloads[os.Getenv("POLICYROUTER_PROXYBENCH_WORKLOAD")].generate))
 	mux.Handle("GET /idle", fixed(idleAnswer))
 	mux.Handle("GET /v1/models", fixed(modelsAnswer))
 	srv := &http.Server{Handler: mux}
@@ -133,13 +142,13 @@ func serveUpstream() error {
 
 // goUpstream starts the Go upstream as a child, listening on n loopback
 // ports, and returns it with the policies' base URLs.
-func goUpstream(dir string, n int) (*child, []string, error) {
+func goUpstream(dir, wl string, n int) (*child, []string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, nil, err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), childEnv+"=upstream", "POLICYROUTER_PROXYBENCH_LISTENERS="+strconv.Itoa(n))
+	cmd.Env = append(os.Environ(), childEnv+"=upstream", "POLICYROUTER_PROXYBENCH_LISTENERS="+strconv.Itoa(n), "POLICYROUTER_PROXYBENCH_WORKLOAD="+wl)
 	var urls []string
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -164,7 +173,7 @@ func goUpstream(dir string, n int) (*child, []string, error) {
 
 // nginxUpstream starts nginx as the upstream: n loopback ports answering
 // with the same fixed JSON as the Go upstream.
-func nginxUpstream(ctx context.Context, nginx, dir string, n int) (*child, []string, error) {
+func nginxUpstream(ctx context.Context, nginx, dir, wl string, n int) (*child, []string, error) {
 	var listen strings.Builder
 	var urls []string
 	for range n {
@@ -177,7 +186,7 @@ func nginxUpstream(ctx context.Context, nginx, dir string, n int) (*child, []str
 	}
 	server := listen.String() + `		default_type application/json;
 		location = /v1/completions { return 200 '` + completionAnswer + `'; }
-		location = /generate { return 200 '` + generateAnswer + `'; }
+		location = /generate { return 200 '` + workloads[wl].generate + `'; }
 		location = /idle { return 200 '` + idleAnswer + `'; }
 		location = /v1/models { return 200 '` + modelsAnswer + `'; }
 `
