@@ -71,37 +71,23 @@ func (p *Proxy) affinityWanted(h http.Header) (bool, error) {
 	}
 }
 
-// promptOf reads the prompt of a proxied request (valid: json.Valid(body)),
-// nil when it has no full block or is in a form the proxy does not hash.
-// ids, when not nil, are its token ids read already (resuming).
-func promptOf(path string, body []byte, valid bool, ids []int64) *prompt {
-	if !valid {
-		return nil
-	}
+// promptOf reads the prompt of a proxied request, nil when it has no
+// full block or is in a form the proxy does not hash (or the scan could
+// not read the body). ids, when not nil, are its token ids read already
+// (resuming).
+func promptOf(path string, f *fields, ids []int64) *prompt {
 	var text, list, msgs []byte
 	if ids == nil {
-		ok := scanTopLevel(body, func(key, val []byte) {
-			switch string(key) {
-			case "input_ids":
-				if path == engine.RouteGenerate {
-					list = val
-				}
-			case "text":
-				if path == engine.RouteGenerate {
-					text = val
-				}
-			case "prompt":
-				if path == engine.RouteCompletions {
-					list, text = val, val
-				}
-			case "messages":
-				if path == engine.RouteChat {
-					msgs = val
-				}
-			}
-		})
-		if !ok {
+		if !f.scanned {
 			return nil
+		}
+		switch path {
+		case engine.RouteGenerate:
+			list, text = f.inputIDs, f.text
+		case engine.RouteCompletions:
+			list, text = f.prompt, f.prompt
+		case engine.RouteChat:
+			msgs = f.messages
 		}
 		if len(list) > 0 && list[0] == '[' {
 			ids, _ = tokenIDs(list)
@@ -185,7 +171,7 @@ func lastCount(b, key []byte) (int, bool) {
 
 // promptFor is the prompt of a request under prefix-cache affinity, nil
 // when affinity is off for it; a malformed X-Prefix-Affinity is a 422.
-func (p *Proxy) promptFor(r *http.Request, body []byte, valid bool, rs *resumeState) (*prompt, error) {
+func (p *Proxy) promptFor(r *http.Request, f *fields, rs *resumeState) (*prompt, error) {
 	on, err := p.affinityWanted(r.Header)
 	if !on || err != nil {
 		return nil, err
@@ -194,7 +180,7 @@ func (p *Proxy) promptFor(r *http.Request, body []byte, valid bool, rs *resumeSt
 	if rs != nil {
 		ids = rs.prompt
 	}
-	return promptOf(r.URL.Path, body, valid, ids), nil
+	return promptOf(r.URL.Path, f, ids), nil
 }
 
 // noteOutput extends the attempt's blocks by the tokens the policy

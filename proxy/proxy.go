@@ -5,7 +5,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -200,20 +199,20 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) {
 		p.WriteError(w, r, errorf(api.CodeBadRequest, "the request body did not arrive whole: "+err.Error()))
 		return
 	}
-	valid := json.Valid(body) // once: the model and resuming read a valid body by its bytes
+	f := readFields(body) // once, for the model, resuming and the prompt
 	sreq, err := p.selectRequest(r)
 	if err == nil {
 		sreq.Route = r.URL.Path
-		sreq.Model, err = requestModel(body, valid)
+		sreq.Model, err = requestModel(f)
 	}
 	if err != nil {
 		p.WriteError(w, r, err)
 		return
 	}
 	var pr *prompt
-	rs, err := p.resumeFor(w, r, body, valid)
+	rs, err := p.resumeFor(w, r, f)
 	if err == nil {
-		pr, err = p.promptFor(r, body, valid, rs)
+		pr, err = p.promptFor(r, f, rs)
 	}
 	if err != nil {
 		p.WriteError(w, r, err)

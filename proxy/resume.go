@@ -141,7 +141,7 @@ type weightSpan struct {
 // resumeFor says whether a proxied request is resumed on abort: its state
 // when it is, nil when not. A /generate request that cannot be is marked
 // so (X-Resume: unavailable) on w; a malformed X-Resume-On-Abort is a 422.
-func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte, valid bool) (*resumeState, error) {
+func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, f *fields) (*resumeState, error) {
 	if !p.Resume || (r.URL.Path != "/generate" && r.URL.Path != "/v1/completions") {
 		return nil, nil
 	}
@@ -152,12 +152,12 @@ func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, body []byte, v
 	default:
 		return nil, fieldError(HeaderResumeOnAbort, "must be 0 or 1, not "+strconv.Quote(v))
 	}
-	rs, why := parseFor(r.URL.Path, body, valid)
+	rs, why := parseFor(r.URL.Path, f)
 	if why != "" {
 		w.Header().Set(HeaderResume, "unavailable ("+why+")")
 		return nil, nil
 	}
-	rs.body, rs.left = body, p.Retries
+	rs.body, rs.left = f.raw, p.Retries
 	if rs.stream != nil {
 		rs.stream.forms = p.StreamForms
 	}

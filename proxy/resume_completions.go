@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -51,13 +50,14 @@ type completionLogprobs struct {
 
 // parseResumableCompletion reads a CompletionRequest; it returns why the
 // request cannot be resumed, or its state.
-func parseResumableCompletion(body []byte, valid bool) (*resumeState, string) {
-	// Most requests are not resumable for a reason that a decode of two
-	// fields tells (a stream, a text prompt): only the others are decoded
-	// whole, which costs several times more.
-	if why := completionHead(body, valid); why != "" {
+func parseResumableCompletion(f *fields) (*resumeState, string) {
+	// Most requests are not resumable for a reason that two fields tell
+	// (a stream, a text prompt): only the others are decoded whole, which
+	// costs several times more.
+	if why := completionHead(f); why != "" {
 		return nil, why
 	}
+	body := f.raw
 	rs := &resumeState{completion: &completionState{}}
 	if json.Unmarshal(body, &rs.req) != nil || rs.req == nil {
 		return nil, "not a JSON object"
@@ -244,35 +244,17 @@ func (rs *resumeState) mergedCompletion() []byte {
 // object or "stream" is not a boolean or null. It scans the top-level
 // keys instead of decoding; keys it cannot read by bytes go to
 // encoding/json.
-func completionHead(body []byte, valid bool) string {
-	if !valid || len(body) == 0 || body[0] != '{' {
-		return ""
-	}
-	var stream, prompt []byte
-	typeError := false // a "stream" that is not a boolean or null, even one overridden
-	ok := scanTopLevel(body, func(key, val []byte) {
-		switch {
-		case bytes.EqualFold(key, []byte("stream")):
-			switch string(val) {
-			case "true", "false":
-				stream = val
-			case "null": // leaves the field as it was
-			default:
-				typeError = true
-			}
-		case bytes.EqualFold(key, []byte("prompt")):
-			prompt = val
-		}
-	})
+func completionHead(f *fields) string {
 	switch {
-	case !ok:
-		return completionHeadJSON(body)
-	case typeError:
+	case !f.valid:
 		return ""
-	case string(stream) == "true":
+	case !f.scanned:
+		return completionHeadJSON(f.raw)
+	case f.streamFoldBad:
+		return ""
+	case string(f.streamFold) == "true":
 		return "streaming"
-	}
-	if len(prompt) > 0 && prompt[0] == '"' {
+	case len(f.promptFold) > 0 && f.promptFold[0] == '"':
 		return "text prompt"
 	}
 	return ""
@@ -284,7 +266,7 @@ func completionHeadJSON(body []byte) string {
 		Stream bool            `json:"stream"`
 		Prompt json.RawMessage `json:"prompt"`
 	}
-	if len(body) > 0 && body[0] == '{' && json.Unmarshal(body, &head) == nil {
+	if json.Unmarshal(body, &head) == nil {
 		switch {
 		case head.Stream:
 			return "streaming"

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -22,7 +21,7 @@ func TestParseResumableCompletionReasons(t *testing.T) {
 		{`{"prompt":[1],"n":"x"}`, "fields not understood"},
 		{`{"prompt":"hi","n":"x"}`, "text prompt"}, // the first reason found
 	} {
-		_, got := parseResumableCompletion([]byte(tc.body), json.Valid([]byte(tc.body)))
+		_, got := parseResumableCompletion(readFields([]byte(tc.body)))
 		if got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.body, got, tc.want)
 		}
@@ -33,7 +32,7 @@ func BenchmarkParseResumableCompletion(b *testing.B) {
 	body := []byte(`{"model":"policy","prompt":"` + strings.Repeat("once upon a time ", 8) + `","max_tokens":16,"temperature":0}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		parseResumableCompletion(body, true)
+		parseResumableCompletion(readFields(body))
 	}
 }
 
@@ -80,7 +79,7 @@ func FuzzCompletionHead(f *testing.F) {
 // checkHead compares completionHead with completionHeadJSON on body.
 func checkHead(t *testing.T, body []byte) {
 	t.Helper()
-	if got, want := completionHead(body, json.Valid(body)), completionHeadJSON(body); got != want {
+	if got, want := completionHead(readFields(body)), completionHeadJSON(body); got != want {
 		t.Errorf("%q: got %q, want %q", body, got, want)
 	}
 }

@@ -28,7 +28,7 @@ func FuzzParseResumable(f *testing.F) {
 		if completions {
 			path = "/v1/completions"
 		}
-		rs, why := parseFor(path, []byte(body), json.Valid([]byte(body)))
+		rs, why := parseFor(path, readFields([]byte(body)))
 		if (rs == nil) == (why == "") {
 			t.Fatalf("%s %q: state %v, why %q; want exactly one", path, body, rs != nil, why)
 		}
@@ -65,7 +65,7 @@ func FuzzStreamBody(f *testing.F) {
 		f.Add(s, 1)
 	}
 	f.Fuzz(func(t *testing.T, stream string, left int) {
-		rs, why := parseResumable([]byte(`{"input_ids":[1],"stream":true,"sampling_params":{"max_new_tokens":4}}`), true)
+		rs, why := parseResumable(readFields([]byte(`{"input_ids":[1],"stream":true,"sampling_params":{"max_new_tokens":4}}`)))
 		if why != "" {
 			t.Fatal(why)
 		}

@@ -6,14 +6,13 @@ import (
 	"strconv"
 )
 
-// parseFor reads a resumable request of the proxied path (valid:
-// json.Valid(body)); it returns why the request cannot be resumed, or its
-// state.
-func parseFor(path string, body []byte, valid bool) (*resumeState, string) {
+// parseFor reads a resumable request of the proxied path; it returns why
+// the request cannot be resumed, or its state.
+func parseFor(path string, f *fields) (*resumeState, string) {
 	if path == "/v1/completions" {
-		return parseResumableCompletion(body, valid)
+		return parseResumableCompletion(f)
 	}
-	return parseResumable(body, valid)
+	return parseResumable(f)
 }
 
 // parseResumable reads a GenerateReqInput; it returns why the request
@@ -22,32 +21,20 @@ func parseFor(path string, body []byte, valid bool) (*resumeState, string) {
 //
 // It answers as parseResumableJSON does, without decoding the whole body
 // (which costs several times more than the rest of a proxied request's
-// reading): it scans the top-level keys, matched by bytes as a map
-// decode matches them (the last one winning), and decodes only the
+// reading): it reads the scanned top-level fields, matched by bytes as a
+// map decode matches them (the last one winning), and decodes only the
 // sampling_params; the request is decoded whole when an abort needs a
-// continuation. Keys it cannot read by bytes go to encoding/json.
-func parseResumable(body []byte, valid bool) (*resumeState, string) {
-	if i := skipSpace(body, 0); !valid || i == len(body) || body[i] != '{' {
+// continuation. A body the scan could not read goes to encoding/json.
+func parseResumable(f *fields) (*resumeState, string) {
+	switch {
+	case !f.valid:
 		return nil, "not a JSON object"
+	case !f.scanned:
+		return parseResumableJSON(f.raw)
 	}
-	var stream, ids, text, sampling []byte
-	ok := scanTopLevel(body, func(key, val []byte) {
-		switch string(key) {
-		case "stream":
-			stream = val
-		case "input_ids":
-			ids = val
-		case "text":
-			text = val
-		case "sampling_params":
-			sampling = val
-		}
-	})
-	if !ok {
-		return parseResumableJSON(body)
-	}
-	rs := &resumeState{raw: body}
-	if string(stream) == "true" {
+	ids, text := f.inputIDs, f.text
+	rs := &resumeState{raw: f.raw}
+	if string(f.stream) == "true" {
 		rs.stream = &streamState{prompt: make(map[string]json.RawMessage)}
 	}
 	if isNull(ids) {
@@ -57,7 +44,7 @@ func parseResumable(body []byte, valid bool) (*resumeState, string) {
 	if rs.prompt, tokens = tokenIDs(ids); !tokens && json.Unmarshal(ids, &rs.prompt) != nil {
 		return nil, "batch request"
 	}
-	return rs.samplingScan(sampling)
+	return rs.samplingScan(f.sampling)
 }
 
 // parseResumableJSON is parseResumable by encoding/json alone.

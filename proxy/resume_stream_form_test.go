@@ -42,7 +42,7 @@ func TestResumedStreamKnownForm(t *testing.T) {
 		{"no StreamForms", nil, [][]int64{{5, 6}, {5, 6, 7}, {5, 6, 7, 8}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, why := parseResumable([]byte(`{"input_ids":[1],"stream":true,"sampling_params":{"max_new_tokens":4}}`), true)
+			rs, why := parseResumable(readFields([]byte(`{"input_ids":[1],"stream":true,"sampling_params":{"max_new_tokens":4}}`)))
 			if why != "" {
 				t.Fatal(why)
 			}
