@@ -30,23 +30,25 @@ type prefixVariant struct {
 	Name string
 	// For, when set, lists the workloads the variant runs on; nil: all.
 	For []string
-	mk  func(r *prefixRouter, hc *http.Client) sender
+	// mk makes the variant's sender for one run on r; anything it
+	// starts is stopped with r (prefixRouter.onClose).
+	mk func(r *prefixRouter, hc *http.Client) (sender, error)
 }
 
 // simVariants are the simulator's strategies (item 8).
 var simVariants = []prefixVariant{
-	{Name: "least_loaded", mk: func(r *prefixRouter, hc *http.Client) sender { return leaseSender(r, hc, false, false) }},
-	{Name: "sessions", mk: func(r *prefixRouter, hc *http.Client) sender { return leaseSender(r, hc, true, false) }},
-	{Name: "ours", mk: func(r *prefixRouter, hc *http.Client) sender { return leaseSender(r, hc, false, true) }},
-	{Name: "cache_aware", mk: func(r *prefixRouter, hc *http.Client) sender { return cacheAwareSender(r, hc) }},
+	{Name: "least_loaded", mk: func(r *prefixRouter, hc *http.Client) (sender, error) { return leaseSender(r, hc, false, false), nil }},
+	{Name: "sessions", mk: func(r *prefixRouter, hc *http.Client) (sender, error) { return leaseSender(r, hc, true, false), nil }},
+	{Name: "ours", mk: func(r *prefixRouter, hc *http.Client) (sender, error) { return leaseSender(r, hc, false, true), nil }},
+	{Name: "cache_aware", mk: cacheAwareSender},
 }
 
 // proxyVariants are the proxy's: affinity on without a key, a session key
 // with affinity off (what a user had before), and affinity off.
 var proxyVariants = []prefixVariant{
-	{Name: "on", mk: func(r *prefixRouter, hc *http.Client) sender { return proxySender(r, hc, false, false) }},
-	{Name: "session", For: []string{wlMultiTurn}, mk: func(r *prefixRouter, hc *http.Client) sender { return proxySender(r, hc, true, true) }},
-	{Name: "off", mk: func(r *prefixRouter, hc *http.Client) sender { return proxySender(r, hc, false, true) }},
+	{Name: "on", mk: func(r *prefixRouter, hc *http.Client) (sender, error) { return proxySender(r, hc, false, false), nil }},
+	{Name: "session", For: []string{wlMultiTurn}, mk: func(r *prefixRouter, hc *http.Client) (sender, error) { return proxySender(r, hc, true, true), nil }},
+	{Name: "off", mk: func(r *prefixRouter, hc *http.Client) (sender, error) { return proxySender(r, hc, false, true), nil }},
 }
 
 // prefixConfig is what the prefix flags set.
@@ -173,5 +175,9 @@ func runOne(ctx context.Context, cfg prefixConfig, hc *http.Client, w prefixWork
 		return prefixResult{}, err
 	}
 	defer r.close()
-	return runWorkload(ctx, r, w, v.Name, cfg.Fleet.Capacity, v.mk(r, hc))
+	send, err := v.mk(r, hc)
+	if err != nil {
+		return prefixResult{}, err
+	}
+	return runWorkload(ctx, r, w, v.Name, cfg.Fleet.Capacity, send)
 }

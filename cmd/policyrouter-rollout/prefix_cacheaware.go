@@ -6,7 +6,8 @@ import (
 )
 
 // cacheAware is SGLang Model Gateway's cache_aware policy, written from its
-// source as a client-side picker over the fleet: the rule of
+// source; the gateway of prefix_gateway.go runs it in front of the
+// fleet, as SMG's HTTP router does. It is the rule of
 // sgl-model-gateway/src/policies/cache_aware.rs (select_worker), with the
 // approximate radix tree of sgl-model-gateway/src/policies/tree.rs
 // (insert, prefix_match), sgl-project/sglang commit

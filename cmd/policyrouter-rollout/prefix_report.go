@@ -55,8 +55,8 @@ func writePrefixTables(w io.Writer, rep *prefixReport) {
 	f := rep.Fleet
 	fmt.Fprintf(w, "fleet: %d SGLang stand-ins of capacity %d, KV %d tokens each, prefill %s per uncached token, decode %g tokens/s per request\n\n",
 		f.Policies, f.Capacity, f.KVTokens, f.PrefillPerToken, f.TokensPerSecond)
-	fmt.Fprintln(w, "| workload | strategy | prefix hit | wall s | max/mean requests per policy | groups with ≥ 6 on one policy | peak load / capacity |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| workload | strategy | prefix hit | wall s | cpu s | max/mean requests per policy | groups with ≥ 6 on one policy | peak load / capacity |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, wl := range rep.workloads {
 		for _, v := range rep.variants {
 			runs := rep.Runs[wl][v]
@@ -71,9 +71,10 @@ func writePrefixTables(w io.Writer, rep *prefixReport) {
 			for _, r := range runs {
 				peak = max(peak, r.PeakLoad)
 			}
-			fmt.Fprintf(w, "| %s | %s | %.3f | %.2f | %.2f | %s | %d / %d |\n", wl, v,
+			fmt.Fprintf(w, "| %s | %s | %.3f | %.2f | %.2f | %.2f | %s | %d / %d |\n", wl, v,
 				medianOf(runs, func(r prefixResult) float64 { return r.Hit }),
 				medianOf(runs, func(r prefixResult) float64 { return r.WallS }),
+				medianOf(runs, func(r prefixResult) float64 { return r.CPUS }),
 				medianOf(runs, func(r prefixResult) float64 { return r.MaxOverMean }), groups, peak, runs[0].Capacity)
 		}
 	}

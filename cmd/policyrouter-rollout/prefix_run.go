@@ -11,8 +11,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/policyrouter/policyrouter/api"
@@ -51,6 +53,8 @@ type prefixRouter struct {
 	api    *client.Client
 	cancel context.CancelFunc
 	done   chan error
+	// onClose stops what a variant started beside the router, first.
+	onClose []func()
 }
 
 // startPrefixRouter starts the fleet and the router and registers the
@@ -109,6 +113,9 @@ func startPrefixRouter(ctx context.Context, fs fleetShape, seed uint64, hc *http
 
 // close stops the router and the fleet.
 func (r *prefixRouter) close() {
+	for _, f := range r.onClose {
+		f()
+	}
 	if r.app != nil {
 		r.app.Stop()
 	}
@@ -204,8 +211,12 @@ func leaseSender(r *prefixRouter, hc *http.Client, sessions, hashes bool) sender
 		}
 		rel := api.ReleaseRequest{LeaseID: s.LeaseID}
 		if hashes {
-			all := append(req.Prompt[:len(req.Prompt):len(req.Prompt)], g.OutputIDs...)
-			rel.PrefixHashes = prefix.TokenHashes(all, 0)
+			// The prompt's chain continued by its last partial block and
+			// the output: the hashes of prompt + output, without hashing
+			// the prompt again.
+			whole := len(sel.PrefixHashes) * prefix.BlockTokens
+			tail := append(slices.Clip(req.Prompt[whole:]), g.OutputIDs...)
+			rel.PrefixHashes = prefix.AppendTokenHashes(slices.Clip(sel.PrefixHashes), tail, 0)
 		}
 		body, _ := json.Marshal(rel)
 		if err := r.api.Do(ctx, http.MethodPost, "/release", body, nil); err != nil {
@@ -216,16 +227,30 @@ func leaseSender(r *prefixRouter, hc *http.Client, sessions, hashes bool) sender
 }
 
 // cacheAwareSender routes with SGLang Model Gateway's cache_aware rule
-// (prefix_cacheaware.go) and sends to the chosen engine directly, as the
-// gateway does.
-func cacheAwareSender(r *prefixRouter, hc *http.Client) sender {
-	ca := newCacheAware(r.fleet.Len())
-	return func(ctx context.Context, req prefixRequest) (sent, error) {
-		i := ca.pick(req.Prompt)
-		defer ca.done(i)
-		g, _, err := generate(ctx, hc, r.fleet.URL(i), req, nil)
-		return sent{policy: i, prompt: g.Meta.PromptTokens, cached: g.Meta.CachedTokens}, err
+// (prefix_cacheaware.go) run as the gateway it is: one HTTP hop in front
+// of r's engines (prefix_gateway.go), to which the client sends the
+// request as it would to an engine. The gateway stops with r.
+func cacheAwareSender(r *prefixRouter, hc *http.Client) (sender, error) {
+	transport := benchkit.NewClient(256).Transport.(*http.Transport)
+	g, err := startCacheAwareGateway(r.fleet.URLs(), transport)
+	if err != nil {
+		return nil, err
 	}
+	r.onClose = append(r.onClose, func() {
+		_ = g.close()
+		transport.CloseIdleConnections()
+	})
+	return func(ctx context.Context, req prefixRequest) (sent, error) {
+		ans, rh, err := generate(ctx, hc, g.url, req, nil)
+		if err != nil {
+			return sent{}, err
+		}
+		i, err := strconv.Atoi(rh.Get(gatewayWorkerHeader))
+		if err != nil {
+			return sent{}, fmt.Errorf("answer without %s: %w", gatewayWorkerHeader, err)
+		}
+		return sent{policy: i, prompt: ans.Meta.PromptTokens, cached: ans.Meta.CachedTokens}, nil
+	}, nil
 }
 
 // proxySender sends through the router's proxy (POST /generate): with a
@@ -258,6 +283,9 @@ type prefixResult struct {
 	Workload string  `json:"workload"`
 	Strategy string  `json:"strategy"`
 	WallS    float64 `json:"wall_s"`
+	// CPUS is the CPU time the whole process (router, stand-ins,
+	// clients, gateway) spent during the run, user and system.
+	CPUS float64 `json:"cpu_s"`
 	// Hit is cached prompt tokens over prompt tokens, as the engines
 	// reported them (SGLang's meta_info.cached_tokens).
 	Hit          float64 `json:"prefix_hit"`
@@ -308,7 +336,7 @@ func runWorkload(ctx context.Context, r *prefixRouter, w prefixWorkload, strateg
 			res.PerPolicy[s.policy]++
 		}
 	}
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	for _, c := range w.Clients {
 		wg.Go(func() {
@@ -342,6 +370,7 @@ func runWorkload(ctx context.Context, r *prefixRouter, w prefixWorkload, strateg
 	}
 	wg.Wait()
 	res.WallS = time.Since(start).Seconds()
+	res.CPUS = (processCPU() - cpu).Seconds()
 	if err := errors.Join(errs...); err != nil {
 		return res, err
 	}
@@ -363,6 +392,16 @@ func runWorkload(ctx context.Context, r *prefixRouter, w prefixWorkload, strateg
 		res.PeakLoad = max(res.PeakLoad, r.fleet.Policy(i).PeakLoad())
 	}
 	return res, nil
+}
+
+// processCPU is the CPU time the process has used so far, user and
+// system (getrusage); 0 where it cannot be read.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // maxOnOne is the most entries of on that name one policy (-1 counts for

@@ -2,8 +2,12 @@ package main
 
 import (
 	"io"
+	"math/rand/v2"
+	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/policyrouter/policyrouter/fakepolicy"
@@ -180,5 +184,62 @@ func TestParsePrefixConfig(t *testing.T) {
 		if _, err := parsePrefixConfig(args, io.Discard); err == nil {
 			t.Errorf("%q accepted", args)
 		}
+	}
+}
+
+func TestCacheAwareGateway(t *testing.T) {
+	fleet, err := fakepolicy.New(2, rand.NewPCG(1, 1), fakepolicy.Options{
+		Engine: fakepolicy.EngineSGLang, PerPolicyListeners: true, KVTokens: 4096, TokensPerSecond: 1e6,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	g, err := startCacheAwareGateway(fleet.URLs(), transport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+
+	send := func(tb testing.TB, prompt []int64) (int, genAnswer) {
+		tb.Helper()
+		ans, h, err := generate(t.Context(), hc, g.url, prefixRequest{Prompt: prompt, MaxNew: 4}, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		i, err := strconv.Atoi(h.Get(gatewayWorkerHeader))
+		if err != nil {
+			tb.Fatalf("answer without %s: %v", gatewayWorkerHeader, err)
+		}
+		return i, ans
+	}
+	shared := seq(0, 64)
+	first, ans := send(t, shared)
+	if ans.Meta.PromptTokens != len(shared) || ans.Meta.CachedTokens != 0 {
+		t.Errorf("first request: prompt %d, cached %d; want %d, 0", ans.Meta.PromptTokens, ans.Meta.CachedTokens, len(shared))
+	}
+	again, ans := send(t, slices.Concat(shared, seq(100, 116)))
+	if again != first || ans.Meta.CachedTokens != len(shared) {
+		t.Errorf("a prompt extending the first went to %d with %d cached; want %d with %d", again, ans.Meta.CachedTokens, first, len(shared))
+	}
+	g.rule.mu.Lock()
+	loads := slices.Clone(g.rule.loads)
+	g.rule.mu.Unlock()
+	if !slices.Equal(loads, []int{0, 0}) {
+		t.Errorf("loads after the answers = %v, want none in flight", loads)
+	}
+
+	resp, err := hc.Post(g.url+"/generate", "application/json", strings.NewReader("{"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a body that is not JSON: %d, want 400", resp.StatusCode)
 	}
 }
