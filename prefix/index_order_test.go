@@ -31,7 +31,7 @@ func refRecord(list []entry, hashes []Hash, confirmed bool) []entry {
 func listOf(x *Index, id string) []entry {
 	var out []entry
 	for n := x.pols[x.slots[id]].head; n != none; n = x.nodes[n].next {
-		out = append(out, entry{h: x.nodes[n].hash, confirmed: x.nodes[n].confirmed})
+		out = append(out, entry{h: x.blocks[x.nodes[n].blk].hash, confirmed: x.nodes[n].confirmed})
 	}
 	return out
 }
@@ -87,6 +87,67 @@ func TestIndexRecordOrder(t *testing.T) {
 			for _, n := range x.nodes {
 				if n.inRun {
 					t.Fatalf("round %d step %d: a node left marked in a run", round, step)
+				}
+			}
+		}
+	}
+}
+
+// Match by the blocks' masks (up to 64 policy slots) and by walking the
+// holders (beyond) both answer as a plain reading of each policy's list:
+// the longest prefix of the chain it holds, and holds confirmed.
+func TestIndexMatchAgainstLists(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, np := range []int{3, 64, 70} {
+		x := NewIndex(Options{DefaultTokens: 40 * BlockTokens})
+		ids := make([]string, np)
+		for i := range ids {
+			ids[i] = "p" + string(rune('A'+i%26)) + string(rune('a'+i/26))
+		}
+		chains := func() []Hash {
+			var hs []Hash
+			for range r.IntN(12) {
+				hs = append(hs, Hash(r.IntN(16)))
+			}
+			return hs
+		}
+		for step := range 3000 {
+			id := ids[r.IntN(np)]
+			switch hs := chains(); r.IntN(6) {
+			case 0, 1:
+				x.RecordPending(id, hs)
+			case 2:
+				x.Add(id, hs)
+			case 3:
+				x.Confirm(id, hs, r.IntN(3)*BlockTokens-1)
+			case 4:
+				x.DropPending(id, hs)
+			default:
+				if r.IntN(4) == 0 {
+					x.Remove(id)
+				}
+			}
+			hs := chains()
+			got := x.Match(hs, ids, nil)
+			for i, id := range ids {
+				var want Match
+				if _, ok := x.slots[id]; ok {
+					held := map[Hash]bool{}
+					for _, e := range listOf(x, id) {
+						held[e.h] = held[e.h] || e.confirmed
+					}
+					for want.Pending < len(hs) {
+						if _, ok := held[hs[want.Pending]]; !ok {
+							break
+						}
+						want.Pending++
+					}
+					for want.Confirmed < len(hs) && held[hs[want.Confirmed]] {
+						want.Confirmed++
+					}
+				}
+				if got[i] != want {
+					t.Fatalf("%d policies, step %d: Match(%v) of %s = %+v, its list says %+v", np, step, hs, id, got[i], want)
 				}
 			}
 		}
