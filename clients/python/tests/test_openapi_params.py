@@ -101,6 +101,7 @@ NOT_COVERED = {
     "returnLease": "between router replicas, not for clients",
     "adoptLease": "between router replicas, not for clients",
     "routable": "between router replicas, not for clients",
+    "returning": "between router replicas, not for clients",
 }
 
 

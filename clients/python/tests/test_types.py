@@ -54,6 +54,7 @@ UNTYPED = {
     "FleetSelector": "echoed by an update as it was sent: the caller's own mapping",
     # Answers of the replicas' internal routes (test_openapi_params.NOT_COVERED).
     "Routable": "between router replicas: not a client method",
+    "Returning": "between router replicas: not a client method",
 }
 
 
