@@ -239,7 +239,7 @@ func (p *Proxy) finish(ctx context.Context, a *attempt) {
 		if a.chain != nil {
 			out.Prefix = a.chain
 		}
-		out.CachedTokens, out.CachedKnown = a.cached, a.cachedKnown && a.prompt.kind == prefix.Tokens
+		out.CachedTokens, out.CachedKnown = a.cached, a.cachedKnown && a.prompt.kind == prefix.Tokens && !a.prompt.capped
 	}
 	if err := p.Leaser.Release(context.WithoutCancel(ctx), d, out); err != nil {
 		p.Logger.Warn("proxy: release", "policy_id", d.Policy.ID, "err", err)

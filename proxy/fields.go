@@ -23,6 +23,7 @@ type fields struct {
 	scanned bool
 
 	stream, inputIDs, text, sampling, prompt, messages []byte
+	returnLogprob, logprobStart, promptLogprobs        []byte
 	modelFold, promptFold                              []byte
 	// streamFold is the last "stream" (any case) that is true or false
 	// (null leaves a struct's field as it was); streamFoldBad is set when
@@ -54,6 +55,12 @@ func readFields(body []byte) *fields {
 			f.prompt = val
 		case "messages":
 			f.messages = val
+		case "return_logprob":
+			f.returnLogprob = val
+		case "logprob_start_len":
+			f.logprobStart = val
+		case "prompt_logprobs":
+			f.promptLogprobs = val
 		}
 		switch {
 		case bytes.EqualFold(key, []byte("model")):

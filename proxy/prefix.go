@@ -45,6 +45,28 @@ type prompt struct {
 	hashes []prefix.Hash
 	kind   prefix.Kind
 	msgs   []prefix.Message // a chat's, to count its matched bytes
+	// capped: the engine's count of cached tokens says less than it holds
+	// (cacheReportCapped), and is not read.
+	capped bool
+}
+
+// cacheReportCapped reports whether the engine's count of a request's
+// cached prompt tokens is capped below what its cache holds, so that it
+// must not cut the policy's index back: SGLang matches at most
+// logprob_start_len tokens of a request that asks for input logprobs from
+// there (return_logprob with logprob_start_len >= 0;
+// Req._compute_max_prefix_len, python/sglang/srt/managers/
+// schedule_batch.py, v0.5.18), and vLLM does not read its prefix cache
+// for a request that asks for prompt_logprobs (SamplingParams:
+// skip_reading_prefix_cache = prompt_logprobs is not None,
+// vllm/sampling_params.py). A body the scan could not read is taken as
+// capped.
+func cacheReportCapped(f *fields) bool {
+	if !f.scanned {
+		return true
+	}
+	inputLogprobs := string(f.returnLogprob) == "true" && len(f.logprobStart) > 0 && f.logprobStart[0] != '-' && !isNull(f.logprobStart)
+	return inputLogprobs || !isNull(f.promptLogprobs)
 }
 
 // units is how many prompt tokens (bytes, for text and chat) blocks
@@ -124,6 +146,7 @@ func promptOf(path string, f *fields, ids []int64) *prompt {
 	if len(pr.hashes) == 0 {
 		return nil
 	}
+	pr.capped = cacheReportCapped(f)
 	return pr
 }
 

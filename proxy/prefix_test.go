@@ -42,6 +42,10 @@ func TestPrefixAffinity(t *testing.T) {
 	}{
 		{"generate ids", "/generate", `{"input_ids":` + idList + `}`, "", false, 2, 32, true},
 		{"generate ids, resumable", "/generate", `{"input_ids":` + idList + `}`, "", true, 2, 32, true},
+		// The engine's count is capped below what it holds: not read.
+		{"generate ids, input logprobs from 0", "/generate", `{"input_ids":` + idList + `,"return_logprob":true,"logprob_start_len":0}`, "", true, 2, 32, false},
+		{"generate ids, output logprobs", "/generate", `{"input_ids":` + idList + `,"return_logprob":true,"logprob_start_len":-1}`, "", false, 2, 32, true},
+		{"completions ids, prompt_logprobs", "/v1/completions", `{"model":"m","prompt":` + idList + `,"prompt_logprobs":1}`, "", false, 2, 32, false},
 		{"generate text", "/generate", `{"text":"` + text + `"}`, "", false, 2, 128, false},
 		{"completions ids", "/v1/completions", `{"model":"m","prompt":` + idList + `}`, "", false, 2, 32, true},
 		{"completions text", "/v1/completions", `{"model":"m","prompt":"` + text + `"}`, "", false, 2, 128, false},
