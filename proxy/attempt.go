@@ -108,14 +108,19 @@ func (p *Proxy) answer(res *http.Response, a *attempt) error {
 		a.over = true // refused: the policy runs nothing of it
 		return errRetryable
 	}
-	// The canonical keys, and one array for the three values.
+	// The canonical keys, and one array for the four values.
 	h := res.Header
-	v := []string{strconv.Itoa(a.d.Policy.Index), a.d.Policy.ID, strconv.FormatInt(a.d.Version, 10)}
+	version := strconv.FormatInt(a.d.Version, 10)
+	label := a.d.WeightLabel
+	if label == "" {
+		label = version // weightLabel's, without formatting it again
+	}
+	v := []string{strconv.Itoa(a.d.Policy.Index), a.d.Policy.ID, version, label}
 	h[canonicalPolicyIndex], h[canonicalPolicyID], h[canonicalWeightVersion] = v[0:1:1], v[1:2:2], v[2:3:3]
 	if a.resume == nil || a.resume.stream == nil {
 		// One segment, every output token; a resumed answer names its
 		// segments instead, and a resumable stream in its trailers.
-		h[canonicalWeightVersions] = []string{weightLabel(a.d)}
+		h[canonicalWeightVersions] = v[3:4:4]
 	}
 	if a.d.EnvUnmapped {
 		h.Set(HeaderEnvUnmapped, "true")
