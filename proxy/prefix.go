@@ -65,7 +65,8 @@ func cacheReportCapped(f *fields) bool {
 	if !f.scanned {
 		return true
 	}
-	inputLogprobs := string(f.returnLogprob) == "true" && len(f.logprobStart) > 0 && f.logprobStart[0] != '-' && !isNull(f.logprobStart)
+	start := -1 // SGLang's default: output logprobs only
+	inputLogprobs := string(f.returnLogprob) == "true" && f.logprobStart != nil && intValue(&start, f.logprobStart) && start >= 0
 	return inputLogprobs || !isNull(f.promptLogprobs)
 }
 
