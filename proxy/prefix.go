@@ -97,8 +97,8 @@ func (p *Proxy) affinityWanted(h http.Header) (bool, error) {
 // promptOf reads the prompt of a proxied request, nil when it has no
 // full block or is in a form the proxy does not hash (or the scan could
 // not read the body). ids, when not nil, are its token ids read already
-// (resuming).
-func promptOf(path string, f *fields, ids []int64) *prompt {
+// (resuming). Token ids are hashed through memo.
+func promptOf(path string, f *fields, ids []int64, memo *prefix.Memo) *prompt {
 	var text, list, msgs []byte
 	if ids == nil {
 		if !f.scanned {
@@ -119,7 +119,7 @@ func promptOf(path string, f *fields, ids []int64) *prompt {
 	pr := &prompt{}
 	switch {
 	case ids != nil:
-		pr.kind, pr.hashes = prefix.Tokens, prefix.TokenHashes(ids, 0)
+		pr.kind, pr.hashes = prefix.Tokens, memo.TokenHashes(ids)
 	case len(text) > 0 && text[0] == '"':
 		var s string
 		if json.Unmarshal(text, &s) != nil {
@@ -204,7 +204,7 @@ func (p *Proxy) promptFor(r *http.Request, f *fields, rs *resumeState) (*prompt,
 	if rs != nil {
 		ids = rs.prompt
 	}
-	return promptOf(r.URL.Path, f, ids), nil
+	return promptOf(r.URL.Path, f, ids, p.memo), nil
 }
 
 // noteOutput extends the attempt's blocks by the tokens the policy

@@ -116,7 +116,7 @@ func TestPromptOfIsPrefixTokenHashes(t *testing.T) {
 		body += strconv.FormatInt(id, 10)
 	}
 	body += `]}`
-	pr := promptOf("/generate", readFields([]byte(body)), nil)
+	pr := promptOf("/generate", readFields([]byte(body)), nil, prefix.NewMemo(0))
 	want := prefix.TokenHashes(ids, 0)
 	if pr == nil || len(pr.hashes) != 3 || pr.kind != prefix.Tokens {
 		t.Fatalf("prompt %+v; want 3 token blocks", pr)

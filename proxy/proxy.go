@@ -17,6 +17,7 @@ import (
 
 	"github.com/policyrouter/policyrouter/api"
 	"github.com/policyrouter/policyrouter/metrics"
+	"github.com/policyrouter/policyrouter/prefix"
 	"github.com/policyrouter/policyrouter/routing"
 )
 
@@ -130,6 +131,9 @@ type Proxy struct {
 	models      modelsCache
 	targets     sync.Map     // policy URL → its *url.URL, parsed once
 	targetCount atomic.Int64 // entries of targets
+	// memo spares hashing again the token prompts sent again or extended
+	// (a GRPO group's samples, a conversation's turns).
+	memo *prefix.Memo
 }
 
 // New returns a Proxy for cfg.
@@ -153,7 +157,7 @@ func New(cfg Config) *Proxy {
 		cfg.DefaultSelectWait = 30 * time.Second
 	}
 	cfg.DefaultSelectWait = min(cfg.DefaultSelectWait, cfg.MaxSelectWait)
-	p := &Proxy{Config: cfg}
+	p := &Proxy{Config: cfg, memo: prefix.NewMemo(0)}
 	p.reverseProxy = p.newReverseProxy()
 	return p
 }

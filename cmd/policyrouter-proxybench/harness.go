@@ -198,7 +198,7 @@ func roundOrder(n, r int) []int {
 // and reads the CPU its proxy and the upstream used over the window.
 func runPhase(ctx context.Context, cfg config, s *side, up *child) (phase, string, error) {
 	wl := workloads[cfg.Workload]
-	l := startLoad(s.addrs, cfg.Connections, wl.path, wl.body)
+	l := startLoad(s.addrs, cfg.Connections, wl)
 	defer l.stop()
 	if !benchkit.SleepUntil(ctx, time.Now().Add(cfg.Warmup)) {
 		return phase{}, "", ctx.Err()

@@ -31,23 +31,37 @@ type load struct {
 	// latencies go into latency.
 	measuring atomic.Bool
 	latency   histogram
+	// seq numbers the requests of a unique workload.
+	seq atomic.Int64
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
 // startLoad opens conns connections, connection i to bases[i % len(bases)]
-// (host:port), each sending POST path with body in a loop.
-func startLoad(bases []string, conns int, path, body string) *load {
+// (host:port), each sending POST wl.path with wl.body in a loop.
+func startLoad(bases []string, conns int, wl workload) *load {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &load{cancel: cancel}
 	for i := range conns {
 		addr := bases[i%len(bases)]
-		req := []byte("POST " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body)
-		l.wg.Go(func() { l.drive(ctx, addr, req) })
+		head := "POST " + wl.path + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: " +
+			strconv.Itoa(len(wl.body)) + "\r\n\r\n"
+		req := []byte(head + wl.body)
+		vary := -1 // where the digits to rewrite start
+		if wl.unique {
+			vary = len(head) + len(uniqueIDsFirst) - uniqueDigits - 1
+		}
+		l.wg.Go(func() { l.drive(ctx, addr, req, vary) })
 	}
 	return l
+}
+
+// number writes the next request number into req's uniqueDigits digits
+// from at.
+func (l *load) number(req []byte, at int) {
+	n := 1_000_000 + l.seq.Add(1)%9_000_000
+	strconv.AppendInt(req[at:at], n, 10)
 }
 
 // stop ends the load and waits for its connections to close.
@@ -64,8 +78,8 @@ func (l *load) fail(err error) {
 }
 
 // drive runs one connection's loop until ctx ends, reconnecting after a
-// closed or failed connection.
-func (l *load) drive(ctx context.Context, addr string, req []byte) {
+// closed or failed connection; vary >= 0 numbers each request there.
+func (l *load) drive(ctx context.Context, addr string, req []byte, vary int) {
 	for ctx.Err() == nil {
 		conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -78,6 +92,9 @@ func (l *load) drive(ctx context.Context, addr string, req []byte) {
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		rd := bufio.NewReaderSize(conn, 16<<10)
 		for ctx.Err() == nil {
+			if vary >= 0 {
+				l.number(req, vary)
+			}
 			sent := time.Now()
 			if _, err := conn.Write(req); err != nil {
 				break

@@ -107,7 +107,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Base2Binary, "base2-binary", "", "a third policyrouter binary (or a script that execs one with more flags), measured as the base2 side: a step between base and router, for an ablation")
 	fs.StringVar(&c.Nginx, "nginx", "auto", `nginx binary; "auto" looks for nginx in PATH and /usr/sbin, "none" skips nginx`)
 	fs.StringVar(&c.Upstream, "upstream", "auto", "what answers as the policies: nginx, go (a Go server), or auto (nginx when found)")
-	fs.StringVar(&c.Workload, "workload", "completions", "what is sent: completions (POST /v1/completions, a text prompt) generate (POST /generate of 16 token ids with logprobs, which the router resumes on abort), or generate8k (the same with 8192 token ids)")
+	fs.StringVar(&c.Workload, "workload", "completions", "what is sent: completions (POST /v1/completions, a text prompt) generate (POST /generate of 16 token ids with logprobs, which the router resumes on abort), generate8k (the same with 8192 token ids), or generate8k-unique (the same with a new first id on every request, so that no two prompts share a block)")
 	fs.StringVar(&c.Profile, "profile", "", "run the router side as this tree's router under a CPU profile written to this file, and its allocations to FILE.allocs (instead of -binary)")
 	fs.StringVar(&serveArgs, "serve-args", "", "more flags of `serve` for both policyrouter sides, space-separated")
 	if err := fs.Parse(args); err != nil {
@@ -139,7 +139,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	case c.Upstream != "auto" && c.Upstream != "nginx" && c.Upstream != "go":
 		return c, fmt.Errorf("-upstream must be auto, nginx or go, not %q", c.Upstream)
 	case workloads[c.Workload].path == "":
-		return c, fmt.Errorf("-workload must be completions, generate or generate8k, not %q", c.Workload)
+		return c, fmt.Errorf("-workload must be completions, generate, generate8k or generate8k-unique, not %q", c.Workload)
 	case len(c.Sides) == 0:
 		return c, errors.New("-sides: no side to run")
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -199,5 +201,29 @@ func TestHistogramQuantile(t *testing.T) {
 		if got := h.quantile(tt.q); got < tt.want || float64(got) > float64(tt.want)*1.021 {
 			t.Errorf("quantile(%v) = %v, want within 2%% above %v", tt.q, got, tt.want)
 		}
+	}
+}
+
+// The unique workload's requests differ in their first token id and stay
+// valid JSON of the same length.
+func TestUniqueWorkloadNumbersRequests(t *testing.T) {
+	wl := workloads["generate8k-unique"]
+	var l load
+	req := []byte(wl.body)
+	at := len(uniqueIDsFirst) - uniqueDigits - 1
+	seen := map[string]bool{}
+	for range 3 {
+		l.number(req, at)
+		var body struct {
+			InputIDs []int `json:"input_ids"`
+		}
+		if err := json.Unmarshal(req, &body); err != nil || len(req) != len(wl.body) || len(body.InputIDs) != 8192 {
+			t.Fatalf("numbered body: %v, %d bytes (want %d), %d ids", err, len(req), len(wl.body), len(body.InputIDs))
+		}
+		first := strconv.Itoa(body.InputIDs[0])
+		if seen[first] {
+			t.Fatalf("first id %s twice", first)
+		}
+		seen[first] = true
 	}
 }

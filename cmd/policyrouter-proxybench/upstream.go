@@ -50,16 +50,29 @@ func generateAnswer(n int) string {
 }
 
 // A workload is what the load generator sends (path, body), and the
-// answer of the upstream's POST /generate.
+// answer of the upstream's POST /generate. A unique workload's body
+// starts its token ids with uniqueDigits digits that the load generator
+// rewrites on every request (a counter shared by the connections), so
+// that no two requests share a prompt block.
 type workload struct {
 	path, body, generate string
+	unique               bool
 }
 
 var workloads = map[string]workload{
-	"completions": {"/v1/completions", completionsBody, generateAnswer(16)},
-	"generate":    {"/generate", generateBody, generateAnswer(16)},
-	"generate8k":  {"/generate", longGenerateBody(8192), generateAnswer(8192)},
+	"completions": {"/v1/completions", completionsBody, generateAnswer(16), false},
+	"generate":    {"/generate", generateBody, generateAnswer(16), false},
+	"generate8k":  {"/generate", longGenerateBody(8192), generateAnswer(8192), false},
+	// prompts that share nothing: the router hashes each whole
+	"generate8k-unique": {"/generate", uniqueIDsFirst + longGenerateBody(8191)[len(`{"input_ids":[`):], generateAnswer(8192), true},
 }
+
+// uniqueDigits is how many digits of a unique workload's first token id
+// the load generator rewrites; uniqueIDsFirst starts such a body.
+const (
+	uniqueDigits   = 7
+	uniqueIDsFirst = `{"input_ids":[1000000,`
+)
 
 // longGenerateBody is generateBody with a prompt of n token ids (a long
 // RL prompt: the proxy hashes it under prefix-cache affinity), the same

@@ -1,0 +1,134 @@
+package prefix
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"sync"
+)
+
+// A Memo remembers the block hashes of recent token prompts, so that a
+// prompt sent again (the n samples of a GRPO group, a retry) or extended
+// (the next turn of a conversation, which resends the last one whole) is
+// hashed with SHA-256 only where it is new. Its answers are TokenHashes's,
+// whatever it holds: it only skips work.
+//
+// It keys a prefix by a seeded maphash of its token ids laid out as
+// AppendTokenHashes lays them, chained every memoEvery blocks (about 1 ns
+// a token, against 12 of SHA-256), and holds a prompt's hashes at its end
+// and at every memoEvery-th block, so that a longer prompt finds the
+// longest remembered prefix in at most len/memoEvery+1 lookups and hashes
+// at most memoEvery-1 blocks again beyond it. Two generations of entries bound its memory: when the newer
+// holds max/2 blocks' hashes it becomes the older, and the older is
+// dropped. A maphash collision (2^-64 a pair, its seed unknown outside the
+// process) would give one prompt another's hashes: a routing mistake,
+// never a wrong answer.
+type Memo struct {
+	seed maphash.Seed
+	max  int // hashes held, both generations
+
+	mu       sync.Mutex
+	cur, old map[uint64][]Hash
+	curHeld  int // hashes in cur's distinct slices
+}
+
+// memoEvery is how many blocks apart a prompt's hashes are remembered
+// (besides at its end).
+const memoEvery = 16
+
+// NewMemo returns a Memo holding about max hashes (8 bytes each, plus a
+// map entry every memoEvery of them); max <= 0 means 1<<20 (16M tokens,
+// 8 MiB of hashes).
+func NewMemo(max int) *Memo {
+	if max <= 0 {
+		max = 1 << 20
+	}
+	return &Memo{seed: maphash.MakeSeed(), max: max, cur: map[uint64][]Hash{}, old: map[uint64][]Hash{}}
+}
+
+// TokenHashes returns TokenHashes(ids, 0), hashing only the blocks after
+// the longest prefix of ids it remembers, and remembers the result. The
+// slice is the caller's.
+func (m *Memo) TokenHashes(ids []int64) []Hash {
+	n := min(len(ids)/BlockTokens, MaxBlocks)
+	if n == 0 {
+		return nil
+	}
+	keys := m.keys(ids[:n*BlockTokens])
+	out := make([]Hash, 0, n)
+	out = append(out, m.lookup(keys)...)
+	if len(out) == n {
+		return out
+	}
+	out = AppendTokenHashes(out, ids[len(out)*BlockTokens:], n)
+	m.store(keys, out)
+	return out
+}
+
+// memoSpan is the ids of memoEvery blocks.
+const memoSpan = memoEvery * BlockTokens
+
+// keys returns the keys of ids's prefixes that end a span of memoEvery
+// blocks, or ids: the maphash of the key before and the span's ids, laid
+// out as AppendTokenHashes lays them.
+func (m *Memo) keys(ids []int64) []uint64 {
+	keys := make([]uint64, 0, (len(ids)+memoSpan-1)/memoSpan)
+	var buf [8 + 4*memoSpan]byte
+	for len(ids) > 0 {
+		span := ids[:min(memoSpan, len(ids))]
+		for j, id := range span {
+			binary.LittleEndian.PutUint32(buf[8+4*j:], uint32(id))
+		}
+		k := maphash.Bytes(m.seed, buf[:8+4*len(span)])
+		binary.LittleEndian.PutUint64(buf[:8], k)
+		keys = append(keys, k)
+		ids = ids[len(span):]
+	}
+	return keys
+}
+
+// lookup returns the hashes of the longest prefix that m remembers among
+// those keys name (nil for none), the longest tried first. The slice is
+// m's: copy it.
+func (m *Memo) lookup(keys []uint64) []Hash {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := len(keys) - 1; i >= 0; i-- {
+		if h, ok := m.cur[keys[i]]; ok {
+			return h
+		}
+		if h, ok := m.old[keys[i]]; ok {
+			m.putLocked(keys[i], h, len(h))
+			return h
+		}
+	}
+	return nil
+}
+
+// store remembers hs, the hashes of the blocks whose spans keys names,
+// under each span's key; the entries share one copy.
+func (m *Memo) store(keys []uint64, hs []Hash) {
+	if len(hs) > m.max/2 {
+		return // it would fill a generation alone
+	}
+	own := append([]Hash(nil), hs...)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, k := range keys {
+		end := min((i+1)*memoEvery, len(own))
+		held := 0
+		if end == len(own) {
+			held = len(own)
+		}
+		m.putLocked(k, own[:end:end], held)
+	}
+}
+
+// putLocked holds h under key in the newer generation, counting held
+// more hashes, and turns the generations over when it is full.
+func (m *Memo) putLocked(key uint64, h []Hash, held int) {
+	if m.curHeld+held > m.max/2 && len(m.cur) > 0 {
+		m.old, m.cur, m.curHeld = m.cur, make(map[uint64][]Hash, len(m.cur)), 0
+	}
+	m.cur[key] = h
+	m.curHeld += held
+}
