@@ -114,3 +114,30 @@ func TestAssignPrefixHashesRecorded(t *testing.T) {
 		t.Errorf("stats prefix policies %+v; want the assigned policy with 3 blocks pending", st.Prefix.Policies)
 	}
 }
+
+// An /assign of a group with its prompt's hashes gathers the tasks on one
+// policy (the seed's least-loaded spread puts one on each), and the next
+// /select of the prompt follows them there.
+func TestAssignPrefixHashesGatherGroup(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	var policies strings.Builder
+	for i := range 4 {
+		if i > 0 {
+			policies.WriteByte(',')
+		}
+		policies.WriteString(`{"url":"http://127.0.0.1:9/p` + itoa(i) + `","index":` + itoa(i) + `,"capacity":16}`)
+	}
+	want(t, ts.do(t, "PUT", "/policies", `{"policies":[`+policies.String()+`]}`), http.StatusOK, nil)
+	h := hashesJSON(t, 900, 4)
+	var a api.AssignResponse
+	want(t, ts.do(t, "POST", "/assign", `{"num_tasks":4,"router":"simple","prefix_hashes":`+h+`}`), http.StatusOK, &a)
+	if len(a.Policies) != 1 || len(a.Assignments) != 4 {
+		t.Fatalf("assigned %v over %+v; want the four tasks on one policy", a.Assignments, a.Policies)
+	}
+	id := a.Policies[itoa(a.Assignments[0])].ID
+	var sel api.SelectResponse
+	want(t, ts.do(t, "POST", "/select", `{"router":"simple","prefix_hashes":`+h+`}`), http.StatusOK, &sel)
+	if sel.ID != id || sel.PrefixOutcome != routing.PrefixHit {
+		t.Errorf("select %+v; want %s, a hit", sel, id)
+	}
+}

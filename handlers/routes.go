@@ -78,6 +78,7 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		EnvIDs:     req.EnvIDs,
 		MinVersion: req.MinVersion,
 		TTL:        time.Duration(deref(req.AssignTTLMS)) * time.Millisecond,
+		Prefix:     req.PrefixHashes,
 	})
 	s.observeDecision("assign", router.Name, start)
 	if err != nil {
@@ -91,7 +92,7 @@ func (s *Server) assign(w http.ResponseWriter, r *http.Request) {
 		s.observeAffinity("assign", router.Name, a.Snapshot, req.EnvIDs, a.Indices)
 		s.noteUnmapped(r.Context(), a.Snapshot, req.EnvIDs...)
 	}
-	if len(req.PrefixHashes) > 0 {
+	if len(req.PrefixHashes) > 0 && req.CurrentLoads != nil {
 		s.State.PrefixRecord(assignedIDs(a), req.PrefixHashes)
 	}
 	s.writeAssignment(w, a, anyUnmapped(a.Snapshot, req.EnvIDs))

@@ -1,6 +1,10 @@
 package routing
 
-import "time"
+import (
+	"time"
+
+	"github.com/policyrouter/policyrouter/prefix"
+)
 
 // AssignRequest is one /assign call.
 type AssignRequest struct {
@@ -25,6 +29,10 @@ type AssignRequest struct {
 	// TTL is how long the tracked tasks count in their policies' loads
 	// unless completed first; 0 means Options.AssignTTL.
 	TTL time.Duration
+	// Prefix, when given, is the block hashes of the prompt the tasks
+	// share: a tracked assignment keeps them together where it is cached
+	// (assign_prefix.go).
+	Prefix []prefix.Hash
 }
 
 // Assignment is the answer of Assign.
@@ -105,6 +113,13 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	out, sticky, err := st.assignSessions(snap, req, in, func(pos int) int64 { return int64(rts[pos].inflight) })
 	if err != nil {
 		return Assignment{}, err
+	}
+	if len(req.Prefix) > 0 {
+		var homed func(int) bool
+		if req.Sessions != nil {
+			homed = func(task int) bool { return req.Sessions[task] != "" }
+		}
+		st.assignPrefixLocked(req.Prefix, out, homed, rts, in.Loads)
 	}
 	ttl := req.TTL
 	if ttl <= 0 {

@@ -28,7 +28,8 @@
 // index); no router runs there. /assign runs its own algorithms
 // (assign.go, the seed's SimpleRouter and NodeAffinityRouter) over the
 // available policies (assign_state.go) with its sticky stage
-// (assign_sticky.go). Routers are one type per file behind two small
+// (assign_sticky.go); the tasks of one prompt are then gathered by its
+// score stage (assign_prefix.go). Routers are one type per file behind two small
 // interfaces, Assigner and Selector. One table (router.go) names the
 // routers; the API's validation, the handlers, the --router flag and the
 // OpenAPI enums all come from it. Adding a router is one file, its tests

@@ -316,10 +316,11 @@ func (st *State) clearPrefixLocked(rt *policyRuntime) {
 }
 
 // PrefixRecord records hashes pending on each of the policies with the
-// given (distinct) ids, as a decision does for its policy: the policies
-// /assign gave the tasks of one prompt. /assign's routers spread by load and are
-// not scored; what they chose is recorded so that later requests with the
-// same prompt match. Unknown ids are ignored. It takes no routing lock.
+// given (distinct) ids, as a decision does for its policy: the policies a
+// stateless /assign (current_loads) gave the tasks of one prompt, which
+// are not steered (a tracked /assign records its own, assign_prefix.go),
+// so that later requests with the same prompt match. Unknown ids are
+// ignored. It takes no routing lock.
 func (st *State) PrefixRecord(ids []string, hashes []prefix.Hash) {
 	if len(hashes) == 0 {
 		return
