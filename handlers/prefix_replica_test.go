@@ -18,7 +18,7 @@ import (
 func TestInternalLeasePrefixHashes(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	ts.register(t, 3)
-	h := hashesJSON(t, 9, 5)
+	h := hashesJSON(t, 9, 8)
 
 	var sel api.SelectResponse
 	want(t, ts.do(t, "POST", "/internal/leases", `{"router":"simple","timeout_ms":0,"prefix_hashes":`+h+`}`), http.StatusOK, &sel)
@@ -30,12 +30,12 @@ func TestInternalLeasePrefixHashes(t *testing.T) {
 
 	var next api.SelectResponse
 	want(t, ts.do(t, "POST", "/internal/leases", `{"router":"simple","timeout_ms":0,"prefix_hashes":`+h+`}`), http.StatusOK, &next)
-	if next.ID != sel.ID || next.PrefixOutcome != routing.PrefixHit || next.PrefixMatch == nil || *next.PrefixMatch != 5 {
-		t.Errorf("next lease %+v; want %s, a hit matching 5 blocks", next, sel.ID)
+	if next.ID != sel.ID || next.PrefixOutcome != routing.PrefixHit || next.PrefixMatch == nil || *next.PrefixMatch != 8 {
+		t.Errorf("next lease %+v; want %s, a hit matching 8 blocks", next, sel.ID)
 	}
 
 	// A failed attempt drops what it had pending.
-	other := hashesJSON(t, 5000, 2)
+	other := hashesJSON(t, 5000, 4)
 	var failed api.SelectResponse
 	want(t, ts.do(t, "POST", "/internal/leases", `{"router":"simple","timeout_ms":0,"prefix_hashes":`+other+`}`), http.StatusOK, &failed)
 	want(t, ts.do(t, "POST", "/internal/leases/"+failed.LeaseID+"/release",

@@ -12,7 +12,8 @@ import (
 )
 
 // hashesJSON renders the hashes of the token ids base, base+1, ... (n
-// blocks) as a JSON array.
+// blocks) as a JSON array. The prefix index keeps whole steps of
+// prefix.DefaultStride blocks: the tests' prompts are whole steps.
 func hashesJSON(tb testing.TB, base, n int) string {
 	tb.Helper()
 	ids := make([]uint32, n*prefix.BlockTokens)
@@ -55,7 +56,7 @@ func TestSelectBadPrefixHashes(t *testing.T) {
 func TestSelectPrefixHashes(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	ts.register(t, 3)
-	h := hashesJSON(t, 0, 4)
+	h := hashesJSON(t, 0, 8)
 
 	// Nobody holds them: the router's pick, and the hashes pending there.
 	var first api.SelectResponse
@@ -64,12 +65,12 @@ func TestSelectPrefixHashes(t *testing.T) {
 		t.Fatalf("first answer %+v; want a miss with match 0", first)
 	}
 	// Its release reports prompt + output: the next turn matches.
-	turn := hashesJSON(t, 0, 6)
+	turn := hashesJSON(t, 0, 12)
 	want(t, ts.do(t, "POST", "/release", `{"lease_id":"`+first.LeaseID+`","prefix_hashes":`+turn+`}`), http.StatusOK, nil)
 	var next api.SelectResponse
 	want(t, ts.do(t, "POST", "/select", `{"router":"simple","prefix_hashes":`+turn+`}`), http.StatusOK, &next)
-	if next.ID != first.ID || next.PrefixOutcome != routing.PrefixHit || next.PrefixMatch == nil || *next.PrefixMatch != 6 {
-		t.Errorf("next turn %+v; want %s, a hit matching 6 blocks", next, first.ID)
+	if next.ID != first.ID || next.PrefixOutcome != routing.PrefixHit || next.PrefixMatch == nil || *next.PrefixMatch != 12 {
+		t.Errorf("next turn %+v; want %s, a hit matching 12 blocks", next, first.ID)
 	}
 
 	// Without hashes the answer says nothing of prefixes.
@@ -82,8 +83,8 @@ func TestSelectPrefixHashes(t *testing.T) {
 	var st api.Stats
 	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &st)
 	if st.Prefix.Decisions[routing.PrefixHit] != 1 || st.Prefix.Decisions[routing.PrefixMiss] != 1 ||
-		st.Prefix.MatchedTokens != 6*prefix.BlockTokens || len(st.Prefix.Policies) == 0 {
-		t.Errorf("stats prefix %+v; want 1 hit, 1 miss, 96 matched tokens and the indexed policy", st.Prefix)
+		st.Prefix.MatchedTokens != 12*prefix.BlockTokens || len(st.Prefix.Policies) == 0 {
+		t.Errorf("stats prefix %+v; want 1 hit, 1 miss, 192 matched tokens and the indexed policy", st.Prefix)
 	}
 }
 
@@ -105,13 +106,13 @@ func TestSelectLongPrefixHashesCapped(t *testing.T) {
 func TestAssignPrefixHashesRecorded(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	ts.register(t, 2)
-	h := hashesJSON(t, 50, 3)
+	h := hashesJSON(t, 50, 4)
 	var a api.AssignResponse
 	want(t, ts.do(t, "POST", "/assign", `{"num_tasks":1,"router":"simple","prefix_hashes":`+h+`}`), http.StatusOK, &a)
 	var st api.Stats
 	want(t, ts.do(t, "GET", "/stats", ""), http.StatusOK, &st)
-	if len(st.Prefix.Policies) != 1 || st.Prefix.Policies[0].PendingTokens != 3*prefix.BlockTokens {
-		t.Errorf("stats prefix policies %+v; want the assigned policy with 3 blocks pending", st.Prefix.Policies)
+	if len(st.Prefix.Policies) != 1 || st.Prefix.Policies[0].PendingTokens != 4*prefix.BlockTokens {
+		t.Errorf("stats prefix policies %+v; want the assigned policy with 4 blocks pending", st.Prefix.Policies)
 	}
 }
 

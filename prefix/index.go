@@ -22,34 +22,46 @@ import (
 // claims only confirmed blocks (X-Prefix-Match) and lets pending ones
 // attract.
 //
+// # Steps
+//
+// The Index keeps one entry for each step of Stride blocks of a chain (by
+// default 4 blocks, 64 tokens): the hash of the step's last block, which
+// names the whole prefix up to it. Matches, budgets and counts come in
+// blocks, whole steps of them; the trailing blocks of a chain that fill no
+// step are not kept, and an engine's count of cached tokens cuts a policy
+// back in whole steps. A prefix shorter than a step saves little prefill;
+// the Index does a quarter of the work of one kept block by block, with a
+// map a quarter the size (BenchmarkRecordUnique: 8k-token prompts that
+// share nothing, 8 policies at their budget, 442 µs a prompt by blocks
+// against 67 µs by steps).
+//
 // # Memory
 //
-// One map goes from a block's hash to its 32-byte entry in a slab of
+// One map goes from a step's hash to its 32-byte entry in a slab of
 // blocks: the first of the policies holding it, and two 64-bit masks of the
 // policy slots (the first 64) that hold it and hold it confirmed, so a hot
-// prefix is stored once and matched in one step per block whatever the
+// prefix is stored once and matched in one step per entry whatever the
 // number of policies holding it (Match on an 8k-token prompt all of 64
-// policies hold: 4 µs, against 166 µs walking the holders). Each (block,
+// policies hold: 4 µs, against 166 µs walking the holders). Each (entry,
 // policy) pair is one 20-byte entry in a slab of nodes, linked into its
-// policy's LRU list and into the list of its block's holders. Each policy's
+// policy's LRU list and into the list of its entry's holders. Each policy's
 // list is bounded by its token budget (SetCapacity: the engine's KV size in
-// tokens when it reports one, else Options.DefaultTokens), at BlockTokens
-// tokens a block; the whole Index by Options.MaxBytes, beyond which the
-// policy holding the most blocks loses its least recent ones.
+// tokens when it reports one, else Options.DefaultTokens), at Stride ×
+// BlockTokens tokens an entry; the whole Index by Options.MaxBytes, beyond
+// which the policy holding the most entries loses its least recent ones.
 //
-// Measured (TestMemoryPerBlock: runtime.MemStats around 1M blocks, amd64,
-// Go 1.26), an indexed block costs about 96 bytes of heap when one policy
-// holds it (its block entry, its node, and its map slot with the map's
-// spare room, the slabs and the map growing by doubling), and about 12 to
-// 24 bytes more for each further policy holding it (a node, and the slab's
-// spare room). The leader's index for 64 engines of 2M tokens of KV each,
-// 2M/16 = 125k blocks an engine, 8M (block, engine) pairs in all, takes
-// about 800 MB when no two engines share a block, and about 200 MB when
-// they all hold the same 125k blocks (125k × 96 bytes + 63 × 125k × 24
-// bytes). IndexBytes, the estimate that Options.MaxBytes caps, counts 24
-// bytes an entry and 72 a
-// distinct block (96 for a block one policy holds). Go maps do not shrink:
-// after a Clear the memory stays with the Index, for the blocks that follow.
+// Measured (TestMemoryPerBlock: runtime.MemStats around 4M blocks, amd64,
+// Go 1.26), an entry costs about 96 bytes of heap when one policy holds it
+// (its slab entry, its node, and its map slot with the map's spare room,
+// the slabs and the map growing by doubling), and about 12 bytes more for
+// each further policy holding it: 24 and 3 bytes a block. The leader's
+// index for 64 engines of 2M tokens of KV each, 2M/16 = 131k blocks an
+// engine, 8.4M (block, engine) pairs in all, takes about 200 MB when no two
+// engines share a block, and about 30 MB when they all hold the same 131k
+// blocks (131k × 24 bytes + 63 × 131k × 3 bytes). IndexBytes, the estimate
+// that Options.MaxBytes caps, counts 24 bytes a pair and 72 a distinct
+// entry (96 for an entry one policy holds). Go maps do not shrink: after a
+// Clear the memory stays with the Index, for the entries that follow.
 type Index struct {
 	mu        sync.Mutex
 	opts      Options
@@ -66,6 +78,7 @@ type Index struct {
 	// scratch of Match: per slot, the confirmed and held prefix lengths.
 	conf, held []int32
 	touched    []int
+	steps      []Hash // scratch of stepsLocked
 }
 
 // block is one distinct block: its hash, its list of holders, and which
@@ -129,6 +142,10 @@ type Options struct {
 	// MaxBytes caps the whole Index's memory, as IndexBytes estimates it.
 	// Default DefaultMaxBytes.
 	MaxBytes int64
+	// Stride is how many blocks of a chain one entry of the Index stands
+	// for: it keeps the hash of every Stride-th block, the end of each
+	// step. Default DefaultStride.
+	Stride int
 }
 
 // Defaults of Options.
@@ -138,6 +155,13 @@ const (
 	DefaultPolicyTokens = 1 << 20
 	// DefaultMaxBytes is 1 GiB, room for 64 engines of 2M tokens each.
 	DefaultMaxBytes = 1 << 30
+	// DefaultStride is 4 blocks, 64 tokens: a prefix shorter than that
+	// saves an engine little prefill, and an Index of 64-token steps does a
+	// quarter of the work and holds a quarter of the memory of one of
+	// blocks (BenchmarkRecordUnique: 8k-token prompts that share nothing,
+	// 8 policies at their budget, 442 µs a prompt by blocks, 85 by steps,
+	// its map 4 times smaller and kinder to the CPU's caches).
+	DefaultStride = 4
 )
 
 // NewIndex returns an empty Index.
@@ -145,11 +169,18 @@ func NewIndex(opts Options) *Index {
 	if opts.DefaultTokens <= 0 {
 		opts.DefaultTokens = DefaultPolicyTokens
 	}
+	if opts.Stride <= 0 {
+		opts.Stride = DefaultStride
+	}
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
 	}
 	return &Index{opts: opts, slots: map[string]int{}, heads: map[Hash]int32{}, freeBlock: none, freeNode: none}
 }
+
+// Stride is how many blocks one entry of the Index stands for
+// (Options.Stride): matches come in multiples of it.
+func (x *Index) Stride() int { return x.opts.Stride }
 
 // Match is what the Index expects one policy to hold of a chain of hashes.
 type Match struct {
@@ -171,11 +202,10 @@ type Match struct {
 // the LRU order: only what is sent to a policy does.
 func (x *Index) Match(hashes []Hash, ids []string, out []Match) []Match {
 	out = append(out[:0], make([]Match, len(ids))...)
-	if len(hashes) > MaxBlocks {
-		hashes = hashes[:MaxBlocks]
-	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	hashes = x.stepsLocked(hashes)
+	k := x.opts.Stride
 	if len(x.conf) < len(x.pols) {
 		x.conf, x.held = make([]int32, len(x.pols)), make([]int32, len(x.pols))
 	}
@@ -183,7 +213,7 @@ func (x *Index) Match(hashes []Hash, ids []string, out []Match) []Match {
 		x.matchMasksLocked(hashes)
 		for i, id := range ids {
 			if s, ok := x.slots[id]; ok {
-				out[i] = Match{Confirmed: int(x.conf[s]), Pending: int(x.held[s])}
+				out[i] = Match{Confirmed: k * int(x.conf[s]), Pending: k * int(x.held[s])}
 			}
 		}
 		return out
@@ -215,7 +245,7 @@ func (x *Index) Match(hashes []Hash, ids []string, out []Match) []Match {
 	}
 	for i, id := range ids {
 		if s, ok := x.slots[id]; ok {
-			out[i] = Match{Confirmed: int(x.conf[s]), Pending: int(x.held[s])}
+			out[i] = Match{Confirmed: k * int(x.conf[s]), Pending: k * int(x.held[s])}
 		}
 	}
 	for _, s := range x.touched {
@@ -285,11 +315,9 @@ func (x *Index) Add(id string, hashes []Hash) {
 // engine was found short. Either way the chain itself, which the engine
 // has just computed, is then held confirmed.
 func (x *Index) Confirm(id string, hashes []Hash, cachedTokens int) {
-	if len(hashes) > MaxBlocks {
-		hashes = hashes[:MaxBlocks]
-	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	hashes = x.stepsLocked(hashes)
 	s := x.slotLocked(id)
 	if cachedTokens >= 0 {
 		// An engine computes a prompt's last token again, to sample the
@@ -298,8 +326,10 @@ func (x *Index) Confirm(id string, hashes []Hash, cachedTokens int) {
 		// python/sglang/srt/managers/schedule_batch.py, v0.5.18), vLLM at
 		// most num_tokens - 1 in whole blocks (KVCacheManager.
 		// get_computed_blocks, vllm/v1/core/kv_cache_manager.py).
-		had := cachedTokens/BlockTokens + 1
-		want := len(hashes) // had cannot be short of it: no need to look
+		// In steps; want is all of the chain, which had cannot be short
+		// of: no need to look.
+		had := (cachedTokens/BlockTokens + 1) / x.opts.Stride
+		want := len(hashes)
 		if had < want {
 			want = x.confirmedPrefixLocked(s, hashes)
 		}
@@ -330,7 +360,7 @@ func (x *Index) DropPending(id string, hashes []Hash) {
 	if !ok {
 		return
 	}
-	for _, h := range hashes {
+	for _, h := range x.stepsLocked(hashes) {
 		if n, _ := x.findLocked(h, s); n != none && !x.nodes[n].confirmed {
 			x.removeLocked(n)
 		}
@@ -405,14 +435,16 @@ type Stats struct {
 func (x *Index) Stats() Stats {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	st := Stats{Blocks: len(x.heads), Entries: x.pairs, IndexBytes: x.bytesLocked(), MaxBytes: x.opts.MaxBytes}
+	k := x.opts.Stride
+	st := Stats{Blocks: k * len(x.heads), Entries: k * x.pairs, IndexBytes: x.bytesLocked(), MaxBytes: x.opts.MaxBytes}
+	step := int64(x.opts.Stride) * BlockTokens // tokens
 	for s, p := range x.pols {
 		if p == nil {
 			continue
 		}
 		st.Policies = append(st.Policies, PolicyStats{
-			ID: p.id, IndexedTokens: int64(p.blocks) * BlockTokens, PendingTokens: int64(p.pending) * BlockTokens,
-			CapacityTokens: int64(x.capBlocksLocked(s)) * BlockTokens, Evictions: p.evictions, Clears: p.clears,
+			ID: p.id, IndexedTokens: int64(p.blocks) * step, PendingTokens: int64(p.pending) * step,
+			CapacityTokens: int64(x.capTokensLocked(s)), Evictions: p.evictions * uint64(x.opts.Stride), Clears: p.clears,
 		})
 	}
 	return st
@@ -420,12 +452,26 @@ func (x *Index) Stats() Stats {
 
 // record is RecordPending and Add.
 func (x *Index) record(id string, hashes []Hash, confirmed bool) {
-	if len(hashes) > MaxBlocks {
-		hashes = hashes[:MaxBlocks]
-	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.recordLocked(x.slotLocked(id), hashes, confirmed)
+	x.recordLocked(x.slotLocked(id), x.stepsLocked(hashes), confirmed)
+}
+
+// stepsLocked is the chain hashes as the Index keeps it: its first
+// MaxBlocks blocks, of them the last of each step of Stride blocks (a
+// chain's trailing blocks that fill no step are not kept). The slice is
+// hashes itself or the Index's scratch. Caller must hold mu.
+func (x *Index) stepsLocked(hashes []Hash) []Hash {
+	hashes = hashes[:min(len(hashes), MaxBlocks)]
+	k := x.opts.Stride
+	if k == 1 {
+		return hashes
+	}
+	x.steps = x.steps[:0]
+	for i := k - 1; i < len(hashes); i += k {
+		x.steps = append(x.steps, hashes[i])
+	}
+	return x.steps
 }
 
 // recordLocked makes the blocks of hashes policy s's most recent, in the
@@ -448,10 +494,14 @@ func (x *Index) recordLocked(s int, hashes []Hash, confirmed bool) {
 		run++
 	}
 	for i := len(hashes) - 1; i >= run; i-- {
-		n, _ := x.findLocked(hashes[i], s)
+		b, known := x.heads[hashes[i]]
+		n := int32(none)
+		if known {
+			n, _ = x.holderLocked(b, s)
+		}
 		switch {
 		case n == none:
-			n = x.insertLocked(hashes[i], s, at)
+			n = x.insertLocked(hashes[i], b, known, s, at)
 		case x.nodes[n].inRun:
 			continue // a hash the chain repeats: kept in the run
 		default:
@@ -516,13 +566,18 @@ func (x *Index) slotLocked(id string) int {
 	return s
 }
 
-// capBlocksLocked is policy s's budget in blocks. Caller must hold mu.
-func (x *Index) capBlocksLocked(s int) int {
-	t := x.pols[s].capTokens
-	if t == 0 {
-		t = x.opts.DefaultTokens
+// capTokensLocked is policy s's budget in tokens. Caller must hold mu.
+func (x *Index) capTokensLocked(s int) int {
+	if t := x.pols[s].capTokens; t != 0 {
+		return t
 	}
-	return max(t/BlockTokens, 1)
+	return x.opts.DefaultTokens
+}
+
+// capBlocksLocked is policy s's budget in entries: whole steps of Stride
+// blocks, at least one. Caller must hold mu.
+func (x *Index) capBlocksLocked(s int) int {
+	return max(x.capTokensLocked(s)/(BlockTokens*x.opts.Stride), 1)
 }
 
 // bytesLocked is the IndexBytes estimate. Caller must hold mu.
@@ -572,9 +627,10 @@ func (x *Index) holderLocked(b int32, s int) (n, before int32) {
 }
 
 // insertLocked adds a pending node of block h for policy s, in its list
-// after node at (the most recent when at is none), and returns it. Caller
+// after node at (the most recent when at is none), and returns it; b is
+// the block's entry when known (the caller looked h up already). Caller
 // must hold mu.
-func (x *Index) insertLocked(h Hash, s int, at int32) int32 {
+func (x *Index) insertLocked(h Hash, b int32, known bool, s int, at int32) int32 {
 	var n int32
 	if x.freeNode != none {
 		n = x.freeNode
@@ -583,8 +639,7 @@ func (x *Index) insertLocked(h Hash, s int, at int32) int32 {
 		n = int32(len(x.nodes))
 		x.nodes = append(x.nodes, node{})
 	}
-	b, ok := x.heads[h]
-	if !ok {
+	if !known {
 		if x.freeBlock != none {
 			b = x.freeBlock
 			x.freeBlock = x.blocks[b].first

@@ -42,7 +42,7 @@ func listOf(x *Index, id string) []entry {
 func TestIndexRecordOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for round := range 300 {
-		x := NewIndex(Options{DefaultTokens: 1 << 20})
+		x := NewIndex(Options{Stride: 1, DefaultTokens: 1 << 20})
 		ids := []string{"a", "b"}
 		ref := map[string][]entry{}
 		var prev []Hash
@@ -99,7 +99,7 @@ func TestIndexRecordOrder(t *testing.T) {
 func TestIndexMatchAgainstLists(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, np := range []int{3, 64, 70} {
-		x := NewIndex(Options{DefaultTokens: 40 * BlockTokens})
+		x := NewIndex(Options{Stride: 1, DefaultTokens: 40 * BlockTokens})
 		ids := make([]string, np)
 		for i := range ids {
 			ids[i] = "p" + string(rune('A'+i%26)) + string(rune('a'+i/26))

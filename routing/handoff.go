@@ -140,12 +140,12 @@ func (st *State) waiterForLocked(rt *policyRuntime) *waiter {
 	return first
 }
 
-// holdsLocked reports whether the prefix index holds the first block of
+// holdsLocked reports whether the prefix index holds the first step of
 // hashes for rt, pending or confirmed. Caller must hold mu.
 func (st *State) holdsLocked(rt *policyRuntime, hashes []prefix.Hash) bool {
 	sc := &st.prefixScratch
 	sc.ids = append(sc.ids[:0], rt.policy.ID)
-	sc.matches = st.prefix.Match(hashes[:1], sc.ids, sc.matches)
+	sc.matches = st.prefix.Match(hashes[:min(len(hashes), st.prefix.Stride())], sc.ids, sc.matches)
 	return sc.matches[0].Pending > 0
 }
 

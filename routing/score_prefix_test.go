@@ -8,6 +8,10 @@ import (
 	"github.com/policyrouter/policyrouter/prefix"
 )
 
+// k is the blocks of one step of the prefix index: the tests' prompts
+// are whole steps, so that what the index keeps is all of them.
+const k = prefix.DefaultStride
+
 // chain returns n chained block hashes of a prompt whose token ids start
 // at base: prompts with different bases share no block.
 func chain(base, n int) []prefix.Hash {
@@ -42,10 +46,10 @@ func TestPrefixScorePrefersHolder(t *testing.T) {
 		wantOutcome string
 		wantMatch   int
 	}{
-		{"holder", map[string][]prefix.Hash{"p2": chain(0, 4)}, chain(0, 4), "p2", PrefixHit, 4},
-		{"longest of two", map[string][]prefix.Hash{"p1": chain(0, 2), "p3": chain(0, 3)}, chain(0, 4), "p3", PrefixHit, 3},
-		{"nobody holds it: the router's pick", map[string][]prefix.Hash{"p2": chain(100, 4)}, chain(0, 4), "p0", PrefixMiss, 0},
-		{"no hashes: the router's pick", map[string][]prefix.Hash{"p2": chain(0, 4)}, nil, "p0", PrefixNone, 0},
+		{"holder", map[string][]prefix.Hash{"p2": chain(0, 4*k)}, chain(0, 4*k), "p2", PrefixHit, 4 * k},
+		{"longest of two", map[string][]prefix.Hash{"p1": chain(0, 2*k), "p3": chain(0, 3*k)}, chain(0, 4*k), "p3", PrefixHit, 3 * k},
+		{"nobody holds it: the router's pick", map[string][]prefix.Hash{"p2": chain(100, 4*k)}, chain(0, 4*k), "p0", PrefixMiss, 0},
+		{"no hashes: the router's pick", map[string][]prefix.Hash{"p2": chain(0, 4*k)}, nil, "p0", PrefixNone, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newState(t, Options{}, withCapacity(densePolicies(4), 4), Topology{})
@@ -74,11 +78,11 @@ func TestPrefixScoreLoadBound(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newState(t, Options{}, withCapacity(densePolicies(3), 4), Topology{})
-			st.PrefixAdd("p0", chain(0, 8))
+			st.PrefixAdd("p0", chain(0, 8*k))
 			for range tc.busy {
 				selectHashes(t, st, nil, func(r *SelectRequest) { r.Exclude = []string{"p1", "p2"} })
 			}
-			d := selectHashes(t, st, chain(0, 8))
+			d := selectHashes(t, st, chain(0, 8*k))
 			if d.Policy.ID != tc.wantID || d.PrefixOutcome != tc.wantOutcome {
 				t.Errorf("got %s %s; want %s %s", d.Policy.ID, d.PrefixOutcome, tc.wantID, tc.wantOutcome)
 			}
@@ -109,7 +113,7 @@ func TestPrefixScoreGRPO(t *testing.T) {
 			for range 3 * tc.others {
 				selectHashes(t, st, nil, func(r *SelectRequest) { r.Exclude = []string{"p0"} })
 			}
-			h := chain(7, 20)
+			h := chain(7, 20*k)
 			got := map[string]int{}
 			for i := range 8 {
 				d := selectHashes(t, st, h)
@@ -139,7 +143,7 @@ func TestPrefixScoreGRPO(t *testing.T) {
 // with the same load.
 func TestPrefixScoreHotPrefixSpreads(t *testing.T) {
 	st := newState(t, Options{}, withCapacity(densePolicies(4), 16), Topology{})
-	h := chain(1, 4)
+	h := chain(1, 4*k)
 	got := map[string]int{}
 	for range 36 {
 		got[selectHashes(t, st, h).Policy.ID]++
@@ -154,7 +158,7 @@ func TestPrefixScoreHotPrefixSpreads(t *testing.T) {
 
 func TestPrefixConfirmAndMatch(t *testing.T) {
 	st := newState(t, Options{}, withCapacity(densePolicies(2), 4), Topology{})
-	h := chain(3, 5)
+	h := chain(3, 5*k)
 	d := selectHashes(t, st, h)
 	if d.PrefixMatch != 0 {
 		t.Fatalf("first: match %d; want 0", d.PrefixMatch)
@@ -164,11 +168,11 @@ func TestPrefixConfirmAndMatch(t *testing.T) {
 	}
 	st.PrefixRelease(d.Policy.ID, h, true, -1)
 	d2 := selectHashes(t, st, h)
-	if d2.Policy.ID != d.Policy.ID || d2.PrefixMatch != 5 || d2.PrefixOutcome != PrefixHit {
-		t.Errorf("second: %s match %d %s; want %s match 5 hit", d2.Policy.ID, d2.PrefixMatch, d2.PrefixOutcome, d.Policy.ID)
+	if d2.Policy.ID != d.Policy.ID || d2.PrefixMatch != 5*k || d2.PrefixOutcome != PrefixHit {
+		t.Errorf("second: %s match %d %s; want %s match %d hit", d2.Policy.ID, d2.PrefixMatch, d2.PrefixOutcome, d.Policy.ID, 5*k)
 	}
 	// A failed request drops what it had pending.
-	other := chain(900, 3)
+	other := chain(900, 3*k)
 	d3 := selectHashes(t, st, other, func(r *SelectRequest) { r.Exclude = []string{d.Policy.ID} })
 	st.PrefixRelease(d3.Policy.ID, other, false, -1)
 	if d4 := selectHashes(t, st, other); d4.PrefixOutcome != PrefixMiss {
@@ -209,7 +213,7 @@ func TestPrefixClearedBySubscriptions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newState(t, Options{}, withCapacity(densePolicies(2), 4), Topology{})
-			h := chain(5, 3)
+			h := chain(5, 3*k)
 			st.PrefixAdd("p1", h)
 			if d := selectHashes(t, st, h); d.Policy.ID != "p1" {
 				t.Fatalf("before: %s; want p1", d.Policy.ID)
@@ -239,7 +243,7 @@ func TestPrefixSessionHomeFirst(t *testing.T) {
 	if home.Policy.ID == other {
 		other = "p1"
 	}
-	h := chain(11, 4)
+	h := chain(11, 4*k)
 	st.PrefixAdd(other, h)
 	d := selectHashes(t, st, h, func(r *SelectRequest) { r.Session = "s1" })
 	if d.Policy.ID != home.Policy.ID || d.Sticky != StickyHome || d.PrefixOutcome != PrefixBalanced {
@@ -251,8 +255,8 @@ func TestPrefixSessionHomeFirst(t *testing.T) {
 // and its hand-off records its hashes pending and reports its match.
 func TestPrefixWaiterHandOff(t *testing.T) {
 	st := newState(t, Options{}, withCapacity(densePolicies(1), 1), Topology{})
-	h := chain(21, 6)
-	st.PrefixAdd("p0", h[:2])
+	h := chain(21, 6*k)
+	st.PrefixAdd("p0", h[:2*k])
 	busy := mustSelect(t, st, SelectIdle, "")
 	got := make(chan Decision, 1)
 	go func() {
@@ -265,14 +269,14 @@ func TestPrefixWaiterHandOff(t *testing.T) {
 	waitForWaiters(t, st, 1)
 	mustRelease(t, st, busy.Lease)
 	d := <-got
-	if d.PrefixMatch != 2 || d.PrefixOutcome != PrefixHit {
-		t.Errorf("hand-off: match %d %s; want 2 hit", d.PrefixMatch, d.PrefixOutcome)
+	if d.PrefixMatch != 2*k || d.PrefixOutcome != PrefixHit {
+		t.Errorf("hand-off: match %d %s; want %d, a hit", d.PrefixMatch, d.PrefixOutcome, 2*k)
 	}
 	ps := st.PrefixStats()
-	if len(ps.Index.Policies) != 1 || ps.Index.Policies[0].PendingTokens != 4*prefix.BlockTokens {
+	if len(ps.Index.Policies) != 1 || ps.Index.Policies[0].PendingTokens != 4*k*prefix.BlockTokens {
 		t.Errorf("index after the hand-off %+v; want p0 with 4 blocks pending", ps.Index.Policies)
 	}
-	if ps.Decisions[PrefixHit] != 1 || ps.MatchedTokens != 2*prefix.BlockTokens || ps.PromptTokens != 6*prefix.BlockTokens {
+	if ps.Decisions[PrefixHit] != 1 || ps.MatchedTokens != 2*k*prefix.BlockTokens || ps.PromptTokens != 6*k*prefix.BlockTokens {
 		t.Errorf("counts %+v; want 1 hit, 32 matched and 96 prompt tokens", ps)
 	}
 }
@@ -303,7 +307,7 @@ func TestPrefixCapacityFromProbe(t *testing.T) {
 		return -1
 	}
 	st.ObserveProbe("p1", Probe{OK: true, Idle: true, KVTokens: 160})
-	st.PrefixAdd("p1", chain(1, 20)) // 320 tokens, over the budget
+	st.PrefixAdd("p1", chain(1, 20*k)) // 320 tokens, over the budget
 	if got := capacity("p1"); got != 160 {
 		t.Errorf("p1's budget %d after a probe with a KV size of 160; want 160", got)
 	}
@@ -324,7 +328,7 @@ func TestPrefixCapacityFromProbe(t *testing.T) {
 // cached prefix.
 func TestPrefixWaiterBypassIsBounded(t *testing.T) {
 	st := newState(t, Options{}, withCapacity(densePolicies(2), 1), Topology{})
-	cold, held := chain(1000, 2), chain(2000, 2)
+	cold, held := chain(1000, 2*k), chain(2000, 2*k)
 	st.PrefixAdd("p1", held)
 	busy0, busy1 := mustSelect(t, st, SelectIdle, ""), mustSelect(t, st, SelectIdle, "")
 	if busy1.Policy.ID != "p1" {
@@ -387,7 +391,7 @@ func TestPrefixMissGoesToLeastLoaded(t *testing.T) {
 	for _, l := range byPolicy["p1"] {
 		mustRelease(t, st, l)
 	}
-	if d := selectHashes(t, st, chain(7, 2)); d.Policy.ID != "p1" || d.PrefixOutcome != PrefixMiss {
+	if d := selectHashes(t, st, chain(7, 2*k)); d.Policy.ID != "p1" || d.PrefixOutcome != PrefixMiss {
 		t.Errorf("a prompt nobody holds: %s (%s); want p1, the least loaded", d.Policy.ID, d.PrefixOutcome)
 	}
 }

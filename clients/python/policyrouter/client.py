@@ -479,7 +479,8 @@ class Client(_core.ClientCore):
         ``prefix_hashes`` (:func:`policyrouter.prefix_hashes` of the prompt's
         token ids) asks for the policy expected to hold the longest prefix of
         them in its KV cache, within the router's load bound; the answer then
-        says ``prefix_match`` (blocks of 16 tokens) and ``prefix_outcome``.
+        says ``prefix_match`` (blocks of 16 tokens, a multiple of 4: the
+        router indexes steps of 4 blocks) and ``prefix_outcome``.
         Pass the hashes of prompt + output to :meth:`release`, so that the
         next turn of the conversation matches.
 
