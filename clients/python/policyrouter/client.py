@@ -430,8 +430,11 @@ class Client(_core.ClientCore):
         ``session_ids`` were given. ``assign_ttl_ms``: with tracked loads,
         how long these tasks count in their policies' loads unless
         :meth:`complete` reports them first (default: the server's
-        ``--assign-ttl``). Not retried once sent (tracked loads would be
-        raised twice).
+        ``--assign-ttl``). ``prefix_hashes`` (:func:`policyrouter.prefix_hashes`
+        of the prompt the tasks share, e.g. a GRPO group's): with tracked
+        loads the tasks gather where the prompt is cached, on as few
+        policies as the router's load bound allows, instead of one on each.
+        Not retried once sent (tracked loads would be raised twice).
         """
         return self._send(_core.assign(num_tasks, current_loads, env_ids, router, min_version, session_ids,
                                        load_factor, assign_ttl_ms, prefix_hashes), timeout)

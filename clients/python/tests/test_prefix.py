@@ -61,3 +61,22 @@ class PrefixHashesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+if policyrouter is not None:
+    from tests._server import ServerTestCase
+
+    class AssignPrefixTest(ServerTestCase):
+        """An /assign of a GRPO group with its prompt's hashes gathers the
+        tasks where the prompt is cached; the next /select follows them."""
+
+        def test_group_gathers(self):
+            self.register_n(4, capacity=16)
+            hashes = prefix_hashes(list(range(1000, 1000 + 8 * 16)))
+            plain = self.client.assign(4)
+            self.assertEqual(len(set(plain["assignments"])), 4, "the seed spreads a batch without hashes")
+            out = self.client.assign(4, prefix_hashes=hashes)
+            self.assertEqual(len(set(out["assignments"])), 1, out)
+            home = out["policies"][str(out["assignments"][0])]["id"]
+            sel = self.client.select(prefix_hashes=hashes)
+            self.assertEqual((sel["id"], sel["prefix_outcome"]), (home, "hit"))
