@@ -31,7 +31,7 @@ type AssignRequest struct {
 	TTL time.Duration
 	// Prefix, when given, is the block hashes of the prompt the tasks
 	// share: a tracked assignment keeps them together where it is cached
-	// (assign_prefix.go).
+	// (assign_score.go).
 	Prefix []prefix.Hash
 }
 
@@ -114,12 +114,13 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	if err != nil {
 		return Assignment{}, err
 	}
-	if len(req.Prefix) > 0 {
+	if len(req.Prefix) > 0 || len(scorers) > 0 {
 		var homed func(int) bool
 		if req.Sessions != nil {
 			homed = func(task int) bool { return req.Sessions[task] != "" }
 		}
-		st.assignPrefixLocked(req.Prefix, out, homed, rts, in.Loads)
+		q := Query{floor: floor}
+		st.assignScoreLocked(&q, req.Prefix, out, homed, rts, in.Loads)
 	}
 	ttl := req.TTL
 	if ttl <= 0 {

@@ -12,28 +12,31 @@
 //
 // A decision runs in stages over one snapshot, under State.mu:
 //
-//	stage    file                     reads                          changes
-//	filters  filter*.go, occupancy.go the candidate through View     nothing
-//	prefer   prefer.go, sticky.go     the session's home and ring    nothing (a home-only wait)
-//	score    score_prefix.go          View, the prefix index         pending blocks of the choice
-//	pick     router_*.go (router.go)  View: idle units, load, node   nothing: returns a Choice
-//	lease    handoff.go               the Choice                     the ledger: slot, lease, TTL
+//	stage    file                       reads                           changes
+//	filters  filter*.go, occupancy.go   the candidate through View      nothing
+//	prefer   prefer.go, sticky.go       the session's home and ring     nothing (a home-only wait)
+//	score    filter.go, score_prefix.go View, the prefix index, the     pending blocks of the choice
+//	                                    scorers' ratings
+//	pick     router_*.go (router.go)    View: idle units, load, node    nothing: returns a Choice
+//	lease    handoff.go                 the Choice                      the ledger: slot, lease, TTL
 //
 // Availability is written once (policyRuntime.available, room in
 // occupancy.go) and every stage reads it through the filters. /select
 // runs all five (select.go; a wait in await.go). A freed slot goes to a
 // waiter by handoff.go's waiterForLocked: the filters of the waiter's
 // query, its home first, then arrival order with a bounded bypass for a
-// waiter whose prompt the slot's policy has cached (the score stage's
-// index); no router runs there. /assign runs its own algorithms
-// (assign.go, the seed's SimpleRouter and NodeAffinityRouter) over the
-// available policies (assign_state.go) with its sticky stage
-// (assign_sticky.go); the tasks of one prompt are then gathered by its
-// score stage (assign_prefix.go). Routers are one type per file behind two small
+// waiter that rates the slot's policy (filter.go: its prompt is cached
+// there, or a scorer rates it); no router runs there. /assign runs its own
+// algorithms (assign.go, the seed's SimpleRouter and NodeAffinityRouter)
+// over the available policies (assign_state.go) with its sticky stage
+// (assign_sticky.go); rated candidates then gather the tasks
+// (assign_score.go). Where nothing is rated, every decision is the
+// router's alone. Routers are one type per file behind two small
 // interfaces, Assigner and Selector. One table (router.go) names the
 // routers; the API's validation, the handlers, the --router flag and the
 // OpenAPI enums all come from it. Adding a router is one file, its tests
-// and one row; adding a criterion is one file and one line in filters.
+// and one row; adding a criterion is one file and one line in filters,
+// adding a rating one file and one line in scorers.
 //
 // State publishes an immutable Snapshot of policies and topology with
 // atomic.Pointer; readers never lock it. Live counters (loads, leases, idle

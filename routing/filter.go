@@ -30,6 +30,47 @@ var filters = []Filter{
 	routeFilter{},   // filter_route.go
 }
 
+// The score stage of a decision (filters → prefer → score → pick) rates
+// the candidates that passed the filters, and every decision obeys the
+// ratings:
+//
+//   - /select: among the idle candidates whose load is within
+//     PrefixLoadBound of the least loaded one's, the highest rated
+//     (scoreLocked, score_prefix.go);
+//   - a freed slot: the longest waiter, but a younger one that rates the
+//     slot's policy may go ahead of it, a bounded number of times
+//     (waiterForLocked, handoff.go);
+//   - /assign: the tasks gather on the highest rated candidates within
+//     the same bound (assign_score.go).
+//
+// Two kinds of rating add up: the prefix index's, the blocks of the
+// request's prompt a candidate is expected to hold (built in, since it
+// reads the request's hashes and the index: score_prefix.go), and each
+// Scorer's below. Where nothing is rated (no hashes, no scorer's opinion)
+// the router decides alone: the seed's answers. Adding a scorer is one
+// file with one Scorer and one line in scorers.
+
+// A Scorer rates how much a request (q) wants a policy (c): 0 for no
+// opinion, more for more. Like a Filter it is called under the routing
+// state's lock, so it must be cheap and must not block, and it reads only
+// the request and a read-only view of the policy.
+type Scorer interface {
+	Rate(q Query, c Candidate) int
+}
+
+// scorers are the score stage's raters besides the prefix index.
+var scorers = []Scorer{}
+
+// rateLocked is what the scorers together rate rt for q. Caller must hold
+// State.mu.
+func rateLocked(q *Query, rt *policyRuntime) int {
+	n := 0
+	for _, s := range scorers {
+		n += s.Rate(*q, Candidate{rt})
+	}
+	return n
+}
+
 // Query is what one request asks of its policy beyond availability: the
 // request's side of the filters. It is three words, copied to each
 // filter: what only some requests ask (the proxy's) sits behind ask.

@@ -108,10 +108,10 @@ func (st *State) offerLocked(s *slot, front bool) {
 // longest waiter whose home rt is; else the longest waiter not waiting for
 // its home alone (a session within its sticky wait waits for its home, as
 // it would for an idle slot elsewhere when it arrived), unless a younger
-// one among the next prefixBypassScan holds a prompt rt has cached (the
-// first block of its chain: the rest of a GRPO group, the next turn of an
-// episode), which may go ahead of it, at most maxPrefixBypass times; each
-// only if rt passes its filters. So no waiter starves for want of a
+// one among the next prefixBypassScan rates rt (wantsLocked: it holds a
+// prompt rt has cached, the rest of a GRPO group or the next turn of an
+// episode, or a scorer rates rt for it), which may go ahead of it, at most
+// maxPrefixBypass times; each only if rt passes its filters. So no waiter starves for want of a
 // cached prefix. nil when none. Caller must hold mu.
 func (st *State) waiterForLocked(rt *policyRuntime) *waiter {
 	for w := rt.homeWaiters.head; w != nil; w = w.links[homeWaiters].next {
@@ -126,18 +126,25 @@ func (st *State) waiterForLocked(rt *policyRuntime) *waiter {
 			break
 		}
 	}
-	if first == nil || first.bypassed >= maxPrefixBypass || (len(first.hashes) > 0 && st.holdsLocked(rt, first.hashes)) {
+	if first == nil || first.bypassed >= maxPrefixBypass || st.wantsLocked(first, rt) {
 		return first
 	}
 	n := 0
 	for w := first.links[allWaiters].next; w != nil && n < prefixBypassScan; w = w.links[allWaiters].next {
 		n++
-		if !w.homeOnly && len(w.hashes) > 0 && w.q.ok(rt) && st.holdsLocked(rt, w.hashes) {
+		if !w.homeOnly && w.q.ok(rt) && st.wantsLocked(w, rt) {
 			first.bypassed++
 			return w
 		}
 	}
 	return first
+}
+
+// wantsLocked reports whether waiter w rates rt (filter.go): the prefix
+// index holds the first step of its prompt for rt, or the scorers rate rt
+// for its query. Caller must hold mu.
+func (st *State) wantsLocked(w *waiter, rt *policyRuntime) bool {
+	return (len(w.hashes) > 0 && st.holdsLocked(rt, w.hashes)) || rateLocked(&w.q, rt) > 0
 }
 
 // holdsLocked reports whether the prefix index holds the first step of

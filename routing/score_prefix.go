@@ -115,6 +115,7 @@ type prefixScratch struct {
 	idle    []Idle
 	ids     []string
 	matches []prefix.Match
+	rates   []int
 }
 
 // capHashes is hashes used up to prefix.MaxBlocks: a longer list is never
@@ -136,12 +137,14 @@ func loadFraction(c Candidate) float64 {
 }
 
 // scoreLocked is the score stage followed by the pick: it chooses among
-// v's idle candidates by the rule above, or leaves the choice to router r.
-// It returns the choice, the outcome and the chosen policy's confirmed
-// match (blocks). Caller must hold mu.
+// v's idle candidates by the rule above, rating each by the blocks of
+// hashes it is expected to hold (none without hashes) plus the scorers'
+// ratings (score.go), or leaves the choice to router r. It returns the
+// choice, the prefix outcome and the chosen policy's confirmed match
+// (blocks). Caller must hold mu.
 func (st *State) scoreLocked(r Selector, v View, hashes []prefix.Hash) (c Choice, ok bool, outcome string, confirmed int) {
 	sc := &st.prefixScratch
-	sc.idle, sc.ids = sc.idle[:0], sc.ids[:0]
+	sc.idle, sc.ids, sc.rates = sc.idle[:0], sc.ids[:0], sc.rates[:0]
 	v.EachIdle(func(i Idle) bool {
 		sc.idle = append(sc.idle, i)
 		sc.ids = append(sc.ids, i.Policy().ID)
@@ -151,13 +154,26 @@ func (st *State) scoreLocked(r Selector, v View, hashes []prefix.Hash) (c Choice
 		c, ok = r.pick(v)
 		return c, ok, PrefixMiss, 0
 	}
-	sc.matches = st.prefix.Match(hashes, sc.ids, sc.matches)
-	least, top := 2.0, 0
+	sc.matches = sc.matches[:0]
+	if len(hashes) > 0 {
+		sc.matches = st.prefix.Match(hashes, sc.ids, sc.matches)
+	}
+	least, top, prefixTop := 2.0, 0, 0
 	for i, cand := range sc.idle {
+		rate := rateLocked(&v.q, cand.s.rt)
+		if len(hashes) > 0 {
+			rate += sc.matches[i].Pending
+			prefixTop = max(prefixTop, sc.matches[i].Pending)
+		}
+		sc.rates = append(sc.rates, rate)
 		least = min(least, loadFraction(cand.Candidate))
-		top = max(top, sc.matches[i].Pending)
+		top = max(top, rate)
 	}
 	if top == 0 {
+		if len(hashes) == 0 {
+			c, ok = r.pick(v) // nothing rated: the router's own pick
+			return c, ok, PrefixNone, 0
+		}
 		return sc.leastLoaded(r, v, least), true, PrefixMiss, 0
 	}
 	best, bestLoad := -1, 0.0
@@ -166,16 +182,21 @@ func (st *State) scoreLocked(r Selector, v View, hashes []prefix.Hash) (c Choice
 		if load-least > PrefixLoadBound {
 			continue
 		}
-		if m := sc.matches[i].Pending; best < 0 || m > sc.matches[best].Pending || (m == sc.matches[best].Pending && load < bestLoad) {
+		if m := sc.rates[i]; best < 0 || m > sc.rates[best] || (m == sc.rates[best] && load < bestLoad) {
 			best, bestLoad = i, load
 		}
 	}
 	// The least loaded candidate is within the bound: best >= 0.
-	outcome = PrefixHit
-	if sc.matches[best].Pending < top {
-		outcome = PrefixBalanced
+	c = Lease(sc.idle[best])
+	switch {
+	case len(hashes) == 0:
+		return c, true, PrefixNone, 0
+	case prefixTop == 0:
+		return c, true, PrefixMiss, 0
+	case sc.matches[best].Pending < prefixTop:
+		return c, true, PrefixBalanced, sc.matches[best].Confirmed
 	}
-	return Lease(sc.idle[best]), true, outcome, sc.matches[best].Confirmed
+	return c, true, PrefixHit, sc.matches[best].Confirmed
 }
 
 // leastLoaded is the choice of a miss: the router's pick when its policy
@@ -318,7 +339,7 @@ func (st *State) clearPrefixLocked(rt *policyRuntime) {
 // PrefixRecord records hashes pending on each of the policies with the
 // given (distinct) ids, as a decision does for its policy: the policies a
 // stateless /assign (current_loads) gave the tasks of one prompt, which
-// are not steered (a tracked /assign records its own, assign_prefix.go),
+// are not steered (a tracked /assign records its own, assign_score.go),
 // so that later requests with the same prompt match. Unknown ids are
 // ignored. It takes no routing lock.
 func (st *State) PrefixRecord(ids []string, hashes []prefix.Hash) {

@@ -254,8 +254,8 @@ func (st *State) decide(ctx context.Context, req SelectRequest) (Decision, error
 }
 
 // pickLocked asks router r for a policy that passes q, and leases or hands
-// it out: with prefix hashes, through the score stage first
-// (score_prefix.go) when r leases. Caller must hold mu.
+// it out: with prefix hashes or scorers, through the score stage first
+// (filter.go) when r leases. Caller must hold mu.
 func (st *State) pickLocked(r Selector, q *Query, ttl time.Duration, mode ReleaseMode, envNode string, hashes []prefix.Hash) (Decision, bool) {
 	if own, ok := st.selectors[r]; ok {
 		r = own
@@ -267,7 +267,7 @@ func (st *State) pickLocked(r Selector, q *Query, ttl time.Duration, mode Releas
 		outcome    string
 		confirmed  int
 	)
-	if len(hashes) > 0 && r.leases() {
+	if (len(hashes) > 0 || len(scorers) > 0) && r.leases() {
 		c, ok, outcome, confirmed = st.scoreLocked(r, v, hashes)
 		scored = true
 	} else {
