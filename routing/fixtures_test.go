@@ -67,6 +67,17 @@ func mustSelect(tb testing.TB, st *State, kind Selector, envID string) Decision 
 	return sel
 }
 
+// leaseBoth leases the one slot of each of st's two policies, p0 and p1,
+// and returns their decisions in that order.
+func leaseBoth(tb testing.TB, st *State) (p0, p1 Decision) {
+	tb.Helper()
+	p0, p1 = mustSelect(tb, st, SelectIdle, ""), mustSelect(tb, st, SelectIdle, "")
+	if p1.Policy.ID != "p1" {
+		p0, p1 = p1, p0
+	}
+	return p0, p1
+}
+
 // mustSelectOnIdle selects with the seed's release contract
 // (ReleaseOnIdle): an idle answer may end the lease.
 func mustSelectOnIdle(tb testing.TB, st *State, kind Selector, envID string) Decision {

@@ -330,10 +330,7 @@ func TestPrefixWaiterBypassIsBounded(t *testing.T) {
 	st := newState(t, Options{}, withCapacity(densePolicies(2), 1), Topology{})
 	cold, held := chain(1000, 2*k), chain(2000, 2*k)
 	st.PrefixAdd("p1", held)
-	busy0, busy1 := mustSelect(t, st, SelectIdle, ""), mustSelect(t, st, SelectIdle, "")
-	if busy1.Policy.ID != "p1" {
-		busy0, busy1 = busy1, busy0
-	}
+	busy0, busy1 := leaseBoth(t, st)
 	type result struct {
 		i int
 		d Decision

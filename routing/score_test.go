@@ -65,10 +65,7 @@ func TestScoreStage(t *testing.T) {
 
 	t.Run("waiters", func(t *testing.T) {
 		st := newState(t, Options{}, withCapacity(densePolicies(2), 1), Topology{})
-		busy0, busy1 := mustSelect(t, st, SelectIdle, ""), mustSelect(t, st, SelectIdle, "")
-		if busy1.Policy.ID != "p1" {
-			busy0, busy1 = busy1, busy0
-		}
+		busy0, busy1 := leaseBoth(t, st)
 		type result struct {
 			name string
 			d    Decision
