@@ -79,11 +79,6 @@ func withoutIDs(text []byte) string {
 // samplingParams reads a resumable request's sampling_params (raw, nil
 // when absent) into rs.
 func (rs *resumeState) samplingParams(raw []byte) (*resumeState, string) {
-	if raw != nil && !isNull(raw) {
-		if json.Unmarshal(raw, &rs.sampling) != nil {
-			return nil, "batch request"
-		}
-	}
 	var p struct {
 		MaxNewTokens *int            `json:"max_new_tokens"`
 		MinNewTokens int             `json:"min_new_tokens"`
@@ -93,19 +88,33 @@ func (rs *resumeState) samplingParams(raw []byte) (*resumeState, string) {
 		EBNF         json.RawMessage `json:"ebnf"`
 		StructTag    json.RawMessage `json:"structural_tag"`
 	}
-	if raw != nil && !isNull(raw) && json.Unmarshal(raw, &p) != nil {
-		return nil, "sampling_params not understood"
+	if !isNull(raw) {
+		if json.Unmarshal(raw, &rs.sampling) != nil {
+			return nil, "batch request"
+		}
+		if json.Unmarshal(raw, &p) != nil {
+			return nil, "sampling_params not understood"
+		}
 	}
-	if p.N > 1 {
+	grammar := [4][]byte{p.JSONSchema, p.Regex, p.EBNF, p.StructTag}
+	return rs.bounds(p.N, grammar, p.MinNewTokens, rs.sampling["max_new_tokens"], p.MaxNewTokens)
+}
+
+// bounds checks the sampling_params a request was read to have (n; the
+// json_schema, regex, ebnf and structural_tag of constrained decoding),
+// and keeps its bounds on new tokens: min_new_tokens, and max_new_tokens
+// as the map held it (rawMax) and as decoded.
+func (rs *resumeState) bounds(n int, grammar [4][]byte, minNew int, rawMax []byte, maxNew *int) (*resumeState, string) {
+	if n > 1 {
 		return nil, "n > 1"
 	}
-	for _, g := range []json.RawMessage{p.JSONSchema, p.Regex, p.EBNF, p.StructTag} {
-		if len(g) > 0 && !isNull(g) {
+	for _, g := range grammar {
+		if !isNull(g) {
 			return nil, "constrained decoding"
 		}
 	}
-	rs.minNew = p.MinNewTokens
-	rs.maxNew = tokenBudget(rs.sampling["max_new_tokens"], p.MaxNewTokens, sglangDefaultMaxNewTokens)
+	rs.minNew = minNew
+	rs.maxNew = tokenBudget(rawMax, maxNew, sglangDefaultMaxNewTokens)
 	return rs, ""
 }
 
@@ -116,7 +125,7 @@ func (rs *resumeState) samplingParams(raw []byte) (*resumeState, string) {
 // decoded when a continuation is built. Keys it cannot read by bytes go
 // to samplingParams.
 func (rs *resumeState) samplingScan(raw []byte) (*resumeState, string) {
-	if raw == nil || isNull(raw) {
+	if isNull(raw) {
 		rs.maxNew = tokenBudget(nil, nil, sglangDefaultMaxNewTokens)
 		return rs, ""
 	}
@@ -157,17 +166,8 @@ func (rs *resumeState) samplingScan(raw []byte) (*resumeState, string) {
 		return rs.samplingParams(raw)
 	case typeError:
 		return nil, "sampling_params not understood"
-	case n > 1:
-		return nil, "n > 1"
 	}
-	for _, g := range grammar {
-		if g != nil && !isNull(g) {
-			return nil, "constrained decoding"
-		}
-	}
-	rs.minNew = minNew
-	rs.maxNew = tokenBudget(exactMax, maxNew, sglangDefaultMaxNewTokens)
-	return rs, ""
+	return rs.bounds(n, grammar, minNew, exactMax, maxNew)
 }
 
 // intValue decodes the JSON value val into *v as json.Unmarshal does,
@@ -175,9 +175,6 @@ func (rs *resumeState) samplingScan(raw []byte) (*resumeState, string) {
 func intValue(v *int, val []byte) bool {
 	if string(val) == "null" {
 		return true
-	}
-	if val[0] != '-' && (val[0] < '0' || val[0] > '9') {
-		return false
 	}
 	i, err := strconv.ParseInt(string(val), 10, strconv.IntSize)
 	if err != nil {
@@ -243,5 +240,6 @@ func tokenBudget(raw json.RawMessage, parsed *int, def int) *int {
 
 // isNull reports whether raw is absent or JSON null.
 func isNull(raw json.RawMessage) bool {
-	return len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null"
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || string(raw) == "null"
 }
