@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -39,11 +40,7 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 		if len(rs.segs) == 0 {
 			return err
 		}
-		out := rs.merged()
-		if rs.completion != nil {
-			out = rs.mergedCompletion()
-		}
-		rs.answerWith(res, out, "the continuation "+a.reason)
+		rs.answerWith(res, rs.merged(), "the continuation "+a.reason)
 		return nil
 	}
 	if len(raw) > resumeMaxAnswer {
@@ -67,38 +64,22 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 		}
 		return pass() // not aborted: no decoding, no copy
 	}
+	add := rs.addAnswer
 	if rs.completion != nil {
-		return rs.completionAnswer(res, a, raw, pass)
+		add = rs.addCompletion
 	}
-	var ans map[string]json.RawMessage
-	var meta map[string]json.RawMessage
-	if json.Unmarshal(raw, &ans) != nil || json.Unmarshal(ans["meta_info"], &meta) != nil {
-		return pass()
-	}
-	var finish struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal(meta["finish_reason"], &finish)
-	aborted := finish.Type == "abort"
-	if !aborted && len(rs.segs) == 0 {
-		return pass()
-	}
-	ids, ok := outputIDs(ans, meta)
+	aborted, ok := add(res, a.d, raw)
 	if !ok {
-		why := "unavailable (answer without output_ids)"
-		if len(rs.segs) > 0 {
-			why = "incomplete (the continuation's answer has no output_ids; the tokens before it are lost)"
-		}
-		res.Header.Set(HeaderResume, why)
 		return pass()
 	}
-	rs.add(a.d, ans, meta, ids)
 	if aborted && rs.remaining() > 0 && rs.left > 0 {
 		rs.body, rs.abortedOn = rs.continuation(), a.d.Policy.ID
 		return errResume
 	}
 	why := ""
 	switch {
+	case aborted && rs.remaining() <= 0 && rs.completion != nil:
+		rs.completion.choice["finish_reason"] = json.RawMessage(`"length"`)
 	case aborted && rs.remaining() <= 0:
 		// Aborted with nothing left to generate: it ended by length.
 		rs.meta["finish_reason"], _ = json.Marshal(map[string]any{"type": "length", "length": len(rs.ids)})
@@ -107,6 +88,16 @@ func (rs *resumeState) resumeAnswer(res *http.Response, a *attempt) error {
 	}
 	rs.answerWith(res, rs.merged(), why)
 	return nil
+}
+
+// noIDs says in res's X-Resume why an answer without the token ids of
+// its output (field) passes through as it is.
+func (rs *resumeState) noIDs(res *http.Response, field string) {
+	why := "unavailable (answer without " + field + ")"
+	if len(rs.segs) > 0 {
+		why = "incomplete (the continuation's answer has no " + field + "; the tokens before it are lost)"
+	}
+	res.Header.Set(HeaderResume, why)
 }
 
 // answerWith makes out the body of res, the client's one answer, with
@@ -125,21 +116,47 @@ func outputIDs(ans, meta map[string]json.RawMessage) ([]int64, bool) {
 	if raw, ok := ans["output_ids"]; ok && json.Unmarshal(raw, &ids) == nil && ids != nil {
 		return ids, true
 	}
-	var lps [][]json.RawMessage
+	var lps []json.RawMessage
 	if raw, ok := meta["output_token_logprobs"]; !ok || json.Unmarshal(raw, &lps) != nil {
 		return nil, false
 	}
-	ids = make([]int64, len(lps))
-	for i, lp := range lps {
-		if len(lp) < 2 || json.Unmarshal(lp[1], &ids[i]) != nil {
+	return logprobIDs(lps)
+}
+
+// logprobIDs are the token ids of output_token_logprobs, [logprob,
+// token_id, text] triples.
+func logprobIDs(lps []json.RawMessage) ([]int64, bool) {
+	ids := make([]int64, len(lps))
+	for i, raw := range lps {
+		var lp []json.RawMessage
+		if json.Unmarshal(raw, &lp) != nil || len(lp) < 2 || json.Unmarshal(lp[1], &ids[i]) != nil {
 			return nil, false
 		}
 	}
 	return ids, true
 }
 
-// add records one segment's answer.
-func (rs *resumeState) add(d routing.Decision, ans, meta map[string]json.RawMessage, ids []int64) {
+// addAnswer records a /generate answer (raw) as a segment when it is
+// one to resume: aborted, or a continuation's. ok is false when it
+// passes through as it is instead.
+func (rs *resumeState) addAnswer(res *http.Response, d routing.Decision, raw []byte) (aborted, ok bool) {
+	var ans, meta map[string]json.RawMessage
+	if json.Unmarshal(raw, &ans) != nil || json.Unmarshal(ans["meta_info"], &meta) != nil {
+		return false, false
+	}
+	var finish struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(meta["finish_reason"], &finish)
+	aborted = finish.Type == "abort"
+	if !aborted && len(rs.segs) == 0 {
+		return false, false
+	}
+	ids, ok := outputIDs(ans, meta)
+	if !ok {
+		rs.noIDs(res, "output_ids")
+		return false, false
+	}
 	rs.addSegment(d, meta["weight_version"], meta["weight_versions"], meta["finish_reason"], len(rs.ids), len(ids))
 	rs.ids = append(rs.ids, ids...)
 	var text string
@@ -168,6 +185,7 @@ func (rs *resumeState) add(d routing.Decision, ans, meta map[string]json.RawMess
 	_ = json.Unmarshal(meta["cached_tokens"], &cached)
 	rs.cached += cached
 	rs.last, rs.meta = ans, meta
+	return aborted, true
 }
 
 // addSegment records that d's policy generated the n output tokens from
@@ -207,29 +225,38 @@ func (rs *resumeState) remaining() int {
 // number, as slime's partial rollout sends it; the prompt's logprobs are
 // the first segment's, so logprob_start_len is dropped.
 func (rs *resumeState) continuation() []byte {
+	if rs.completion != nil {
+		return rs.completionContinuation()
+	}
 	if rs.req == nil { // parseResumable read a JSON object by its keys
 		_ = json.Unmarshal(rs.raw, &rs.req)
 		_ = json.Unmarshal(rs.req["sampling_params"], &rs.sampling)
 	}
-	req := make(map[string]json.RawMessage, len(rs.req))
-	for k, v := range rs.req {
-		req[k] = v
-	}
+	req, sp := clone(rs.req, 0), clone(rs.sampling, 1)
 	req["input_ids"], _ = json.Marshal(append(slices.Clip(rs.prompt), rs.ids...))
-	sp := make(map[string]json.RawMessage, len(rs.sampling)+1)
-	for k, v := range rs.sampling {
-		sp[k] = v
-	}
-	if rs.maxNew != nil {
-		sp["max_new_tokens"], _ = json.Marshal(rs.remaining())
-	}
-	if rs.minNew > 0 {
-		sp["min_new_tokens"], _ = json.Marshal(max(rs.minNew-len(rs.ids), 0))
-	}
+	rs.setBounds(sp, "max_new_tokens", "min_new_tokens")
 	req["sampling_params"], _ = json.Marshal(sp)
 	delete(req, "logprob_start_len")
 	b, _ := json.Marshal(req)
 	return b
+}
+
+// setBounds sets in m, under the keys maxKey and minKey, what is left of
+// the request's bounds on new tokens after the tokens so far.
+func (rs *resumeState) setBounds(m map[string]json.RawMessage, maxKey, minKey string) {
+	if rs.maxNew != nil {
+		m[maxKey], _ = json.Marshal(rs.remaining())
+	}
+	if rs.minNew > 0 {
+		m[minKey], _ = json.Marshal(max(rs.minNew-len(rs.ids), 0))
+	}
+}
+
+// clone is a copy of m to write to, with room for n more keys.
+func clone(m map[string]json.RawMessage, n int) map[string]json.RawMessage {
+	c := make(map[string]json.RawMessage, len(m)+n)
+	maps.Copy(c, m)
+	return c
 }
 
 // merged is the one answer of every segment: the last answer's fields,
@@ -237,19 +264,15 @@ func (rs *resumeState) continuation() []byte {
 // all, the first's prompt figures, the last's finish_reason, and the
 // segments and weight-version spans in meta_info.
 func (rs *resumeState) merged() []byte {
-	out := make(map[string]json.RawMessage, len(rs.last))
-	for k, v := range rs.last {
-		out[k] = v
+	if rs.completion != nil {
+		return rs.mergedCompletion()
 	}
-	meta := make(map[string]json.RawMessage, len(rs.meta)+4)
-	for k, v := range rs.meta {
-		meta[k] = v
-	}
+	out, meta := clone(rs.last, 0), clone(rs.meta, 4)
 	out["output_ids"], _ = json.Marshal(rs.ids)
 	if !rs.noText {
 		out["text"], _ = json.Marshal(rs.text.String())
 	}
-	for _, k := range []string{"prompt_tokens", "input_token_logprobs", "input_top_logprobs", "input_token_ids_logprobs"} {
+	for _, k := range promptKeys {
 		if v, ok := rs.first[k]; ok {
 			meta[k] = v
 		} else {
@@ -312,9 +335,6 @@ func (rs *resumeState) setHeaders(h http.Header, why string) {
 func (rs *resumeState) writePartial(w http.ResponseWriter, why string) {
 	last := rs.segs[len(rs.segs)-1]
 	out := rs.merged()
-	if rs.completion != nil {
-		out = rs.mergedCompletion()
-	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderPolicyIndex, strconv.Itoa(last.PolicyIndex))

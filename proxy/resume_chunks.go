@@ -46,33 +46,14 @@ func (c *sglangChunk) ids() ([]int64, bool) {
 	if c.Meta.TokenLogprobs == nil {
 		return nil, false
 	}
-	ids := make([]int64, len(c.Meta.TokenLogprobs))
-	for i, raw := range c.Meta.TokenLogprobs {
-		var lp []json.RawMessage
-		if json.Unmarshal(raw, &lp) != nil || len(lp) < 2 || json.Unmarshal(lp[1], &ids[i]) != nil {
-			return nil, false
-		}
-	}
-	return ids, true
+	return logprobIDs(c.Meta.TokenLogprobs)
 }
 
-// promptField is the raw meta_info field k of promptKeys.
-func (c *sglangChunk) promptField(k string) json.RawMessage {
-	var raw json.RawMessage
-	switch k {
-	case "prompt_tokens":
-		raw = c.Meta.PromptTokens
-	case "input_token_logprobs":
-		raw = c.Meta.InputTokenLogprobs
-	case "input_top_logprobs":
-		raw = c.Meta.InputTopLogprobs
-	case "input_token_ids_logprobs":
-		raw = c.Meta.InputTokenIDsLogprobs
-	}
-	if raw == nil {
-		return nil
-	}
-	return append(json.RawMessage(nil), raw...)
+// promptFields are the chunk's meta_info fields of promptKeys, in order,
+// nil when absent.
+func (c *sglangChunk) promptFields() [4]json.RawMessage {
+	m := &c.Meta
+	return [4]json.RawMessage{m.PromptTokens, m.InputTokenLogprobs, m.InputTopLogprobs, m.InputTokenIDsLogprobs}
 }
 
 // absorb adds a chunk's new tokens, text and logprobs to the answer,

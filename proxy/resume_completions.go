@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/policyrouter/policyrouter/routing"
 )
 
 // Resuming a non-streaming POST /v1/completions. It can be exact when the
@@ -105,51 +107,30 @@ func parseResumableCompletion(f *fields) (*resumeState, string) {
 	return rs, ""
 }
 
-// completionAnswer is resumeAnswer for a /v1/completions answer read
-// whole (raw); pass lets it through unchanged.
-func (rs *resumeState) completionAnswer(res *http.Response, a *attempt, raw []byte, pass func() error) error {
+// addCompletion records a /v1/completions answer (raw) as a segment
+// when it is one to resume: aborted, or a continuation's. ok is false
+// when it passes through as it is instead. OpenAI answers name no weight
+// version: the segment's is the router's at dispatch.
+func (rs *resumeState) addCompletion(res *http.Response, d routing.Decision, raw []byte) (aborted, ok bool) {
 	var ans map[string]json.RawMessage
 	var choices []map[string]json.RawMessage
 	if json.Unmarshal(raw, &ans) != nil || json.Unmarshal(ans["choices"], &choices) != nil || len(choices) != 1 {
-		return pass()
+		return false, false
 	}
 	choice := choices[0]
 	var finish string
 	_ = json.Unmarshal(choice["finish_reason"], &finish)
-	aborted := finish == "abort"
+	aborted = finish == "abort"
 	if !aborted && len(rs.segs) == 0 {
-		return pass()
+		return false, false
 	}
 	var ids []int64
 	if json.Unmarshal(choice["token_ids"], &ids) != nil || ids == nil {
-		why := "unavailable (answer without token_ids)"
-		if len(rs.segs) > 0 {
-			why = "incomplete (the continuation's answer has no token_ids; the tokens before it are lost)"
-		}
-		res.Header.Set(HeaderResume, why)
-		return pass()
+		rs.noIDs(res, "token_ids")
+		return false, false
 	}
-	rs.addCompletion(a, ans, choice, ids)
-	if aborted && rs.remaining() > 0 && rs.left > 0 {
-		rs.body, rs.abortedOn = rs.completionContinuation(), a.d.Policy.ID
-		return errResume
-	}
-	why := ""
-	switch {
-	case aborted && rs.remaining() <= 0:
-		rs.completion.choice["finish_reason"] = json.RawMessage(`"length"`)
-	case aborted:
-		why = "--proxy-retries exhausted"
-	}
-	rs.answerWith(res, rs.mergedCompletion(), why)
-	return nil
-}
-
-// addCompletion records one segment's answer. OpenAI answers name no
-// weight version: the segment's is the router's at dispatch.
-func (rs *resumeState) addCompletion(a *attempt, ans, choice map[string]json.RawMessage, ids []int64) {
 	cs := rs.completion
-	rs.addSegment(a.d, nil, nil, choice["finish_reason"], len(rs.ids), len(ids))
+	rs.addSegment(d, nil, nil, choice["finish_reason"], len(rs.ids), len(ids))
 	var text string
 	_ = json.Unmarshal(choice["text"], &text)
 	at := utf8.RuneCountInString(rs.text.String()) // text_offset counts characters
@@ -177,23 +158,16 @@ func (rs *resumeState) addCompletion(a *attempt, ans, choice map[string]json.Raw
 	rs.ids = append(rs.ids, ids...)
 	rs.text.WriteString(text)
 	cs.last, cs.choice = ans, choice
+	return aborted, true
 }
 
 // completionContinuation is the request that goes on from the tokens so
 // far: prompt = the prompt's ids + them, max_tokens and min_tokens reduced
 // by their number; prompt logprobs are the first answer's.
 func (rs *resumeState) completionContinuation() []byte {
-	req := make(map[string]json.RawMessage, len(rs.req))
-	for k, v := range rs.req {
-		req[k] = v
-	}
+	req := clone(rs.req, 0)
 	req["prompt"], _ = json.Marshal(append(slices.Clip(rs.prompt), rs.ids...))
-	if rs.maxNew != nil {
-		req["max_tokens"], _ = json.Marshal(rs.remaining())
-	}
-	if rs.minNew > 0 {
-		req["min_tokens"], _ = json.Marshal(max(rs.minNew-len(rs.ids), 0))
-	}
+	rs.setBounds(req, "max_tokens", "min_tokens")
 	delete(req, "prompt_logprobs")
 	b, _ := json.Marshal(req)
 	return b
@@ -202,14 +176,7 @@ func (rs *resumeState) completionContinuation() []byte {
 // mergedCompletion is the one answer of every segment.
 func (rs *resumeState) mergedCompletion() []byte {
 	cs := rs.completion
-	out := make(map[string]json.RawMessage, len(cs.last))
-	for k, v := range cs.last {
-		out[k] = v
-	}
-	choice := make(map[string]json.RawMessage, len(cs.choice)+2)
-	for k, v := range cs.choice {
-		choice[k] = v
-	}
+	out, choice := clone(cs.last, 0), clone(cs.choice, 2)
 	choice["text"], _ = json.Marshal(rs.text.String())
 	choice["token_ids"], _ = json.Marshal(rs.ids)
 	if cs.promptIDs != nil {

@@ -251,9 +251,9 @@ func (b *streamBody) next() error {
 	b.rs.absorb(&c, ids)
 	first := len(b.rs.segs) == 0
 	if first {
-		for _, k := range promptKeys {
-			if raw := c.promptField(k); raw != nil {
-				st.prompt[k] = raw
+		for i, raw := range c.promptFields() {
+			if raw != nil {
+				st.prompt[promptKeys[i]] = append(json.RawMessage(nil), raw...)
 			}
 		}
 	} else {
