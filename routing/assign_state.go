@@ -92,12 +92,13 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 	defer func() { st.assignBuf.keep(in, rts) }()
 	n := len(snap.rts)
 	stale := 0
+	q := Query{floor: floor}
 	for pos, rt := range snap.rts {
-		if rt.available() && !rt.fresh(floor) {
+		switch {
+		case !rt.available():
+		case !rt.fresh(floor):
 			stale++
-			continue
-		}
-		if rt.available() {
+		case q.ok(rt): // /select's filters, of which the floor's is one
 			in.Indices = append(in.Indices, rt.policy.Index)
 			in.Loads = append(in.Loads, min(max(rt.load, -MaxLoad), MaxLoad))
 			in.Nodes = append(in.Nodes, snap.nodes[pos])
@@ -119,7 +120,6 @@ func (st *State) Assign(req AssignRequest) (Assignment, error) {
 		if req.Sessions != nil {
 			homed = func(task int) bool { return req.Sessions[task] != "" }
 		}
-		q := Query{floor: floor}
 		st.assignScoreLocked(&q, req.Prefix, out, homed, rts, in.Loads)
 	}
 	ttl := req.TTL

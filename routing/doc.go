@@ -28,7 +28,9 @@
 // waiter that rates the slot's policy (filter.go: its prompt is cached
 // there, or a scorer rates it); no router runs there. /assign runs its own
 // algorithms (assign.go, the seed's SimpleRouter and NodeAffinityRouter)
-// over the available policies (assign_state.go) with its sticky stage
+// over the available policies that pass the filters (assign_state.go; a
+// stateless /assign, whose loads are the caller's, only the availability
+// and the floor), with its sticky stage
 // (assign_sticky.go); rated candidates then gather the tasks
 // (assign_score.go). Where nothing is rated, every decision is the
 // router's alone. Routers are one type per file behind two small

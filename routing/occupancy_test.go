@@ -199,6 +199,17 @@ func TestFilterStage(t *testing.T) {
 			}
 		}
 	}
+	for _, r := range []Assigner{AssignLeastLoaded, AssignNodeAffinity} {
+		a, err := st.Assign(AssignRequest{Kind: r, NumTasks: 6})
+		if err != nil {
+			t.Fatalf("Assign(%T): %v", r, err)
+		}
+		for _, i := range a.Indices {
+			if i%2 == 0 {
+				t.Fatalf("Assign(%T) = %v; the filter keeps odd indices only", r, a.Indices)
+			}
+		}
+	}
 }
 
 // oddOnly is a test filter: policies of odd index only.
