@@ -83,25 +83,24 @@ func (rs *resumeState) absorb(c *sglangChunk, ids []int64) {
 			st.form = seg.form
 		}
 	}
-	cumulative := seg.form == chunksCumulative
-	from := func(have, n int) int {
-		if cumulative {
-			return min(have, n)
+	// fresh is where the new part of a chunk's list of n starts, mark
+	// being what the segment's chunks held before; it moves mark on.
+	fresh := func(mark *int, n int) int {
+		if seg.form != chunksCumulative {
+			*mark += n
+			return 0
 		}
-		return 0
+		from := min(*mark, n)
+		*mark = n
+		return from
 	}
-	rs.ids = append(rs.ids, ids[from(seg.marks.ids, len(ids)):]...)
+	have := seg.marks.ids
+	rs.ids = append(rs.ids, ids[fresh(&have, len(ids)):]...)
 	seg.marks.ids = len(rs.ids) - seg.start
 	if c.Text == nil {
 		rs.noText = true
 	} else {
-		t := *c.Text
-		rs.text.WriteString(t[from(seg.marks.text, len(t)):])
-		if cumulative {
-			seg.marks.text = len(t)
-		} else {
-			seg.marks.text += len(t)
-		}
+		rs.text.WriteString((*c.Text)[fresh(&seg.marks.text, len(*c.Text)):])
 	}
 	if st.lists == nil {
 		st.lists = make(map[string][]json.RawMessage)
@@ -112,12 +111,8 @@ func (rs *resumeState) absorb(c *sglangChunk, ids []int64) {
 		}
 		k := concatMeta[i]
 		n := seg.marks.lists[k]
-		st.lists[k] = append(st.lists[k], l[from(n, len(l)):]...)
-		if cumulative {
-			seg.marks.lists[k] = len(l)
-		} else {
-			seg.marks.lists[k] = n + len(l)
-		}
+		st.lists[k] = append(st.lists[k], l[fresh(&n, len(l)):]...)
+		seg.marks.lists[k] = n
 	}
 	if c.Meta.WeightVersion != nil {
 		seg.version = append(seg.version[:0], c.Meta.WeightVersion...)

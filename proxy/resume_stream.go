@@ -337,29 +337,23 @@ func (b *streamBody) readEvent() (event, data []byte, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(bytes.TrimRight(line, "\r\n")) == 0 {
-			if len(event) == 0 {
-				continue // a blank line between events
-			}
-			event = append(event, line...)
-			break
+		text := bytes.TrimRight(line, "\r\n")
+		if len(text) == 0 && len(event) == 0 {
+			continue // a blank line between events
 		}
 		event = append(event, line...)
-	}
-	hasData := false
-	for _, l := range bytes.Split(event, []byte("\n")) {
-		if v, ok := bytes.CutPrefix(bytes.TrimRight(l, "\r"), []byte("data:")); ok {
-			if hasData {
+		if len(text) == 0 {
+			return event, data, nil
+		}
+		if v, ok := bytes.CutPrefix(text, []byte("data:")); ok {
+			if data == nil {
+				data = []byte{}
+			} else {
 				data = append(data, '\n')
 			}
 			data = append(data, bytes.TrimPrefix(v, []byte(" "))...)
-			hasData = true
 		}
 	}
-	if hasData && data == nil {
-		data = []byte{}
-	}
-	return event, data, nil
 }
 
 // readLine reads one line, up to resumeMaxAnswer bytes.
