@@ -19,7 +19,23 @@ func requestModel(f *fields) (string, error) {
 	if !f.scanned {
 		return requestModelJSON(f.raw)
 	}
-	raw := f.modelFold
+	return modelName(f.modelFold)
+}
+
+// requestModelJSON is requestModel by encoding/json alone.
+func requestModelJSON(body []byte) (string, error) {
+	var v struct {
+		Model json.RawMessage `json:"model"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return "", nil
+	}
+	return modelName(v.Model)
+}
+
+// modelName is the string of a "model" value raw (its JSON text), ""
+// when absent or null; read by bytes when it holds no escape.
+func modelName(raw []byte) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
@@ -28,21 +44,6 @@ func requestModel(f *fields) (string, error) {
 	}
 	var model string
 	if err := json.Unmarshal(raw, &model); err != nil {
-		return "", fieldError("model", "must be a string")
-	}
-	return model, nil
-}
-
-// requestModelJSON is requestModel by encoding/json alone.
-func requestModelJSON(body []byte) (string, error) {
-	var v struct {
-		Model json.RawMessage `json:"model"`
-	}
-	if json.Unmarshal(body, &v) != nil || len(v.Model) == 0 || string(v.Model) == "null" {
-		return "", nil
-	}
-	var model string
-	if err := json.Unmarshal(v.Model, &model); err != nil {
 		return "", fieldError("model", "must be a string")
 	}
 	return model, nil

@@ -82,18 +82,6 @@ func (pr *prompt) units(blocks int) int {
 	return blocks * prefix.TextBlockBytes
 }
 
-// affinityWanted reads X-Prefix-Affinity against the server's default.
-func (p *Proxy) affinityWanted(h http.Header) (bool, error) {
-	switch v := headerValue(h, canonicalPrefixAffinity); v {
-	case "":
-		return p.PrefixAffinity, nil
-	case "0", "1":
-		return v == "1", nil
-	default:
-		return false, fieldError(HeaderPrefixAffinity, "must be 0 or 1, not "+strconv.Quote(v))
-	}
-}
-
 // promptOf reads the prompt of a proxied request, nil when it has no
 // full block or is in a form the proxy does not hash (or the scan could
 // not read the body). ids, when not nil, are its token ids read already
@@ -196,7 +184,7 @@ func lastCount(b, key []byte) (int, bool) {
 // promptFor is the prompt of a request under prefix-cache affinity, nil
 // when affinity is off for it; a malformed X-Prefix-Affinity is a 422.
 func (p *Proxy) promptFor(r *http.Request, f *fields, rs *resumeState) (*prompt, error) {
-	on, err := p.affinityWanted(r.Header)
+	on, err := onOff(r.Header, canonicalPrefixAffinity, HeaderPrefixAffinity, p.PrefixAffinity)
 	if !on || err != nil {
 		return nil, err
 	}

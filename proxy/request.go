@@ -50,14 +50,11 @@ func (p *Proxy) selectRequest(r *http.Request) (Request, error) {
 	}
 	// X-Sticky-Wait-MS: how long a session waits for its busy home (its
 	// cache), as /select's sticky_wait_ms; none means the server's default.
-	req.StickyWait = min(p.DefaultStickyWait, req.Wait)
-	if v := headerValue(h, canonicalStickyWaitMS); v != "" {
-		ms, err := strconv.Atoi(v)
-		if err != nil || ms < 0 || ms > 3600000 {
-			return req, fieldError(HeaderStickyWaitMS, "must be an integer between 0 and 3600000, not "+strconv.Quote(v))
-		}
-		req.StickyWait = min(time.Duration(ms)*time.Millisecond, req.Wait)
+	sticky, err := millis(h, canonicalStickyWaitMS, HeaderStickyWaitMS, p.DefaultStickyWait)
+	if err != nil {
+		return req, err
 	}
+	req.StickyWait = min(sticky, req.Wait)
 	if v := headerValue(h, canonicalMinWeightVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
@@ -86,15 +83,36 @@ const maxSelectTimeoutMS = 3600000
 // X-Select-Timeout-MS capped by --max-select-wait, else the server's
 // default wait. A malformed header is a 422 naming it.
 func (p *Proxy) selectWait(h http.Header) (time.Duration, error) {
-	v := headerValue(h, canonicalSelectTimeoutMS)
+	wait, err := millis(h, canonicalSelectTimeoutMS, HeaderSelectTimeoutMS, p.DefaultSelectWait)
+	return min(wait, p.MaxSelectWait), err
+}
+
+// millis reads a header of milliseconds from 0 to maxSelectTimeoutMS
+// under its canonical key: def when it is absent, a 422 naming it when
+// it is malformed.
+func millis(h http.Header, key, name string, def time.Duration) (time.Duration, error) {
+	v := headerValue(h, key)
 	if v == "" {
-		return p.DefaultSelectWait, nil
+		return def, nil
 	}
 	ms, err := strconv.Atoi(v)
 	if err != nil || ms < 0 || ms > maxSelectTimeoutMS {
-		return 0, fieldError(HeaderSelectTimeoutMS, "must be an integer between 0 and "+strconv.Itoa(maxSelectTimeoutMS)+", not "+strconv.Quote(v))
+		return 0, fieldError(name, "must be an integer between 0 and "+strconv.Itoa(maxSelectTimeoutMS)+", not "+strconv.Quote(v))
 	}
-	return min(time.Duration(ms)*time.Millisecond, p.MaxSelectWait), nil
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// onOff reads a header of 0 or 1 under its canonical key: def when it is
+// absent, a 422 naming it when it is neither.
+func onOff(h http.Header, key, name string, def bool) (bool, error) {
+	switch v := headerValue(h, key); v {
+	case "":
+		return def, nil
+	case "0", "1":
+		return v == "1", nil
+	default:
+		return false, fieldError(name, "must be 0 or 1, not "+strconv.Quote(v))
+	}
 }
 
 // The headers' keys in canonical form (X-Policy-Id), set and read without

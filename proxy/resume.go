@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/policyrouter/policyrouter/metrics"
@@ -145,12 +144,8 @@ func (p *Proxy) resumeFor(w http.ResponseWriter, r *http.Request, f *fields) (*r
 	if !p.Resume || (r.URL.Path != "/generate" && r.URL.Path != "/v1/completions") {
 		return nil, nil
 	}
-	switch v := headerValue(r.Header, canonicalResumeOnAbort); v {
-	case "", "1":
-	case "0":
-		return nil, nil
-	default:
-		return nil, fieldError(HeaderResumeOnAbort, "must be 0 or 1, not "+strconv.Quote(v))
+	if on, err := onOff(r.Header, canonicalResumeOnAbort, HeaderResumeOnAbort, true); !on || err != nil {
+		return nil, err
 	}
 	rs, why := parseFor(r.URL.Path, f)
 	if why != "" {
