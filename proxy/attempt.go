@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -210,9 +211,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d r
 	for v := p.newest.Load(); d.Version > v && !p.newest.CompareAndSwap(v, d.Version); v = p.newest.Load() {
 	}
 	defer p.finish(r.Context(), a)
-	if p.APIKey != nil {
-		a.apiKey = p.APIKey(d.Policy)
-	}
+	a.apiKey = p.APIKey(d.Policy)
 	ctx := r.Context()
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -256,8 +255,7 @@ func (p *Proxy) finish(ctx context.Context, a *attempt) {
 }
 
 func isEventStream(h http.Header) bool {
-	ct := h.Get("Content-Type")
-	return len(ct) >= 17 && ct[:17] == "text/event-stream"
+	return strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
 }
 
 func isDialError(err error) bool {

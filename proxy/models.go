@@ -26,12 +26,7 @@ const (
 	modelsMaxBody = 1 << 20
 )
 
-// modelsCache remembers each policy URL's answer for modelsTTL.
-type modelsCache struct {
-	mu      sync.Mutex
-	entries map[string]modelsEntry
-}
-
+// modelsEntry is a policy's answer, remembered for modelsTTL.
 type modelsEntry struct {
 	at     time.Time
 	models []json.RawMessage
@@ -104,11 +99,8 @@ type modelCard struct {
 // when fresh.
 func (p *Proxy) policyModels(ctx context.Context, pol routing.Policy) []json.RawMessage {
 	now := time.Now()
-	p.models.mu.Lock()
-	e, ok := p.models.entries[pol.URL]
-	p.models.mu.Unlock()
-	if ok && now.Sub(e.at) < modelsTTL {
-		return e.models
+	if e, ok := p.models.Load(pol.URL); ok && now.Sub(e.(modelsEntry).at) < modelsTTL {
+		return e.(modelsEntry).models
 	}
 	ctx, cancel := context.WithTimeout(ctx, modelsTimeout)
 	defer cancel()
@@ -116,10 +108,8 @@ func (p *Proxy) policyModels(ctx context.Context, pol routing.Policy) []json.Raw
 	if err != nil {
 		return nil
 	}
-	if p.APIKey != nil {
-		if key := p.APIKey(pol); key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
+	if key := p.APIKey(pol); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	res, err := p.reverseProxy.Transport.RoundTrip(req)
 	if err != nil {
@@ -130,11 +120,6 @@ func (p *Proxy) policyModels(ctx context.Context, pol routing.Policy) []json.Raw
 	if res.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(res.Body, modelsMaxBody)).Decode(&list) != nil {
 		return nil
 	}
-	p.models.mu.Lock()
-	if p.models.entries == nil {
-		p.models.entries = make(map[string]modelsEntry)
-	}
-	p.models.entries[pol.URL] = modelsEntry{at: now, models: list.Data}
-	p.models.mu.Unlock()
+	p.models.Store(pol.URL, modelsEntry{at: now, models: list.Data})
 	return list.Data
 }

@@ -128,7 +128,7 @@ type Proxy struct {
 	// newest is the newest weight version the proxy dispatched to: the
 	// version lag of an answer's tokens is counted from it.
 	newest      atomic.Int64
-	models      modelsCache
+	models      sync.Map     // policy URL → its modelsEntry (models.go)
 	targets     sync.Map     // policy URL → its *url.URL, parsed once
 	targetCount atomic.Int64 // entries of targets
 	// memo spares hashing again the token prompts sent again or extended
