@@ -286,19 +286,29 @@ func (rs *resumeState) merged() []byte {
 			delete(meta, k)
 		}
 	}
-	if _, ok := meta["output_token_logprobs_length"]; ok {
-		meta["output_token_logprobs_length"], _ = json.Marshal(len(rs.lists["output_token_logprobs"]))
-	}
-	meta["completion_tokens"], _ = json.Marshal(len(rs.ids))
-	if _, ok := meta["cached_tokens"]; ok {
-		meta["cached_tokens"], _ = json.Marshal(rs.cached)
-	}
-	meta["finish_reason"] = rs.clientFinish(meta["finish_reason"])
-	meta["weight_versions"], _ = json.Marshal(rs.spans)
-	meta["segments"], _ = json.Marshal(rs.segs)
+	rs.countMeta(meta, len(rs.lists["output_token_logprobs"]), rs.cached, true)
 	out["meta_info"], _ = json.Marshal(meta)
 	b, _ := json.Marshal(out)
 	return b
+}
+
+// countMeta sets in meta the answer's counts so far: completion_tokens,
+// and output_token_logprobs_length (logprobs) and cached_tokens (cached)
+// where meta has them; and when last, the client's finish_reason, the
+// weight-version spans and the segments.
+func (rs *resumeState) countMeta(meta map[string]json.RawMessage, logprobs int, cached int64, last bool) {
+	if _, ok := meta["output_token_logprobs_length"]; ok {
+		meta["output_token_logprobs_length"], _ = json.Marshal(logprobs)
+	}
+	meta["completion_tokens"], _ = json.Marshal(len(rs.ids))
+	if _, ok := meta["cached_tokens"]; ok {
+		meta["cached_tokens"], _ = json.Marshal(cached)
+	}
+	if last {
+		meta["finish_reason"] = rs.clientFinish(meta["finish_reason"])
+		meta["weight_versions"], _ = json.Marshal(rs.spans)
+		meta["segments"], _ = json.Marshal(rs.segs)
+	}
 }
 
 // weightLabel is the label of d's weight version in X-Weight-Versions and

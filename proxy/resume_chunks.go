@@ -170,26 +170,15 @@ func (rs *resumeState) chunkEvent(data, finish json.RawMessage, last bool) []byt
 			meta[k], _ = json.Marshal(l[since.lists[k]:])
 		}
 	}
-	if _, ok := meta["output_token_logprobs_length"]; ok {
-		meta["output_token_logprobs_length"], _ = json.Marshal(len(st.lists["output_token_logprobs"]))
-	}
 	for _, k := range promptKeys {
 		if v, ok := st.prompt[k]; ok {
 			meta[k] = v
 		}
 	}
-	meta["completion_tokens"], _ = json.Marshal(len(rs.ids))
-	if _, ok := meta["cached_tokens"]; ok {
-		meta["cached_tokens"], _ = json.Marshal(rs.cached + st.seg.cached)
-	}
 	if finish != nil {
 		meta["finish_reason"] = finish
 	}
-	if last {
-		meta["finish_reason"] = rs.clientFinish(meta["finish_reason"])
-		meta["weight_versions"], _ = json.Marshal(rs.spans)
-		meta["segments"], _ = json.Marshal(rs.segs)
-	}
+	rs.countMeta(meta, len(st.lists["output_token_logprobs"]), rs.cached+st.seg.cached, last)
 	out["meta_info"], _ = json.Marshal(meta)
 	st.sent = rs.marks()
 	b, _ := json.Marshal(out)
