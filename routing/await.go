@@ -90,8 +90,7 @@ func (st *State) await(ctx context.Context, w *waiter, req *SelectRequest, r Sel
 // nothing. Caller must hold mu.
 func (st *State) waitErrorLocked(floor int64, waited time.Duration) error {
 	for _, rt := range st.ledger.snap.rts {
-		pending := !rt.heard.Load() && rt.healthy.Load() && !rt.draining.Load()
-		if (rt.available() || pending) && rt.fresh(floor) {
+		if out := rt.outState(); (out == "" || out == StateUnknown) && rt.fresh(floor) {
 			return &WaitError{Err: ErrNoIdlePolicy, Waited: waited, Floor: floor}
 		}
 	}
@@ -128,7 +127,9 @@ func (st *State) availabilityLocked(q *Query) error {
 	ex := q.Exclude()
 	excluded := false
 	for _, rt := range st.ledger.snap.rts {
-		if !rt.available() && (rt.heard.Load() || rt.probes.Load() != 0 || !rt.healthy.Load() || rt.draining.Load()) {
+		// Waiting may help a policy that is available, or that awaits the
+		// answer of its first probe (none sent yet).
+		if out := rt.outState(); out != "" && (out != StateUnknown || rt.probes.Load() != 0) {
 			continue
 		}
 		if len(ex) > 0 && slices.Contains(ex, rt.policy.ID) {

@@ -82,12 +82,32 @@ type policyRuntime struct {
 	lastIdle      atomic.Bool
 }
 
-// available is the one availability filter every router applies: the
-// policy is healthy, not draining, and has been heard from (caddy's
-// Available, with capacity and the policy's busy answers kept in its slots).
-func (r *policyRuntime) available() bool {
-	return r.healthy.Load() && !r.draining.Load() && r.heard.Load() && !r.paused.Load() && !r.asleep.Load()
+// outState is the one judgement of availability: "" when the policy may
+// get work (healthy, not draining, heard from, neither asleep nor paused:
+// caddy's Available, with capacity and the policy's busy answers kept in
+// its slots), else the first state of States that keeps it out. The
+// deques (room), the waiters, /assign, the errors that explain a 503
+// (availabilityLocked, waitErrorLocked) and /stats all read it. It reads
+// atomics written under State.mu.
+func (r *policyRuntime) outState() string {
+	switch {
+	case !r.healthy.Load():
+		return StateUnhealthy
+	case r.draining.Load():
+		return StateDraining
+	case !r.heard.Load():
+		return StateUnknown
+	case r.asleep.Load():
+		return StateAsleep
+	case r.paused.Load():
+		return StatePaused
+	}
+	return ""
 }
+
+// available is the availability filter every router applies: outState
+// keeps nothing out.
+func (r *policyRuntime) available() bool { return r.outState() == "" }
 
 // ledger is the live routing state behind State.mu: what selectors read and
 // change. Every field is guarded by State.mu.

@@ -186,17 +186,8 @@ func statsLocked(rt *policyRuntime) PolicyStats {
 			ps.IdleCapacity++
 		}
 	}
-	switch {
-	case !ps.Healthy:
-		ps.State = StateUnhealthy
-	case ps.Draining:
-		ps.State = StateDraining
-	case !ps.Heard:
-		ps.State = StateUnknown
-	case ps.Asleep:
-		ps.State = StateAsleep
-	case ps.Paused:
-		ps.State = StatePaused
+	switch ps.State = rt.outState(); {
+	case ps.State != "":
 	case ps.IdleCapacity == 0:
 		ps.State = StateBusy
 	default:
