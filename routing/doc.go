@@ -20,8 +20,9 @@
 //	pick     router_*.go (router.go)    View: idle units, load, node    nothing: returns a Choice
 //	lease    handoff.go                 the Choice                      the ledger: slot, lease, TTL
 //
-// Availability is written once (policyRuntime.available, room in
-// occupancy.go) and every stage reads it through the filters. /select
+// Availability is written once (policyRuntime.outState, room in
+// occupancy.go): the deques, the waiters, /assign, the errors of a 503
+// and /stats read it. /select
 // runs all five (select.go; a wait in await.go). A freed slot goes to a
 // waiter by handoff.go's waiterForLocked: the filters of the waiter's
 // query, its home first, then arrival order with a bounded bypass for a
