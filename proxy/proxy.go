@@ -30,7 +30,7 @@ import (
 // concurrent proxied requests never exceed its capacity.
 //
 // Every request takes one path (forward): httputil.ReverseProxy over one
-// http.Transport (transport.go), the request forwarded unchanged, event
+// http.Transport (NewTransport), the request forwarded unchanged, event
 // streams without buffering, and one retry loop (run). A request is sent
 // to another policy only when the first cannot have run it: the
 // connection to it was never made, or it answered 502 or 503. One that
