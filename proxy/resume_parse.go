@@ -53,8 +53,7 @@ func parseResumableJSON(body []byte) (*resumeState, string) {
 	if json.Unmarshal(body, &rs.req) != nil || rs.req == nil {
 		return nil, "not a JSON object"
 	}
-	var stream bool
-	if raw, ok := rs.req["stream"]; ok && json.Unmarshal(raw, &stream) == nil && stream {
+	if string(rs.req["stream"]) == "true" {
 		rs.stream = &streamState{prompt: make(map[string]json.RawMessage)}
 	}
 	ids := rs.req["input_ids"]
