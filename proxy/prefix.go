@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -109,27 +108,17 @@ func promptOf(path string, f *fields, ids []int64, memo *prefix.Memo) *prompt {
 	case ids != nil:
 		pr.kind, pr.hashes = prefix.Tokens, memo.TokenHashes(ids)
 	case len(text) > 0 && text[0] == '"':
-		var s string
-		if json.Unmarshal(text, &s) != nil {
+		t, ok := jsonString(text)
+		if !ok {
 			return nil
 		}
-		pr.kind, pr.hashes = prefix.Text, prefix.TextHashes(s, 0)
+		pr.kind, pr.hashes = prefix.Text, prefix.TextHashes(t, 0)
 	case len(msgs) > 0 && msgs[0] == '[':
-		var ms []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		}
-		if json.Unmarshal(msgs, &ms) != nil {
+		ms, ok := chatMessages(msgs)
+		if !ok {
 			return nil
 		}
-		for _, m := range ms {
-			content := []byte(m.Content)
-			var s string
-			if len(content) > 0 && content[0] == '"' && json.Unmarshal(content, &s) == nil {
-				content = []byte(s)
-			}
-			pr.msgs = append(pr.msgs, prefix.Message{Role: m.Role, Content: content})
-		}
+		pr.msgs = ms
 		pr.kind, pr.hashes = prefix.Chat, prefix.ChatHashes(pr.msgs, 0)
 	}
 	if len(pr.hashes) == 0 {
