@@ -159,22 +159,29 @@ func AppendTokenHashes[T TokenID](dst []Hash, ids []T, max int) []Hash {
 // a text prompt, at most max of them (MaxBlocks when max <= 0 or larger).
 // A match of n blocks is n*TextBlockBytes bytes.
 func TextHashes[S ~string | ~[]byte](text S, max int) []Hash {
-	max = limit(max)
-	n := min(len(text)/TextBlockBytes, max)
+	n := min(len(text)/TextBlockBytes, limit(max))
 	if n == 0 {
 		return nil
 	}
-	out := make([]Hash, 0, n)
+	return appendTextHashes(make([]Hash, 0, n), text[:n*TextBlockBytes])
+}
+
+// appendTextHashes appends to dst the hashes of the full blocks of text,
+// continuing dst's chain (text is what follows its len(dst) blocks).
+func appendTextHashes[S ~string | ~[]byte](dst []Hash, text S) []Hash {
 	parent := Seed(Text)
+	if len(dst) > 0 {
+		parent = dst[len(dst)-1]
+	}
 	var buf [8 + TextBlockBytes]byte
-	for i := range n {
+	for ; len(text) >= TextBlockBytes; text = text[TextBlockBytes:] {
 		binary.LittleEndian.PutUint64(buf[:8], uint64(parent))
-		copy(buf[8:], text[i*TextBlockBytes:(i+1)*TextBlockBytes])
+		copy(buf[8:], text[:TextBlockBytes])
 		d := sha256.Sum256(buf[:])
 		parent = Hash(binary.LittleEndian.Uint64(d[:8]))
-		out = append(out, parent)
+		dst = append(dst, parent)
 	}
-	return out
+	return dst
 }
 
 // Message is one chat message as it is hashed: its role, and its content's

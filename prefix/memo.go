@@ -6,18 +6,19 @@ import (
 	"sync"
 )
 
-// A Memo remembers the block hashes of recent token prompts, so that a
-// prompt sent again (the n samples of a GRPO group, a retry) or extended
-// (the next turn of a conversation, which resends the last one whole) is
-// hashed with SHA-256 only where it is new. Its answers are TokenHashes's,
-// whatever it holds: it only skips work.
+// A Memo remembers the block hashes of recent token and text prompts, so
+// that a prompt sent again (the n samples of a GRPO group, a retry) or
+// extended (the next turn of a conversation, which resends the last one
+// whole) is hashed with SHA-256 only where it is new. Its answers are
+// TokenHashes's and TextHashes's, whatever it holds: it only skips work.
 //
 // It keys a prefix by a seeded maphash of its token ids laid out as
-// AppendTokenHashes lays them, chained every memoEvery blocks (about 1 ns
-// a token, against 12 of SHA-256), and holds a prompt's hashes at its end
-// and at every memoEvery-th block, so that a longer prompt finds the
-// longest remembered prefix in at most len/memoEvery+1 lookups and hashes
-// at most memoEvery-1 blocks again beyond it. Two generations of entries bound its memory: when the newer
+// AppendTokenHashes lays them (of its bytes, for text), chained every
+// memoEvery blocks (about 1 ns a token, against 12 of SHA-256), and holds
+// a prompt's hashes at its end and at every memoEvery-th block, so that a
+// longer prompt finds the longest remembered prefix in at most
+// len/memoEvery+1 lookups and hashes at most memoEvery-1 blocks again
+// beyond it. Two generations of entries bound its memory: when the newer
 // holds max/2 blocks' hashes it becomes the older, and the older is
 // dropped. A maphash collision (2^-64 a pair, its seed unknown outside the
 // process) would give one prompt another's hashes: a routing mistake,
@@ -62,6 +63,49 @@ func (m *Memo) TokenHashes(ids []int64) []Hash {
 	out = AppendTokenHashes(out, ids[len(out)*BlockTokens:], n)
 	m.store(keys, out)
 	return out
+}
+
+// TextHashes returns TextHashes(text, 0) as TokenHashes does
+// TokenHashes's: hashing only the blocks after the longest prefix of text
+// it remembers. The slice is the caller's.
+func (m *Memo) TextHashes(text []byte) []Hash {
+	n := min(len(text)/TextBlockBytes, MaxBlocks)
+	if n == 0 {
+		return nil
+	}
+	text = text[:n*TextBlockBytes]
+	keys := m.textKeys(text)
+	out := make([]Hash, 0, n)
+	out = append(out, m.lookup(keys)...)
+	if len(out) == n {
+		return out
+	}
+	out = appendTextHashes(out, text[len(out)*TextBlockBytes:])
+	m.store(keys, out)
+	return out
+}
+
+// textKeys is keys for the bytes of a text prompt, in spans of memoEvery
+// blocks, its chain started apart from the token prompts' (whose key
+// before the first span is 0).
+func (m *Memo) textKeys(text []byte) []uint64 {
+	const span = memoEvery * TextBlockBytes
+	keys := make([]uint64, 0, (len(text)+span-1)/span)
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	var prev [8]byte
+	prev[0] = 1
+	for len(text) > 0 {
+		s := text[:min(span, len(text))]
+		h.Reset()
+		h.Write(prev[:])
+		h.Write(s)
+		k := h.Sum64()
+		binary.LittleEndian.PutUint64(prev[:], k)
+		keys = append(keys, k)
+		text = text[len(s):]
+	}
+	return keys
 }
 
 // memoSpan is the ids of memoEvery blocks.

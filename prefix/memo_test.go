@@ -155,3 +155,45 @@ func TestMemoRemembers(t *testing.T) {
 		t.Fatalf("changed in its first block: found %d blocks, want 0", got)
 	}
 }
+
+// The memo's text hashes are TextHashes's, over texts sent again,
+// extended and changed, beside token prompts of the same bytes.
+func TestMemoTextAnswersAsTextHashes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	m := NewMemo(2000)
+	var texts [][]byte
+	for step := range 2000 {
+		var text []byte
+		switch r := rng.IntN(4); {
+		case len(texts) == 0 || r == 0:
+			text = make([]byte, rng.IntN(5000))
+			for i := range text {
+				text[i] = byte('a' + rng.IntN(3))
+			}
+			texts = append(texts, text)
+		case r == 1:
+			text = texts[rng.IntN(len(texts))]
+		case r == 2:
+			c := rng.IntN(len(texts))
+			text = append(slices.Clone(texts[c]), make([]byte, rng.IntN(700))...)
+			texts[c] = text
+		default:
+			text = slices.Clone(texts[rng.IntN(len(texts))])
+			if len(text) > 0 {
+				text[rng.IntN(len(text))]++
+			}
+		}
+		if got, want := m.TextHashes(text), TextHashes(text, 0); !slices.Equal(got, want) {
+			t.Fatalf("step %d, %d bytes: memo gives %d hashes, TextHashes %d, first difference at %d",
+				step, len(text), len(got), len(want), firstDiff(got, want))
+		}
+		// The same bytes as token ids are another prompt.
+		ids := make([]int64, len(text)/4)
+		for i := range ids {
+			ids[i] = int64(text[4*i]) | int64(text[4*i+1])<<8 | int64(text[4*i+2])<<16 | int64(text[4*i+3])<<24
+		}
+		if got, want := m.TokenHashes(ids), TokenHashes(ids, 0); !slices.Equal(got, want) {
+			t.Fatalf("step %d: the text's bytes as ids: memo and TokenHashes differ at %d", step, firstDiff(got, want))
+		}
+	}
+}

@@ -84,7 +84,7 @@ func (pr *prompt) units(blocks int) int {
 // promptOf reads the prompt of a proxied request, nil when it has no
 // full block or is in a form the proxy does not hash (or the scan could
 // not read the body). ids, when not nil, are its token ids read already
-// (resuming). Token ids are hashed through memo.
+// (resuming). Token ids and text are hashed through memo.
 func promptOf(path string, f *fields, ids []int64, memo *prefix.Memo) *prompt {
 	var text, list, msgs []byte
 	if ids == nil {
@@ -112,7 +112,7 @@ func promptOf(path string, f *fields, ids []int64, memo *prefix.Memo) *prompt {
 		if !ok {
 			return nil
 		}
-		pr.kind, pr.hashes = prefix.Text, prefix.TextHashes(t, 0)
+		pr.kind, pr.hashes = prefix.Text, memo.TextHashes(t)
 	case len(msgs) > 0 && msgs[0] == '[':
 		ms, ok := chatMessages(msgs)
 		if !ok {

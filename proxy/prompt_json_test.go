@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/policyrouter/policyrouter/prefix"
 )
 
 // chatMessages reads what encoding/json reads, over random message lists
@@ -72,7 +74,8 @@ func TestJSONStringAsDecoded(t *testing.T) {
 }
 
 // BenchmarkPromptOfChat: a 32 KB conversation of 16 messages, and a text
-// prompt of the same size, read and hashed as the proxy does.
+// prompt of the same size sent again (its hashes remembered) and new on
+// every request (a new first byte), read and hashed as the proxy does.
 func BenchmarkPromptOfChat(b *testing.B) {
 	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 730)
 	var msgs []map[string]string
@@ -81,14 +84,25 @@ func BenchmarkPromptOfChat(b *testing.B) {
 	}
 	chat, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs})
 	completion, _ := json.Marshal(map[string]any{"model": "m", "prompt": text})
+
 	for _, c := range []struct {
 		name, path string
 		body       []byte
-	}{{"chat", "/v1/chat/completions", chat}, {"text", "/v1/completions", completion}} {
+		vary       bool
+	}{{"chat", "/v1/chat/completions", chat, false}, {"text-same", "/v1/completions", completion, false},
+		{"text-new", "/v1/completions", completion, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			f := readFields(c.body)
+			memo := prefix.NewMemo(0)
+			n := 0
 			for b.Loop() {
-				if promptOf(c.path, f, nil, nil) == nil {
+				if c.vary { // n in base 26, in the prompt's first 4 bytes
+					n++
+					for i, d := 0, n; i < 4; i, d = i+1, d/26 {
+						f.prompt[1+i] = 'A' + byte(d%26)
+					}
+				}
+				if promptOf(c.path, f, nil, memo) == nil {
 					b.Fatal("no prompt")
 				}
 			}
