@@ -202,9 +202,18 @@ func (m Message) encodedLen() int { return 4 + len(m.Role) + len(m.Content) }
 // conversation's blocks do not move when turns are added. At most max
 // blocks are hashed (MaxBlocks when max <= 0 or larger).
 func ChatHashes(msgs []Message, max int) []Hash {
+	return appendChatHashes(nil, msgs, max)
+}
+
+// appendChatHashes appends to dst the hashes of msgs, continuing dst's
+// chain (msgs are the messages after those dst's blocks end with), until
+// dst holds max blocks (MaxBlocks when max <= 0 or larger).
+func appendChatHashes(dst []Hash, msgs []Message, max int) []Hash {
 	max = limit(max)
-	var out []Hash
 	parent := Seed(Chat)
+	if len(dst) > 0 {
+		parent = dst[len(dst)-1]
+	}
 	var enc []byte
 	var buf [9 + TextBlockBytes]byte
 	for _, m := range msgs {
@@ -212,8 +221,8 @@ func ChatHashes(msgs []Message, max int) []Hash {
 		enc = append(enc, m.Role...)
 		enc = append(enc, m.Content...)
 		for off := 0; off < len(enc); off += TextBlockBytes {
-			if len(out) == max {
-				return out
+			if len(dst) >= max {
+				return dst
 			}
 			blk := enc[off:min(off+TextBlockBytes, len(enc))]
 			binary.LittleEndian.PutUint64(buf[:8], uint64(parent))
@@ -224,10 +233,10 @@ func ChatHashes(msgs []Message, max int) []Hash {
 			n := copy(buf[9:], blk)
 			d := sha256.Sum256(buf[:9+n])
 			parent = Hash(binary.LittleEndian.Uint64(d[:8]))
-			out = append(out, parent)
+			dst = append(dst, parent)
 		}
 	}
-	return out
+	return dst
 }
 
 // ChatBytes returns how many bytes of msgs' encoding the first blocks

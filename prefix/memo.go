@@ -6,11 +6,12 @@ import (
 	"sync"
 )
 
-// A Memo remembers the block hashes of recent token and text prompts, so
-// that a prompt sent again (the n samples of a GRPO group, a retry) or
-// extended (the next turn of a conversation, which resends the last one
-// whole) is hashed with SHA-256 only where it is new. Its answers are
-// TokenHashes's and TextHashes's, whatever it holds: it only skips work.
+// A Memo remembers the block hashes of recent token and text prompts and
+// chats, so that a prompt sent again (the n samples of a GRPO group, a
+// retry) or extended (the next turn of a conversation, which resends the
+// last one whole) is hashed with SHA-256 only where it is new. Its answers
+// are TokenHashes's, TextHashes's and ChatHashes's, whatever it holds: it
+// only skips work.
 //
 // It keys a prefix by a seeded maphash of its token ids laid out as
 // AppendTokenHashes lays them (of its bytes, for text), chained every
@@ -18,11 +19,11 @@ import (
 // a prompt's hashes at its end and at every memoEvery-th block, so that a
 // longer prompt finds the longest remembered prefix in at most
 // len/memoEvery+1 lookups and hashes at most memoEvery-1 blocks again
-// beyond it. Two generations of entries bound its memory: when the newer
-// holds max/2 blocks' hashes it becomes the older, and the older is
-// dropped. A maphash collision (2^-64 a pair, its seed unknown outside the
-// process) would give one prompt another's hashes: a routing mistake,
-// never a wrong answer.
+// beyond it; a chat is keyed and held message by message. Two generations
+// of entries bound its memory: when the newer holds max/2 blocks' hashes
+// it becomes the older, and the older is dropped. A maphash collision
+// (2^-64 a pair, its seed unknown outside the process) would give one
+// prompt another's hashes: a routing mistake, never a wrong answer.
 type Memo struct {
 	seed maphash.Seed
 	max  int // hashes held, both generations
@@ -55,13 +56,13 @@ func (m *Memo) TokenHashes(ids []int64) []Hash {
 		return nil
 	}
 	keys := m.keys(ids[:n*BlockTokens])
-	out := make([]Hash, 0, n)
-	out = append(out, m.lookup(keys)...)
+	h, _ := m.lookup(keys)
+	out := append(make([]Hash, 0, n), h...)
 	if len(out) == n {
 		return out
 	}
 	out = AppendTokenHashes(out, ids[len(out)*BlockTokens:], n)
-	m.store(keys, out)
+	m.store(keys, out, spanEnd)
 	return out
 }
 
@@ -75,14 +76,63 @@ func (m *Memo) TextHashes(text []byte) []Hash {
 	}
 	text = text[:n*TextBlockBytes]
 	keys := m.textKeys(text)
-	out := make([]Hash, 0, n)
-	out = append(out, m.lookup(keys)...)
+	h, _ := m.lookup(keys)
+	out := append(make([]Hash, 0, n), h...)
 	if len(out) == n {
 		return out
 	}
 	out = appendTextHashes(out, text[len(out)*TextBlockBytes:])
-	m.store(keys, out)
+	m.store(keys, out, spanEnd)
 	return out
+}
+
+// ChatHashes returns ChatHashes(msgs, 0), hashing only the messages after
+// the longest run of leading messages it remembers: a chat's blocks end
+// with each message, so the next turn of a conversation, which resends
+// the earlier ones, hashes only its new messages. The slice is the
+// caller's.
+func (m *Memo) ChatHashes(msgs []Message) []Hash {
+	if len(msgs) == 0 {
+		return nil
+	}
+	keys := m.chatKeys(msgs)
+	h, i := m.lookup(keys)
+	out := append([]Hash(nil), h...)
+	if i == len(msgs)-1 {
+		return out
+	}
+	out = appendChatHashes(out, msgs[i+1:], MaxBlocks)
+	ends := make([]int, len(msgs)) // the blocks through each message
+	for j, msg := range msgs {
+		ends[j] = (msg.encodedLen() + TextBlockBytes - 1) / TextBlockBytes
+		if j > 0 {
+			ends[j] += ends[j-1]
+		}
+	}
+	m.store(keys, out, func(j int) int { return ends[j] })
+	return out
+}
+
+// chatKeys is one key a message: the maphash of the key before and the
+// message's encoding (ChatHashes's), its chain started apart from the
+// token and text prompts'.
+func (m *Memo) chatKeys(msgs []Message) []uint64 {
+	keys := make([]uint64, 0, len(msgs))
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	var prev [12]byte
+	prev[0] = 2
+	for _, msg := range msgs {
+		binary.LittleEndian.PutUint32(prev[8:], uint32(len(msg.Role)))
+		h.Reset()
+		h.Write(prev[:])
+		h.WriteString(msg.Role)
+		h.Write(msg.Content)
+		k := h.Sum64()
+		binary.LittleEndian.PutUint64(prev[:8], k)
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // textKeys is keys for the bytes of a text prompt, in spans of memoEvery
@@ -131,26 +181,26 @@ func (m *Memo) keys(ids []int64) []uint64 {
 }
 
 // lookup returns the hashes of the longest prefix that m remembers among
-// those keys name (nil for none), the longest tried first. The slice is
-// m's: copy it.
-func (m *Memo) lookup(keys []uint64) []Hash {
+// those keys name (nil for none), the longest tried first, and the index
+// of its key (-1 for none). The slice is m's: copy it.
+func (m *Memo) lookup(keys []uint64) ([]Hash, int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i := len(keys) - 1; i >= 0; i-- {
 		if h, ok := m.cur[keys[i]]; ok {
-			return h
+			return h, i
 		}
 		if h, ok := m.old[keys[i]]; ok {
 			m.putLocked(keys[i], h, len(h))
-			return h
+			return h, i
 		}
 	}
-	return nil
+	return nil, -1
 }
 
-// store remembers hs, the hashes of the blocks whose spans keys names,
-// under each span's key; the entries share one copy.
-func (m *Memo) store(keys []uint64, hs []Hash) {
+// store remembers hs under each of keys, keys[i] naming the prefix of
+// end(i) hashes (at most all of them); the entries share one copy.
+func (m *Memo) store(keys []uint64, hs []Hash, end func(i int) int) {
 	if len(hs) > m.max/2 {
 		return // it would fill a generation alone
 	}
@@ -158,14 +208,18 @@ func (m *Memo) store(keys []uint64, hs []Hash) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, k := range keys {
-		end := min((i+1)*memoEvery, len(own))
+		e := min(end(i), len(own))
 		held := 0
-		if end == len(own) {
+		if i == len(keys)-1 {
 			held = len(own)
 		}
-		m.putLocked(k, own[:end:end], held)
+		m.putLocked(k, own[:e:e], held)
 	}
 }
+
+// spanEnd is the end of span i of memoEvery blocks: store's end for token
+// and text prompts.
+func spanEnd(i int) int { return (i + 1) * memoEvery }
 
 // putLocked holds h under key in the newer generation, counting held
 // more hashes, and turns the generations over when it is full.

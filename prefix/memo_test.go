@@ -137,7 +137,8 @@ func TestMemoRemembers(t *testing.T) {
 	}
 	found := func(ids []int64) int {
 		n := min(len(ids)/BlockTokens, MaxBlocks)
-		return len(m.lookup(m.keys(ids[:n*BlockTokens])))
+		h, _ := m.lookup(m.keys(ids[:n*BlockTokens]))
+		return len(h)
 	}
 	if got := found(ids); got != 0 {
 		t.Fatalf("an empty memo finds %d blocks", got)
@@ -194,6 +195,48 @@ func TestMemoTextAnswersAsTextHashes(t *testing.T) {
 		}
 		if got, want := m.TokenHashes(ids), TokenHashes(ids, 0); !slices.Equal(got, want) {
 			t.Fatalf("step %d: the text's bytes as ids: memo and TokenHashes differ at %d", step, firstDiff(got, want))
+		}
+	}
+}
+
+// The memo's chat hashes are ChatHashes's, over conversations sent again,
+// extended by messages, cut, and changed in one message, with messages
+// long enough to reach MaxBlocks.
+func TestMemoChatAnswersAsChatHashes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	m := NewMemo(100000)
+	msg := func() Message {
+		n := rng.IntN(400)
+		if rng.IntN(50) == 0 {
+			n = 60000 // a long document: a few reach the cap
+		}
+		c := make([]byte, n)
+		for i := range c {
+			c[i] = byte('a' + rng.IntN(3))
+		}
+		return Message{Role: []string{"user", "assistant", "system", ""}[rng.IntN(4)], Content: c}
+	}
+	var convs [][]Message
+	for step := range 1500 {
+		var msgs []Message
+		switch r := rng.IntN(4); {
+		case len(convs) == 0 || r == 0:
+			msgs = []Message{msg()}
+			convs = append(convs, msgs)
+		case r == 1:
+			msgs = convs[rng.IntN(len(convs))]
+		case r == 2:
+			c := rng.IntN(len(convs))
+			msgs = append(slices.Clip(convs[c]), msg(), msg())
+			convs[c] = msgs
+		default:
+			msgs = slices.Clone(convs[rng.IntN(len(convs))])
+			i := rng.IntN(len(msgs))
+			msgs[i].Content = append(slices.Clip(msgs[i].Content), 'z')
+		}
+		if got, want := m.ChatHashes(msgs), ChatHashes(msgs, 0); !slices.Equal(got, want) {
+			t.Fatalf("step %d, %d messages: memo gives %d hashes, ChatHashes %d, first difference at %d",
+				step, len(msgs), len(got), len(want), firstDiff(got, want))
 		}
 	}
 }

@@ -84,7 +84,7 @@ func (pr *prompt) units(blocks int) int {
 // promptOf reads the prompt of a proxied request, nil when it has no
 // full block or is in a form the proxy does not hash (or the scan could
 // not read the body). ids, when not nil, are its token ids read already
-// (resuming). Token ids and text are hashed through memo.
+// (resuming). The prompt is hashed through memo.
 func promptOf(path string, f *fields, ids []int64, memo *prefix.Memo) *prompt {
 	var text, list, msgs []byte
 	if ids == nil {
@@ -119,7 +119,7 @@ func promptOf(path string, f *fields, ids []int64, memo *prefix.Memo) *prompt {
 			return nil
 		}
 		pr.msgs = ms
-		pr.kind, pr.hashes = prefix.Chat, prefix.ChatHashes(pr.msgs, 0)
+		pr.kind, pr.hashes = prefix.Chat, memo.ChatHashes(pr.msgs)
 	}
 	if len(pr.hashes) == 0 {
 		return nil

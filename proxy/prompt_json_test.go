@@ -73,9 +73,10 @@ func TestJSONStringAsDecoded(t *testing.T) {
 	}
 }
 
-// BenchmarkPromptOfChat: a 32 KB conversation of 16 messages, and a text
-// prompt of the same size sent again (its hashes remembered) and new on
-// every request (a new first byte), read and hashed as the proxy does.
+// BenchmarkPromptOfChat: a 32 KB conversation of 16 messages and a text
+// prompt of the same size, each sent again (its hashes remembered) and new
+// on every request (4 bytes of its first message or of the text
+// changed), read and hashed as the proxy does.
 func BenchmarkPromptOfChat(b *testing.B) {
 	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 730)
 	var msgs []map[string]string
@@ -84,22 +85,25 @@ func BenchmarkPromptOfChat(b *testing.B) {
 	}
 	chat, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs})
 	completion, _ := json.Marshal(map[string]any{"model": "m", "prompt": text})
-
 	for _, c := range []struct {
 		name, path string
 		body       []byte
 		vary       bool
-	}{{"chat", "/v1/chat/completions", chat, false}, {"text-same", "/v1/completions", completion, false},
-		{"text-new", "/v1/completions", completion, true}} {
+	}{
+		{"chat-same", "/v1/chat/completions", chat, false}, {"chat-new", "/v1/chat/completions", chat, true},
+		{"text-same", "/v1/completions", completion, false}, {"text-new", "/v1/completions", completion, true},
+	} {
 		b.Run(c.name, func(b *testing.B) {
-			f := readFields(c.body)
+			body := bytes.Clone(c.body)
+			f := readFields(body)
+			at := bytes.Index(body, []byte("The quick")) // the first message's or the text's first byte
 			memo := prefix.NewMemo(0)
 			n := 0
 			for b.Loop() {
-				if c.vary { // n in base 26, in the prompt's first 4 bytes
+				if c.vary { // n in base 26, in 4 bytes from at
 					n++
 					for i, d := 0, n; i < 4; i, d = i+1, d/26 {
-						f.prompt[1+i] = 'A' + byte(d%26)
+						body[at+i] = 'A' + byte(d%26)
 					}
 				}
 				if promptOf(c.path, f, nil, memo) == nil {
