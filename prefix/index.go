@@ -50,15 +50,17 @@ import (
 // BlockTokens tokens an entry; the whole Index by Options.MaxBytes, beyond
 // which the policy holding the most entries loses its least recent ones.
 //
-// Measured (TestMemoryPerBlock: runtime.MemStats around 4M blocks, amd64,
+// Measured (TestMemoryPerBlock: runtime.MemStats around 2M blocks, amd64,
 // Go 1.26), an entry costs about 96 bytes of heap when one policy holds it
 // (its slab entry, its node, and its map slot with the map's spare room,
-// the slabs and the map growing by doubling), and about 12 bytes more for
-// each further policy holding it: 24 and 3 bytes a block. The leader's
-// index for 64 engines of 2M tokens of KV each, 2M/16 = 131k blocks an
-// engine, 8.4M (block, engine) pairs in all, takes about 200 MB when no two
-// engines share a block, and about 30 MB when they all hold the same 131k
-// blocks (131k × 24 bytes + 63 × 131k × 3 bytes). IndexBytes, the estimate
+// the slabs and the map growing by doubling): 24 bytes a block. Each
+// further policy holding it adds a 20-byte node, and up to as much again
+// of the slab's spare room (measured 6 to 12 bytes an entry while that
+// room lasts): 5 to 10 bytes a block. The leader's index for 64 engines of
+// 2M tokens of KV each, 2M/16 = 131k blocks an engine, 8.4M (block,
+// engine) pairs in all, takes about 200 MB when no two engines share a
+// block, and about 45 to 85 MB when they all hold the same 131k blocks
+// (131k × 24 bytes + 63 × 131k × 5 to 10 bytes). IndexBytes, the estimate
 // that Options.MaxBytes caps, counts 24 bytes a pair and 72 a distinct
 // entry (96 for an entry one policy holds). Go maps do not shrink: after a
 // Clear the memory stays with the Index, for the entries that follow.

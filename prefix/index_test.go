@@ -246,7 +246,7 @@ func TestMemoryPerBlock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocates about 100 MB")
 	}
-	const n = 1 << 22 // blocks: 1M entries of 4
+	const n = 1 << 21 // blocks: 512k entries of 4
 	hs := make([]Hash, n)
 	for i := range hs {
 		hs[i] = Hash(uint64(i)*0x9e3779b97f4a7c15 + 1)
@@ -262,7 +262,7 @@ func TestMemoryPerBlock(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	one := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
-	const others = 4 // further policies holding the same blocks
+	const others = 2 // further policies holding the same blocks
 	for p := range others {
 		for i := 0; i < n; i += 1024 {
 			x.Add("p"+strconv.Itoa(p+1), hs[i:i+1024])
