@@ -2,7 +2,7 @@ package routing
 
 import "github.com/policyrouter/policyrouter/prefix"
 
-// The score stage of a tracked /assign (score.go): the rule of the
+// The score stage of a tracked /assign (filter.go): the rule of the
 // /select score stage (score_prefix.go), applied to the batch. The router
 // spreads the tasks first, as the seed does; then, when a candidate is
 // rated (by the blocks it holds of the prompt the tasks share,
@@ -130,15 +130,6 @@ func (st *State) notePrefixAssignLocked(hashes []prefix.Hash, out []int, rts []*
 			st.prefix.RecordPending(rts[pos].policy.ID, hashes)
 		}
 		m := st.prefixScratch.matches[pos]
-		o := PrefixMiss
-		switch {
-		case top > 0 && m.Pending == top:
-			o = PrefixHit
-		case top > 0:
-			o = PrefixBalanced
-		}
-		st.prefixN.of(o).Add(1)
-		st.prefixN.matched.Add(uint64(m.Confirmed))
-		st.prefixN.prompt.Add(uint64(len(hashes)))
+		st.countPrefix(prefixOutcome(m.Pending, top), m.Confirmed, len(hashes))
 	}
 }

@@ -111,8 +111,8 @@ func (st *State) offerLocked(s *slot, front bool) {
 // one among the next prefixBypassScan rates rt (wantsLocked: it holds a
 // prompt rt has cached, the rest of a GRPO group or the next turn of an
 // episode, or a scorer rates rt for it), which may go ahead of it, at most
-// maxPrefixBypass times; each only if rt passes its filters. So no waiter starves for want of a
-// cached prefix. nil when none. Caller must hold mu.
+// maxPrefixBypass times; each only if rt passes its filters. So no waiter
+// starves for want of a cached prefix. nil when none. Caller must hold mu.
 func (st *State) waiterForLocked(rt *policyRuntime) *waiter {
 	for w := rt.homeWaiters.head; w != nil; w = w.links[homeWaiters].next {
 		if w.q.ok(rt) {

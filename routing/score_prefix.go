@@ -139,7 +139,7 @@ func loadFraction(c Candidate) float64 {
 // scoreLocked is the score stage followed by the pick: it chooses among
 // v's idle candidates by the rule above, rating each by the blocks of
 // hashes it is expected to hold (none without hashes) plus the scorers'
-// ratings (score.go), or leaves the choice to router r. It returns the
+// ratings (filter.go), or leaves the choice to router r. It returns the
 // choice, the prefix outcome and the chosen policy's confirmed match
 // (blocks). Caller must hold mu.
 func (st *State) scoreLocked(r Selector, v View, hashes []prefix.Hash) (c Choice, ok bool, outcome string, confirmed int) {
@@ -188,15 +188,23 @@ func (st *State) scoreLocked(r Selector, v View, hashes []prefix.Hash) (c Choice
 	}
 	// The least loaded candidate is within the bound: best >= 0.
 	c = Lease(sc.idle[best])
-	switch {
-	case len(hashes) == 0:
+	if len(hashes) == 0 {
 		return c, true, PrefixNone, 0
-	case prefixTop == 0:
-		return c, true, PrefixMiss, 0
-	case sc.matches[best].Pending < prefixTop:
-		return c, true, PrefixBalanced, sc.matches[best].Confirmed
 	}
-	return c, true, PrefixHit, sc.matches[best].Confirmed
+	return c, true, prefixOutcome(sc.matches[best].Pending, prefixTop), sc.matches[best].Confirmed
+}
+
+// prefixOutcome is the outcome of a decision whose policy is expected to
+// hold pending blocks of the prompt, when the most any candidate holds is
+// top.
+func prefixOutcome(pending, top int) string {
+	switch {
+	case top == 0:
+		return PrefixMiss
+	case pending == top:
+		return PrefixHit
+	}
+	return PrefixBalanced
 }
 
 // leastLoaded is the choice of a miss: the router's pick when its policy
@@ -234,13 +242,7 @@ func (st *State) judgeLocked(rt *policyRuntime, q *Query, hashes []prefix.Hash) 
 	for _, m := range sc.matches {
 		top = max(top, m.Pending)
 	}
-	switch {
-	case top == 0:
-		return PrefixMiss, 0
-	case sc.matches[0].Pending == top:
-		return PrefixHit, sc.matches[0].Confirmed
-	}
-	return PrefixBalanced, sc.matches[0].Confirmed
+	return prefixOutcome(sc.matches[0].Pending, top), sc.matches[0].Confirmed
 }
 
 // notePrefixLocked completes a decision with hashes: its outcome and
@@ -249,9 +251,15 @@ func (st *State) judgeLocked(rt *policyRuntime, q *Query, hashes []prefix.Hash) 
 func (st *State) notePrefixLocked(d *Decision, hashes []prefix.Hash, outcome string, confirmed int) {
 	d.PrefixOutcome, d.PrefixMatch = outcome, confirmed
 	st.prefix.RecordPending(d.Policy.ID, hashes)
+	st.countPrefix(outcome, confirmed, len(hashes))
+}
+
+// countPrefix counts one decision of a prompt of blocks blocks: its
+// outcome and its policy's confirmed match.
+func (st *State) countPrefix(outcome string, confirmed, blocks int) {
 	st.prefixN.of(outcome).Add(1)
 	st.prefixN.matched.Add(uint64(confirmed))
-	st.prefixN.prompt.Add(uint64(len(hashes)))
+	st.prefixN.prompt.Add(uint64(blocks))
 }
 
 // PrefixRelease reports the end of a request sent to policy policyID with
