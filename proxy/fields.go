@@ -199,12 +199,9 @@ func modelName(raw []byte) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
-	if raw[0] == '"' && plainASCII(raw[1:len(raw)-1]) {
-		return string(raw[1 : len(raw)-1]), nil
-	}
-	var model string
-	if err := json.Unmarshal(raw, &model); err != nil {
+	model, ok := jsonString(raw)
+	if !ok {
 		return "", fieldError("model", "must be a string")
 	}
-	return model, nil
+	return string(model), nil
 }
