@@ -55,15 +55,9 @@ func (m *Memo) TokenHashes(ids []int64) []Hash {
 	if n == 0 {
 		return nil
 	}
-	keys := m.keys(ids[:n*BlockTokens])
-	h, _ := m.lookup(keys)
-	out := append(make([]Hash, 0, n), h...)
-	if len(out) == n {
-		return out
-	}
-	out = AppendTokenHashes(out, ids[len(out)*BlockTokens:], n)
-	m.store(keys, out, spanEnd)
-	return out
+	return m.extend(m.keys(ids[:n*BlockTokens]), n, spanEnd, func(out []Hash, _ int) []Hash {
+		return AppendTokenHashes(out, ids[len(out)*BlockTokens:], n)
+	})
 }
 
 // TextHashes returns TextHashes(text, 0) as TokenHashes does
@@ -75,15 +69,9 @@ func (m *Memo) TextHashes(text []byte) []Hash {
 		return nil
 	}
 	text = text[:n*TextBlockBytes]
-	keys := m.textKeys(text)
-	h, _ := m.lookup(keys)
-	out := append(make([]Hash, 0, n), h...)
-	if len(out) == n {
-		return out
-	}
-	out = appendTextHashes(out, text[len(out)*TextBlockBytes:])
-	m.store(keys, out, spanEnd)
-	return out
+	return m.extend(m.textKeys(text), n, spanEnd, func(out []Hash, _ int) []Hash {
+		return appendTextHashes(out, text[len(out)*TextBlockBytes:])
+	})
 }
 
 // ChatHashes returns ChatHashes(msgs, 0), hashing only the messages after
@@ -95,13 +83,6 @@ func (m *Memo) ChatHashes(msgs []Message) []Hash {
 	if len(msgs) == 0 {
 		return nil
 	}
-	keys := m.chatKeys(msgs)
-	h, i := m.lookup(keys)
-	out := append([]Hash(nil), h...)
-	if i == len(msgs)-1 {
-		return out
-	}
-	out = appendChatHashes(out, msgs[i+1:], MaxBlocks)
 	ends := make([]int, len(msgs)) // the blocks through each message
 	for j, msg := range msgs {
 		ends[j] = (msg.encodedLen() + TextBlockBytes - 1) / TextBlockBytes
@@ -109,7 +90,24 @@ func (m *Memo) ChatHashes(msgs []Message) []Hash {
 			ends[j] += ends[j-1]
 		}
 	}
-	m.store(keys, out, func(j int) int { return ends[j] })
+	n := min(ends[len(ends)-1], MaxBlocks)
+	return m.extend(m.chatKeys(msgs), n, func(j int) int { return ends[j] }, func(out []Hash, next int) []Hash {
+		return appendChatHashes(out, msgs[next:], MaxBlocks)
+	})
+}
+
+// extend returns the n hashes of the prompt whose prefixes keys name, the
+// last key the whole (keys[i] names the first end(i) hashes, at most all):
+// those of the longest prefix m remembers, extended by rest (given them
+// and the index of the first key they do not cover), and remembers them.
+func (m *Memo) extend(keys []uint64, n int, end func(i int) int, rest func(out []Hash, next int) []Hash) []Hash {
+	h, i := m.lookup(keys)
+	out := append(make([]Hash, 0, n), h...)
+	if i == len(keys)-1 {
+		return out
+	}
+	out = rest(out, i+1)
+	m.store(keys, out, end)
 	return out
 }
 
